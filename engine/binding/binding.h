@@ -1,0 +1,110 @@
+/* The Lua binding (module `fhelium.core`): the only place that calls lua_*.
+ * It turns engine status records into error objects, checks argument types
+ * with messages that name the function and argument, and boxes engine
+ * objects in userdata.
+ *
+ * Userdata boxes hold one reference to their engine object, taken when the
+ * box is filled and dropped by __gc; a box is created before the engine
+ * object it will hold, so a failed Lua allocation cannot leak one. Lua
+ * errors are longjmps: binding functions release any temporary engine
+ * reference before raising. */
+#ifndef FH_BINDING_H
+#define FH_BINDING_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "fh/launch.h"
+#include "fh/runtime.h"
+#include "fh/tensor.h"
+
+#define FH_TENSOR_MT "fhelium.Tensor"
+#define FH_STREAM_MT "fhelium.Stream"
+#define FH_EVENT_MT "fhelium.Event"
+#define FH_GENERATOR_MT "fhelium.Generator"
+#define FH_ERROR_MT "fhelium.Error"
+
+#if defined(__GNUC__)
+#define FH_NORETURN __attribute__((noreturn))
+#define FH_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define FH_NORETURN
+#define FH_PRINTF(a, b)
+#endif
+
+/* ---- errors ------------------------------------------------------------- */
+/* Raise the calling thread's engine error (fh_error_*) as an error object. */
+FH_NORETURN int fh__lua_error(lua_State *L);
+/* Record and raise an error of `kind`. */
+FH_NORETURN int fh__lua_raise(lua_State *L, fh_status kind, const char *fmt, ...) FH_PRINTF(3, 4);
+/* `if (st) fh__lua_error(L)` */
+static inline void fh__lua_check(lua_State *L, fh_status st) {
+  if (st != FH_OK) fh__lua_error(L);
+}
+/* Push a new error object (kind, message, path, stage). */
+void fh__lua_push_error(lua_State *L, fh_status kind, const char *message, const char *path, const char *stage);
+/* Name of a Lua value's type for messages ("Tensor", "number", ...). */
+const char *fh__lua_typename(lua_State *L, int idx);
+
+/* ---- userdata boxes ----------------------------------------------------- */
+typedef struct fh_tensor_box { fh_tensor *t; } fh_tensor_box;
+typedef struct fh_stream_box { fh_stream *s; } fh_stream_box;
+typedef struct fh_event_box { fh_event *e; } fh_event_box;
+
+/* Userdata of metatable `mt` at idx, or NULL. */
+void *fh__lua_testudata(lua_State *L, int idx, const char *mt);
+/* Checked access; raises TypeError "<fn>: argument <n> (<name>) expected
+ * <what>, got <type>". */
+fh_tensor *fh__lua_checktensor(lua_State *L, int idx, const char *fn, const char *argname);
+fh_tensor *fh__lua_totensor(lua_State *L, int idx); /* NULL if not a tensor */
+fh_stream *fh__lua_checkstream(lua_State *L, int idx, const char *fn, const char *argname);
+fh_event *fh__lua_checkevent(lua_State *L, int idx, const char *fn, const char *argname);
+/* Push a tensor, taking over the caller's reference (`t` must be a new
+ * reference). Counts its bytes for GC pressure. */
+void fh__lua_push_tensor(lua_State *L, fh_tensor *t);
+/* An empty tensor box on the stack: create it first, then let the engine
+ * fill box->t, so a failed allocation cannot leak (the safe order). */
+fh_tensor_box *fh__lua_new_tensor_box(lua_State *L);
+/* Count a new tensor's storage toward the GC soft limit. */
+void fh__lua_account(lua_State *L, fh_tensor *t);
+void fh__lua_push_stream(lua_State *L, fh_stream *s); /* retains */
+void fh__lua_push_event(lua_State *L, fh_event *e);   /* retains */
+
+/* ---- argument helpers --------------------------------------------------- */
+/* Integral number check (LuaJIT numbers are doubles): raises ValueError
+ * naming fn and argname when not an integer in [lo, hi]. */
+int64_t fh__lua_checkint(lua_State *L, int idx, const char *fn, const char *argname, int64_t lo, int64_t hi);
+/* Scalar from a number, boolean, int64_t/uint64_t cdata, or (when
+ * allow_complex) a {re, im} table. Returns 0 and leaves *out untouched when
+ * the value is none of these. */
+int fh__lua_toscalar(lua_State *L, int idx, fh_scalar *out, int allow_complex);
+/* A shape from a table of integers or from integer varargs starting at idx
+ * (`allow_varargs`). Returns ndim. */
+int fh__lua_checkshape(lua_State *L, int idx, int64_t *shape, const char *fn, int allow_varargs);
+/* Options table helpers: raise ValueError on keys not in `allowed` (NULL
+ * terminated) so typos are caught. idx may be none/nil. */
+void fh__lua_checkopts(lua_State *L, int idx, const char *fn, const char *const *allowed);
+/* Field getters on an options table at idx (absent -> default). */
+int fh__lua_optbool(lua_State *L, int idx, const char *key, int def, const char *fn);
+fh_stream *fh__lua_optstream(lua_State *L, int idx, const char *key, const char *fn);
+fh_device fh__lua_optdevice(lua_State *L, int idx, const char *key, fh_device def, const char *fn);
+fh_dtype fh__lua_optdtype(lua_State *L, int idx, const char *key, fh_dtype def, const char *fn);
+/* Device from a string argument. */
+fh_device fh__lua_checkdevice(lua_State *L, int idx, const char *fn);
+
+/* ---- registration ------------------------------------------------------- */
+/* Each area registers its functions into the module table at -1 and its
+ * metatables in the registry. Idempotent (busted may load twice). */
+void fh__lua_open_errors(lua_State *L);
+void fh__lua_open_tensor(lua_State *L);
+void fh__lua_open_cuda(lua_State *L);
+/* Set the functions of `l` into the table at -1 (LuaJIT's luaL_register
+ * with a NULL name, spelled out). */
+void fh__lua_setfuncs(lua_State *L, const luaL_Reg *l);
+/* Get or create a metatable with __index = methods table; leaves the
+ * metatable on the stack. methods and meta may be NULL. */
+void fh__lua_newclass(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta);
+
+int luaopen_fhelium_core(lua_State *L);
+
+#endif

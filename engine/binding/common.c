@@ -1,0 +1,457 @@
+/* Binding helpers: errors, type checks, options, classes. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+
+/* ---- errors ------------------------------------------------------------- */
+static int error_tostring(lua_State *L) {
+  lua_getfield(L, 1, "kind");
+  lua_getfield(L, 1, "message");
+  lua_pushfstring(L, "%s: %s", lua_tostring(L, -2) ? lua_tostring(L, -2) : "FHEliumError",
+                  lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
+  return 1;
+}
+
+void fh__lua_push_error(lua_State *L, fh_status kind, const char *message, const char *path, const char *stage) {
+  lua_createtable(L, 0, 4);
+  lua_pushstring(L, fh_status_kind(kind));
+  lua_setfield(L, -2, "kind");
+  lua_pushstring(L, message);
+  lua_setfield(L, -2, "message");
+  if (path && *path) {
+    lua_pushstring(L, path);
+    lua_setfield(L, -2, "path");
+  }
+  if (stage && *stage) {
+    lua_pushstring(L, stage);
+    lua_setfield(L, -2, "stage");
+  }
+  luaL_getmetatable(L, FH_ERROR_MT);
+  lua_setmetatable(L, -2);
+}
+
+int fh__lua_error(lua_State *L) {
+  fh_status st = fh_error_status();
+  if (st == FH_OK) st = FH_ERR_GENERIC;
+  fh__lua_push_error(L, st, fh_error_message(), fh_error_path(), fh_error_stage());
+  fh_error_clear();
+  lua_error(L);
+  abort(); /* not reached */
+}
+
+int fh__lua_raise(lua_State *L, fh_status kind, const char *fmt, ...) {
+  char buf[FH_ERROR_MESSAGE_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  fh_error_set(kind, "%s", buf);
+  fh__lua_error(L);
+}
+
+static int l_error_new(lua_State *L) {
+  const char *kind = luaL_checkstring(L, 1);
+  const char *msg = luaL_checkstring(L, 2);
+  fh_status st = FH_ERR_GENERIC;
+  for (int i = 1; i < FH_STATUS_COUNT; ++i)
+    if (strcmp(fh_status_kind((fh_status)i), kind) == 0) st = (fh_status)i;
+  if (st == FH_ERR_GENERIC && strcmp(kind, "FHEliumError") != 0)
+    return fh__lua_raise(L, FH_ERR_VALUE, "unknown error kind '%s'", kind);
+  const char *path = NULL, *stage = NULL;
+  if (lua_istable(L, 3)) {
+    lua_getfield(L, 3, "path");
+    path = lua_tostring(L, -1);
+    lua_getfield(L, 3, "stage");
+    stage = lua_tostring(L, -1);
+  }
+  fh__lua_push_error(L, st, msg, path, stage);
+  return 1;
+}
+
+static int l_error_kinds(lua_State *L) {
+  lua_createtable(L, FH_STATUS_COUNT - 1, 0);
+  for (int i = 1; i < FH_STATUS_COUNT; ++i) {
+    lua_pushstring(L, fh_status_kind((fh_status)i));
+    lua_rawseti(L, -2, i);
+  }
+  return 1;
+}
+
+void fh__lua_open_errors(lua_State *L) {
+  if (luaL_newmetatable(L, FH_ERROR_MT)) {
+    lua_pushcfunction(L, error_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushliteral(L, "fhelium.Error");
+    lua_setfield(L, -2, "__name");
+  }
+  lua_setfield(L, -2, "error_metatable");
+  static const luaL_Reg fns[] = {{"error_new", l_error_new}, {"error_kinds", l_error_kinds}, {NULL, NULL}};
+  fh__lua_setfuncs(L, fns);
+}
+
+/* ---- type names and userdata -------------------------------------------- */
+void *fh__lua_testudata(lua_State *L, int idx, const char *mt) {
+  void *p = lua_touserdata(L, idx);
+  if (p == NULL || !lua_getmetatable(L, idx)) return NULL;
+  luaL_getmetatable(L, mt);
+  int eq = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return eq ? p : NULL;
+}
+
+const char *fh__lua_typename(lua_State *L, int idx) {
+  static const char *const known[][2] = {{FH_TENSOR_MT, "Tensor"},
+                                         {FH_STREAM_MT, "Stream"},
+                                         {FH_EVENT_MT, "Event"},
+                                         {FH_GENERATOR_MT, "Generator"}};
+  if (lua_type(L, idx) == LUA_TUSERDATA) {
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; ++i)
+      if (fh__lua_testudata(L, idx, known[i][0])) return known[i][1];
+    if (lua_getmetatable(L, idx)) {
+      lua_getfield(L, -1, "__name");
+      const char *n = lua_tostring(L, -1);
+      lua_pop(L, 2);
+      if (n) return n;
+    }
+  }
+  if (lua_type(L, idx) == 10) return "cdata";
+  return luaL_typename(L, idx);
+}
+
+static FH_NORETURN void type_error(lua_State *L, int idx, const char *fn, const char *argname, const char *what) {
+  fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %d%s%s%s expected %s, got %s", fn, idx, argname ? " (" : "",
+                argname ? argname : "", argname ? ")" : "", what, fh__lua_typename(L, idx));
+}
+
+fh_tensor *fh__lua_totensor(lua_State *L, int idx) {
+  fh_tensor_box *b = fh__lua_testudata(L, idx, FH_TENSOR_MT);
+  return b ? b->t : NULL;
+}
+
+fh_tensor *fh__lua_checktensor(lua_State *L, int idx, const char *fn, const char *argname) {
+  fh_tensor *t = fh__lua_totensor(L, idx);
+  if (t == NULL) type_error(L, idx, fn, argname, "a Tensor");
+  return t;
+}
+
+fh_stream *fh__lua_checkstream(lua_State *L, int idx, const char *fn, const char *argname) {
+  fh_stream_box *b = fh__lua_testudata(L, idx, FH_STREAM_MT);
+  if (b == NULL) type_error(L, idx, fn, argname, "a Stream");
+  return b->s;
+}
+
+fh_event *fh__lua_checkevent(lua_State *L, int idx, const char *fn, const char *argname) {
+  fh_event_box *b = fh__lua_testudata(L, idx, FH_EVENT_MT);
+  if (b == NULL) type_error(L, idx, fn, argname, "an Event");
+  return b->e;
+}
+
+/* GC pressure from memory Lua cannot see: after every 256 MiB of new
+ * tensor storage, run a full collection so dropped tensors give their
+ * memory back to the allocators. */
+static size_t external_bytes;
+#define FH_GC_SOFT_LIMIT ((size_t)256 << 20)
+
+void fh__lua_account(lua_State *L, fh_tensor *t) {
+  if (t == NULL || atomic_load(&t->storage->rc.n) != 1) return;
+  external_bytes += t->storage->nbytes;
+  if (external_bytes > FH_GC_SOFT_LIMIT) {
+    external_bytes = 0;
+    lua_gc(L, LUA_GCCOLLECT, 0);
+  }
+}
+
+fh_tensor_box *fh__lua_new_tensor_box(lua_State *L) {
+  fh_tensor_box *b = lua_newuserdata(L, sizeof *b);
+  b->t = NULL;
+  luaL_getmetatable(L, FH_TENSOR_MT);
+  lua_setmetatable(L, -2);
+  return b;
+}
+
+void fh__lua_push_tensor(lua_State *L, fh_tensor *t) {
+  /* the box allocation is the only failure point; on a Lua memory error
+   * the reference would leak, so reserve stack first */
+  fh_tensor_box *b = fh__lua_new_tensor_box(L);
+  b->t = t;
+  fh__lua_account(L, t);
+}
+
+void fh__lua_push_stream(lua_State *L, fh_stream *s) {
+  fh_stream_box *b = lua_newuserdata(L, sizeof *b);
+  b->s = NULL;
+  luaL_getmetatable(L, FH_STREAM_MT);
+  lua_setmetatable(L, -2);
+  fh_stream_retain(s);
+  b->s = s;
+}
+
+void fh__lua_push_event(lua_State *L, fh_event *e) {
+  fh_event_box *b = lua_newuserdata(L, sizeof *b);
+  b->e = NULL;
+  luaL_getmetatable(L, FH_EVENT_MT);
+  lua_setmetatable(L, -2);
+  fh_event_retain(e);
+  b->e = e;
+}
+
+/* ---- numbers and scalars ------------------------------------------------ */
+int64_t fh__lua_checkint(lua_State *L, int idx, const char *fn, const char *argname, int64_t lo, int64_t hi) {
+  if (lua_type(L, idx) != LUA_TNUMBER) type_error(L, idx, fn, argname, "an integer");
+  double x = lua_tonumber(L, idx);
+  if (x != floor(x) || !(x >= (double)lo && x <= (double)hi))
+    fh__lua_raise(L, FH_ERR_VALUE, "%s: %s must be an integer in [%" PRId64 ", %" PRId64 "], got %.17g", fn,
+                  argname ? argname : "argument", lo, hi, x);
+  return (int64_t)x;
+}
+
+/* int64_t/uint64_t cdata: parse tostring(), which LuaJIT prints exactly as
+ * "<digits>LL" / "<digits>ULL". */
+static int cdata_scalar(lua_State *L, int idx, fh_scalar *out) {
+  lua_getglobal(L, "tostring");
+  lua_pushvalue(L, idx);
+  lua_call(L, 1, 1);
+  const char *s = lua_tostring(L, -1);
+  int ok = 0;
+  if (s != NULL) {
+    size_t n = strlen(s);
+    char *end = NULL;
+    if (n > 3 && strcmp(s + n - 3, "ULL") == 0) {
+      unsigned long long v = strtoull(s, &end, 10);
+      if (end == s + n - 3) {
+        out->kind = FH_SCALAR_UINT;
+        out->v.u = v;
+        ok = 1;
+      }
+    } else if (n > 2 && strcmp(s + n - 2, "LL") == 0) {
+      long long v = strtoll(s, &end, 10);
+      if (end == s + n - 2) {
+        out->kind = FH_SCALAR_INT;
+        out->v.i = v;
+        ok = 1;
+      }
+    }
+  }
+  lua_pop(L, 1);
+  return ok;
+}
+
+int fh__lua_toscalar(lua_State *L, int idx, fh_scalar *out, int allow_complex) {
+  switch (lua_type(L, idx)) {
+    case LUA_TNUMBER: out->kind = FH_SCALAR_FLOAT; out->v.f = lua_tonumber(L, idx); return 1;
+    case LUA_TBOOLEAN: out->kind = FH_SCALAR_BOOL; out->v.b = lua_toboolean(L, idx); return 1;
+    case 10: return cdata_scalar(L, idx, out);
+    case LUA_TTABLE:
+      if (!allow_complex || lua_objlen(L, idx) != 2) return 0;
+      lua_rawgeti(L, idx, 1);
+      lua_rawgeti(L, idx, 2);
+      if (lua_type(L, -1) != LUA_TNUMBER || lua_type(L, -2) != LUA_TNUMBER) {
+        lua_pop(L, 2);
+        return 0;
+      }
+      out->kind = FH_SCALAR_COMPLEX;
+      out->v.c[0] = lua_tonumber(L, -2);
+      out->v.c[1] = lua_tonumber(L, -1);
+      lua_pop(L, 2);
+      return 1;
+    default: return 0;
+  }
+}
+
+int fh__lua_checkshape(lua_State *L, int idx, int64_t *shape, const char *fn, int allow_varargs) {
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    if (!allow_varargs) type_error(L, idx, fn, "shape", "a table of sizes");
+    int top = lua_gettop(L), n = 0;
+    for (int i = idx; i <= top && lua_type(L, i) == LUA_TNUMBER; ++i) {
+      if (n == FH_MAX_DIMS) fh__lua_raise(L, FH_ERR_VALUE, "%s: at most %d dimensions", fn, FH_MAX_DIMS);
+      shape[n++] = fh__lua_checkint(L, i, fn, "size", -1, INT64_MAX / 2);
+    }
+    return n;
+  }
+  if (fh__lua_totensor(L, idx) == NULL && lua_istable(L, idx)) {
+    int n = (int)lua_objlen(L, idx);
+    if (n > FH_MAX_DIMS) fh__lua_raise(L, FH_ERR_VALUE, "%s: at most %d dimensions, got %d", fn, FH_MAX_DIMS, n);
+    for (int i = 0; i < n; ++i) {
+      lua_rawgeti(L, idx, i + 1);
+      if (lua_type(L, -1) != LUA_TNUMBER)
+        fh__lua_raise(L, FH_ERR_TYPE, "%s: shape[%d] expected an integer, got %s", fn, i + 1, luaL_typename(L, -1));
+      double x = lua_tonumber(L, -1);
+      if (x != floor(x) || x < -1 || x > 9.0e15)
+        fh__lua_raise(L, FH_ERR_VALUE, "%s: shape[%d] must be a non-negative integer, got %.17g", fn, i + 1, x);
+      shape[i] = (int64_t)x;
+      lua_pop(L, 1);
+    }
+    return n;
+  }
+  type_error(L, idx, fn, "shape", "a table of sizes");
+}
+
+/* ---- options ------------------------------------------------------------ */
+void fh__lua_checkopts(lua_State *L, int idx, const char *fn, const char *const *allowed) {
+  if (lua_isnoneornil(L, idx)) return;
+  if (!lua_istable(L, idx) || fh__lua_totensor(L, idx)) type_error(L, idx, fn, "options", "an options table");
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    int ok = 0;
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      const char *k = lua_tostring(L, -1);
+      for (int i = 0; allowed[i]; ++i)
+        if (strcmp(k, allowed[i]) == 0) ok = 1;
+      if (!ok) {
+        char list[512] = "";
+        size_t l = 0;
+        for (int i = 0; allowed[i] && l < 400; ++i)
+          l += (size_t)snprintf(list + l, sizeof list - l, "%s%s", i ? ", " : "", allowed[i]);
+        fh__lua_raise(L, FH_ERR_VALUE, "%s: unknown option '%s' (expected %s)", fn, k, list);
+      }
+    } else {
+      fh__lua_raise(L, FH_ERR_VALUE, "%s: option keys must be strings, got %s", fn, luaL_typename(L, -1));
+    }
+  }
+}
+
+int fh__lua_optbool(lua_State *L, int idx, const char *key, int def, const char *fn) {
+  if (!lua_istable(L, idx)) return def;
+  lua_getfield(L, idx, key);
+  int r = def;
+  if (lua_isboolean(L, -1)) r = lua_toboolean(L, -1);
+  else if (!lua_isnil(L, -1))
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: option '%s' expected a boolean, got %s", fn, key, luaL_typename(L, -1));
+  lua_pop(L, 1);
+  return r;
+}
+
+fh_stream *fh__lua_optstream(lua_State *L, int idx, const char *key, const char *fn) {
+  if (!lua_istable(L, idx)) return NULL;
+  lua_getfield(L, idx, key);
+  fh_stream *s = NULL;
+  if (!lua_isnil(L, -1)) {
+    fh_stream_box *b = fh__lua_testudata(L, -1, FH_STREAM_MT);
+    if (b == NULL)
+      fh__lua_raise(L, FH_ERR_TYPE, "%s: option '%s' expected a Stream, got %s", fn, key, fh__lua_typename(L, -1));
+    s = b->s;
+  }
+  lua_pop(L, 1); /* the box stays referenced by the options table */
+  return s;
+}
+
+fh_device fh__lua_checkdevice(lua_State *L, int idx, const char *fn) {
+  if (lua_type(L, idx) != LUA_TSTRING) type_error(L, idx, fn, "device", "a device string");
+  fh_device d;
+  if (fh_device_parse(lua_tostring(L, idx), &d) != FH_OK) {
+    fh_error_prefix("%s", fn);
+    fh__lua_error(L);
+  }
+  return d;
+}
+
+fh_device fh__lua_optdevice(lua_State *L, int idx, const char *key, fh_device def, const char *fn) {
+  if (!lua_istable(L, idx)) return def;
+  lua_getfield(L, idx, key);
+  fh_device d = def;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      fh__lua_raise(L, FH_ERR_TYPE, "%s: option '%s' expected a device string, got %s", fn, key, luaL_typename(L, -1));
+    if (fh_device_parse(lua_tostring(L, -1), &d) != FH_OK) {
+      fh_error_prefix("%s", fn);
+      fh__lua_error(L);
+    }
+  }
+  lua_pop(L, 1);
+  return d;
+}
+
+fh_dtype fh__lua_optdtype(lua_State *L, int idx, const char *key, fh_dtype def, const char *fn) {
+  if (!lua_istable(L, idx)) return def;
+  lua_getfield(L, idx, key);
+  fh_dtype d = def;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      fh__lua_raise(L, FH_ERR_TYPE, "%s: option '%s' expected a dtype name, got %s", fn, key, luaL_typename(L, -1));
+    if (fh_dtype_parse(lua_tostring(L, -1), &d) != FH_OK) {
+      fh_error_prefix("%s", fn);
+      fh__lua_error(L);
+    }
+  }
+  lua_pop(L, 1);
+  return d;
+}
+
+/* ---- classes ------------------------------------------------------------ */
+void fh__lua_setfuncs(lua_State *L, const luaL_Reg *l) {
+  for (; l->name; ++l) {
+    lua_pushcfunction(L, l->func);
+    lua_setfield(L, -2, l->name);
+  }
+}
+
+void fh__lua_newclass(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta) {
+  luaL_newmetatable(L, name); /* existing one when loaded twice: refill */
+  lua_pushstring(L, name);
+  lua_setfield(L, -2, "__name");
+  if (meta) fh__lua_setfuncs(L, meta);
+  lua_getfield(L, -1, "methods");
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "methods");
+  }
+  if (methods) fh__lua_setfuncs(L, methods);
+  lua_getfield(L, -2, "__index");
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_setfield(L, -2, "__index");
+  } else {
+    lua_pop(L, 2);
+  }
+}
+
+/* ---- module ------------------------------------------------------------- */
+static int l_info(lua_State *L) {
+  lua_createtable(L, 0, 6);
+  lua_pushstring(L, fh_version());
+  lua_setfield(L, -2, "version");
+  lua_pushboolean(L, fh_built_with_cuda());
+  lua_setfield(L, -2, "built_with_cuda");
+  lua_pushboolean(L, fh_cuda_is_available());
+  lua_setfield(L, -2, "cuda_available");
+  lua_pushstring(L, fh_cuda_unavailable_reason());
+  lua_setfield(L, -2, "cuda_unavailable_reason");
+  lua_pushinteger(L, fh_cuda_device_count());
+  lua_setfield(L, -2, "device_count");
+#ifdef FH_BUILD_TYPE
+  lua_pushstring(L, FH_BUILD_TYPE);
+  lua_setfield(L, -2, "build_type");
+#endif
+#ifdef FH_SANITIZE
+  lua_pushboolean(L, 1);
+  lua_setfield(L, -2, "sanitize");
+#endif
+  lua_pushnumber(L, (lua_Number)fh_launch_count());
+  lua_setfield(L, -2, "launches");
+  lua_pushnumber(L, (lua_Number)fh_cpu_allocated_bytes());
+  lua_setfield(L, -2, "cpu_allocated_bytes");
+  return 1;
+}
+
+__attribute__((visibility("default"))) int luaopen_fhelium_core(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, "fhelium.core.module");
+  if (lua_istable(L, -1)) return 1; /* already open in this state */
+  lua_pop(L, 1);
+  lua_newtable(L);
+  fh__lua_open_errors(L);
+  fh__lua_open_tensor(L);
+  fh__lua_open_cuda(L);
+  static const luaL_Reg fns[] = {{"info", l_info}, {NULL, NULL}};
+  fh__lua_setfuncs(L, fns);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, "fhelium.core.module");
+  return 1;
+}

@@ -1,0 +1,285 @@
+/* fh.cuda: device queries, streams and events (thin over fh/runtime.h).
+ * Every query works without a GPU; anything else raises CudaError. */
+#include <stdio.h>
+#include <string.h>
+
+#include "binding.h"
+
+static int checkindex(lua_State *L, int idx, const char *fn) {
+  if (lua_isnoneornil(L, idx)) return fh_cuda_current_device();
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    fh_device d = fh__lua_checkdevice(L, idx, fn);
+    if (d.type != FH_DEVICE_CUDA) fh__lua_raise(L, FH_ERR_VALUE, "%s: expected a CUDA device, got \"cpu\"", fn);
+    return d.index;
+  }
+  return (int)fh__lua_checkint(L, idx, fn, "device", 0, 1023);
+}
+
+static fh_device cuda_dev(int i) {
+  fh_device d = {FH_DEVICE_CUDA, i};
+  return d;
+}
+
+static int l_is_available(lua_State *L) { lua_pushboolean(L, fh_cuda_is_available()); return 1; }
+static int l_device_count(lua_State *L) { lua_pushinteger(L, fh_cuda_device_count()); return 1; }
+static int l_current_device(lua_State *L) { lua_pushinteger(L, fh_cuda_current_device()); return 1; }
+static int l_set_device(lua_State *L) {
+  int i = checkindex(L, 1, "fh.cuda.set_device");
+  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  fh__lua_check(L, fh_cuda_set_device(i));
+  return 0;
+}
+static int l_synchronize(lua_State *L) {
+  int i = checkindex(L, 1, "fh.cuda.synchronize");
+  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  fh__lua_check(L, fh_cuda_synchronize(i));
+  return 0;
+}
+static int l_unavailable_reason(lua_State *L) { lua_pushstring(L, fh_cuda_unavailable_reason()); return 1; }
+
+static int l_get_device_properties(lua_State *L) {
+  int i = checkindex(L, 1, "fh.cuda.get_device_properties");
+  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  fh_device_properties p;
+  fh__lua_check(L, fh_cuda_get_device_properties(i, &p));
+  lua_createtable(L, 0, 5);
+  lua_pushstring(L, p.name);
+  lua_setfield(L, -2, "name");
+  lua_pushnumber(L, (lua_Number)p.total_memory);
+  lua_setfield(L, -2, "total_memory");
+  lua_pushinteger(L, p.major);
+  lua_setfield(L, -2, "major");
+  lua_pushinteger(L, p.minor);
+  lua_setfield(L, -2, "minor");
+  lua_pushinteger(L, p.multi_processor_count);
+  lua_setfield(L, -2, "multi_processor_count");
+  return 1;
+}
+
+/* ---- streams ------------------------------------------------------------ */
+static const char *const stream_opts[] = {"device", "priority", NULL};
+
+static int l_stream_new(lua_State *L) {
+  fh__lua_checkopts(L, 1, "fh.cuda.Stream", stream_opts);
+  int dev = fh_cuda_current_device(), prio = 0;
+  if (lua_istable(L, 1)) {
+    lua_getfield(L, 1, "device");
+    if (!lua_isnil(L, -1)) dev = checkindex(L, lua_gettop(L), "fh.cuda.Stream");
+    lua_getfield(L, 1, "priority");
+    if (!lua_isnil(L, -1)) prio = (int)fh__lua_checkint(L, lua_gettop(L), "fh.cuda.Stream", "priority", -1000, 1000);
+    lua_pop(L, 2);
+  }
+  fh__lua_check(L, fh_device_check(cuda_dev(dev)));
+  fh_stream_box *b = lua_newuserdata(L, sizeof *b);
+  b->s = NULL;
+  luaL_getmetatable(L, FH_STREAM_MT);
+  lua_setmetatable(L, -2);
+  fh__lua_check(L, fh_stream_new(cuda_dev(dev), prio, &b->s));
+  return 1;
+}
+
+static int s_gc(lua_State *L) {
+  fh_stream_box *b = fh__lua_testudata(L, 1, FH_STREAM_MT);
+  if (b && b->s) {
+    fh_stream_release(b->s);
+    b->s = NULL;
+  }
+  return 0;
+}
+static fh_stream *sself(lua_State *L, const char *fn) { return fh__lua_checkstream(L, 1, fn, "self"); }
+static int s_synchronize(lua_State *L) { fh__lua_check(L, fh_stream_synchronize(sself(L, "Stream:synchronize"))); return 0; }
+static int s_query(lua_State *L) {
+  bool done;
+  fh__lua_check(L, fh_stream_query(sself(L, "Stream:query"), &done));
+  lua_pushboolean(L, done);
+  return 1;
+}
+static int s_wait_event(lua_State *L) {
+  fh_stream *s = sself(L, "Stream:wait_event");
+  fh_event *e = fh__lua_checkevent(L, 2, "Stream:wait_event", "event");
+  fh__lua_check(L, fh_stream_wait_event(s, e));
+  lua_settop(L, 1);
+  return 1;
+}
+static int s_wait_stream(lua_State *L) {
+  fh_stream *s = sself(L, "Stream:wait_stream");
+  fh_stream *o = fh__lua_checkstream(L, 2, "Stream:wait_stream", "other");
+  fh__lua_check(L, fh_stream_wait_stream(s, o));
+  lua_settop(L, 1);
+  return 1;
+}
+static int s_record_event(lua_State *L) {
+  fh_stream *s = sself(L, "Stream:record_event");
+  fh_event_box *b = lua_newuserdata(L, sizeof *b);
+  b->e = NULL;
+  luaL_getmetatable(L, FH_EVENT_MT);
+  lua_setmetatable(L, -2);
+  fh__lua_check(L, fh_event_new(false, &b->e));
+  fh__lua_check(L, fh_event_record(b->e, s));
+  return 1;
+}
+static int s_index(lua_State *L) {
+  fh_stream *s = sself(L, "Stream.__index");
+  const char *k = lua_tostring(L, 2);
+  if (k) {
+    lua_getfield(L, lua_upvalueindex(1), k);
+    if (!lua_isnil(L, -1)) return 1;
+    lua_pop(L, 1);
+    char buf[FH_DEVICE_NAME_MAX];
+    if (strcmp(k, "device") == 0) { lua_pushstring(L, fh_device_name(fh_stream_device(s), buf)); return 1; }
+    if (strcmp(k, "priority") == 0) { lua_pushinteger(L, fh_stream_priority(s)); return 1; }
+    if (strcmp(k, "is_default") == 0) { lua_pushboolean(L, fh_stream_is_default(s)); return 1; }
+    if (strcmp(k, "id") == 0) { lua_pushnumber(L, (lua_Number)fh_stream_id(s)); return 1; }
+  }
+  lua_pushnil(L);
+  return 1;
+}
+static int s_tostring(lua_State *L) {
+  fh_stream *s = sself(L, "Stream.__tostring");
+  char buf[FH_DEVICE_NAME_MAX];
+  lua_pushfstring(L, "fhelium.cuda.Stream(device=%s, id=%d, priority=%d%s)", fh_device_name(fh_stream_device(s), buf),
+                  (int)fh_stream_id(s), fh_stream_priority(s), fh_stream_is_default(s) ? ", default" : "");
+  return 1;
+}
+static int s_eq(lua_State *L) {
+  fh_stream_box *a = fh__lua_testudata(L, 1, FH_STREAM_MT), *b = fh__lua_testudata(L, 2, FH_STREAM_MT);
+  lua_pushboolean(L, a && b && a->s == b->s);
+  return 1;
+}
+
+static int l_current_stream(lua_State *L) {
+  int i = checkindex(L, 1, "fh.cuda.current_stream");
+  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  fh_stream *s;
+  fh__lua_check(L, fh_stream_current(cuda_dev(i), &s));
+  fh__lua_push_stream(L, s);
+  return 1;
+}
+static int l_default_stream(lua_State *L) {
+  int i = checkindex(L, 1, "fh.cuda.default_stream");
+  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  fh_stream *s;
+  fh__lua_check(L, fh_stream_default(cuda_dev(i), &s));
+  fh__lua_push_stream(L, s);
+  return 1;
+}
+static int l_set_stream(lua_State *L) {
+  fh_stream *s = fh__lua_checkstream(L, 1, "fh.cuda.set_stream", "stream");
+  fh_stream_set_current(s);
+  return 0;
+}
+
+/* ---- events ------------------------------------------------------------- */
+static const char *const event_opts[] = {"timing", NULL};
+static int l_event_new(lua_State *L) {
+  fh__lua_checkopts(L, 1, "fh.cuda.Event", event_opts);
+  int timing = fh__lua_optbool(L, 1, "timing", 0, "fh.cuda.Event");
+  if (!fh_cuda_is_available()) fh__lua_check(L, fh_device_check(cuda_dev(0)));
+  fh_event_box *b = lua_newuserdata(L, sizeof *b);
+  b->e = NULL;
+  luaL_getmetatable(L, FH_EVENT_MT);
+  lua_setmetatable(L, -2);
+  fh__lua_check(L, fh_event_new(timing, &b->e));
+  return 1;
+}
+static int e_gc(lua_State *L) {
+  fh_event_box *b = fh__lua_testudata(L, 1, FH_EVENT_MT);
+  if (b && b->e) {
+    fh_event_release(b->e);
+    b->e = NULL;
+  }
+  return 0;
+}
+static fh_event *eself(lua_State *L, const char *fn) { return fh__lua_checkevent(L, 1, fn, "self"); }
+static int e_record(lua_State *L) {
+  fh_event *e = eself(L, "Event:record");
+  fh_stream *s;
+  if (lua_isnoneornil(L, 2)) {
+    fh_device d = cuda_dev(fh_cuda_current_device());
+    fh__lua_check(L, fh_device_check(d));
+    fh__lua_check(L, fh_stream_current(d, &s));
+  } else {
+    s = fh__lua_checkstream(L, 2, "Event:record", "stream");
+  }
+  fh__lua_check(L, fh_event_record(e, s));
+  lua_settop(L, 1);
+  return 1;
+}
+static int e_query(lua_State *L) {
+  bool done;
+  fh__lua_check(L, fh_event_query(eself(L, "Event:query"), &done));
+  lua_pushboolean(L, done);
+  return 1;
+}
+static int e_synchronize(lua_State *L) { fh__lua_check(L, fh_event_synchronize(eself(L, "Event:synchronize"))); return 0; }
+static int e_elapsed_ms(lua_State *L) {
+  fh_event *a = eself(L, "Event:elapsed_ms");
+  fh_event *b = fh__lua_checkevent(L, 2, "Event:elapsed_ms", "end_event");
+  double ms;
+  fh__lua_check(L, fh_event_elapsed_ms(a, b, &ms));
+  lua_pushnumber(L, ms);
+  return 1;
+}
+static int e_index(lua_State *L) {
+  fh_event *e = eself(L, "Event.__index");
+  const char *k = lua_tostring(L, 2);
+  if (k) {
+    lua_getfield(L, lua_upvalueindex(1), k);
+    if (!lua_isnil(L, -1)) return 1;
+    lua_pop(L, 1);
+    char buf[FH_DEVICE_NAME_MAX];
+    if (strcmp(k, "device") == 0) {
+      if (fh_event_is_recorded(e)) lua_pushstring(L, fh_device_name(fh_event_device(e), buf));
+      else lua_pushnil(L);
+      return 1;
+    }
+    if (strcmp(k, "recorded") == 0) { lua_pushboolean(L, fh_event_is_recorded(e)); return 1; }
+  }
+  lua_pushnil(L);
+  return 1;
+}
+static int e_tostring(lua_State *L) {
+  fh_event *e = eself(L, "Event.__tostring");
+  char buf[FH_DEVICE_NAME_MAX];
+  if (fh_event_is_recorded(e)) lua_pushfstring(L, "fhelium.cuda.Event(recorded on %s)", fh_device_name(fh_event_device(e), buf));
+  else lua_pushliteral(L, "fhelium.cuda.Event(not recorded)");
+  return 1;
+}
+
+static void class_with_index(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta,
+                             lua_CFunction index) {
+  fh__lua_newclass(L, name, methods, meta);
+  lua_getfield(L, -1, "methods");
+  lua_pushcclosure(L, index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+}
+
+void fh__lua_open_cuda(lua_State *L) {
+  static const luaL_Reg smethods[] = {{"synchronize", s_synchronize}, {"query", s_query},
+                                      {"wait_event", s_wait_event},   {"wait_stream", s_wait_stream},
+                                      {"record_event", s_record_event}, {NULL, NULL}};
+  static const luaL_Reg smeta[] = {{"__gc", s_gc}, {"__tostring", s_tostring}, {"__eq", s_eq}, {NULL, NULL}};
+  class_with_index(L, FH_STREAM_MT, smethods, smeta, s_index);
+  static const luaL_Reg emethods[] = {{"record", e_record}, {"query", e_query}, {"synchronize", e_synchronize},
+                                      {"elapsed_ms", e_elapsed_ms}, {NULL, NULL}};
+  static const luaL_Reg emeta[] = {{"__gc", e_gc}, {"__tostring", e_tostring}, {NULL, NULL}};
+  class_with_index(L, FH_EVENT_MT, emethods, emeta, e_index);
+
+  static const luaL_Reg fns[] = {{"is_available", l_is_available},
+                                 {"device_count", l_device_count},
+                                 {"current_device", l_current_device},
+                                 {"set_device", l_set_device},
+                                 {"synchronize", l_synchronize},
+                                 {"unavailable_reason", l_unavailable_reason},
+                                 {"get_device_properties", l_get_device_properties},
+                                 {"Stream", l_stream_new},
+                                 {"current_stream", l_current_stream},
+                                 {"default_stream", l_default_stream},
+                                 {"set_stream", l_set_stream},
+                                 {"Event", l_event_new},
+                                 {NULL, NULL}};
+  lua_newtable(L);
+  fh__lua_setfuncs(L, fns);
+  lua_setfield(L, -2, "cuda");
+}

@@ -1,0 +1,813 @@
+/* Tensor userdata: creation functions, fields, methods, operators. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+
+/* New tensor box on the stack, filled by `expr` (an engine call writing
+ * into &box->t); raises on failure (the empty box is then garbage). */
+#define PUSH_NEW(L, expr_with_out)                      \
+  do {                                                  \
+    fh_tensor_box *box_ = fh__lua_new_tensor_box(L);    \
+    fh_tensor **out_ = &box_->t;                        \
+    fh__lua_check(L, (expr_with_out));                  \
+    fh__lua_account(L, box_->t);                        \
+  } while (0)
+
+
+static const char *const create_opts[] = {"dtype", "device", "requires_grad", "pin_memory", "generator", NULL};
+
+static fh_tensor_options opts_from(lua_State *L, int idx, const char *fn, fh_dtype def) {
+  fh__lua_checkopts(L, idx, fn, create_opts);
+  fh_tensor_options o = fh_tensor_options_default();
+  o.dtype = fh__lua_optdtype(L, idx, "dtype", def, fn);
+  o.device = fh__lua_optdevice(L, idx, "device", fh_cpu(), fn);
+  o.requires_grad = fh__lua_optbool(L, idx, "requires_grad", 0, fn);
+  o.pin_memory = fh__lua_optbool(L, idx, "pin_memory", 0, fn);
+  if (o.pin_memory && o.device.type != FH_DEVICE_CPU)
+    fh__lua_raise(L, FH_ERR_VALUE, "%s: pin_memory=true requires device \"cpu\"", fn);
+  return o;
+}
+
+static fh_tensor *self(lua_State *L, const char *fn) { return fh__lua_checktensor(L, 1, fn, "self"); }
+
+/* ---- fh.tensor ---------------------------------------------------------- */
+typedef struct build_ctx {
+  int ndim;
+  int64_t shape[FH_MAX_DIMS];
+  fh_dtype dtype;
+  unsigned char *buf;
+  size_t es;
+  int64_t pos;
+  char path[256];
+} build_ctx;
+
+static int is_leaf(lua_State *L, int idx, fh_dtype dtype) {
+  if (lua_type(L, idx) != LUA_TTABLE) return 1;
+  if (dtype != FH_COMPLEX128 || lua_objlen(L, idx) != 2) return 0;
+  lua_rawgeti(L, idx, 1);
+  int leaf = lua_type(L, -1) == LUA_TNUMBER;
+  lua_pop(L, 1);
+  return leaf;
+}
+
+static void discover_shape(lua_State *L, int idx, build_ctx *c, fh_dtype *inferred) {
+  lua_pushvalue(L, idx);
+  int depth = 0;
+  for (;;) {
+    int top = lua_gettop(L);
+    if (is_leaf(L, top, c->dtype)) {
+      fh_scalar s;
+      if (lua_type(L, top) == 10 && fh__lua_toscalar(L, top, &s, 0))
+        *inferred = s.kind == FH_SCALAR_UINT ? FH_UINT64 : FH_INT64;
+      else if (lua_type(L, top) == LUA_TBOOLEAN)
+        *inferred = FH_BOOL;
+      break;
+    }
+    if (depth == FH_MAX_DIMS)
+      fh__lua_raise(L, FH_ERR_VALUE, "fh.tensor: nesting deeper than %d dimensions", FH_MAX_DIMS);
+    c->shape[depth++] = (int64_t)lua_objlen(L, top);
+    if (c->shape[depth - 1] == 0) break;
+    lua_rawgeti(L, top, 1);
+    lua_remove(L, top);
+  }
+  lua_pop(L, 1);
+  c->ndim = depth;
+}
+
+static void fill_rec(lua_State *L, int idx, build_ctx *c, int depth) {
+  size_t plen = strlen(c->path);
+  if (depth == c->ndim) {
+    fh_scalar s;
+    if (!fh__lua_toscalar(L, idx, &s, c->dtype == FH_COMPLEX128))
+      fh__lua_raise(L, FH_ERR_TYPE, "fh.tensor: data%s expected a number%s, got %s", c->path,
+                    c->dtype == FH_COMPLEX128 ? " or {re, im} pair" : "", fh__lua_typename(L, idx));
+    if (fh_scalar_to_dtype(&s, c->dtype, c->buf + (size_t)c->pos * c->es) != FH_OK) {
+      fh_error_prefix("fh.tensor: data%s", c->path);
+      fh__lua_error(L);
+    }
+    c->pos++;
+    return;
+  }
+  if (lua_type(L, idx) != LUA_TTABLE || is_leaf(L, idx, c->dtype))
+    fh__lua_raise(L, FH_ERR_VALUE, "fh.tensor: data%s is not a table but the data has %d nested dimensions (ragged)",
+                  c->path, c->ndim);
+  int64_t n = (int64_t)lua_objlen(L, idx);
+  if (n != c->shape[depth])
+    fh__lua_raise(L, FH_ERR_VALUE, "fh.tensor: ragged nested table: data%s has %lld elements, expected %lld",
+                  c->path, (long long)n, (long long)c->shape[depth]);
+  luaL_checkstack(L, 4, "fh.tensor");
+  for (int64_t i = 0; i < n; ++i) {
+    lua_rawgeti(L, idx, (int)(i + 1));
+    if (plen + 24 < sizeof c->path) snprintf(c->path + plen, sizeof c->path - plen, "[%lld]", (long long)i + 1);
+    fill_rec(L, lua_gettop(L), c, depth + 1);
+    c->path[plen] = '\0';
+    lua_pop(L, 1);
+  }
+}
+
+static int l_tensor(lua_State *L) {
+  if (lua_isnoneornil(L, 1)) return fh__lua_raise(L, FH_ERR_TYPE, "fh.tensor: argument 1 (data) is missing");
+  fh_tensor *src = fh__lua_totensor(L, 1);
+  if (src != NULL) {
+    fh_tensor_options o = opts_from(L, 2, "fh.tensor", (fh_dtype)src->dtype);
+    fh_tensor *tmp;
+    fh__lua_check(L, fh_tensor_to_dtype(src, o.dtype, &tmp));
+    fh_tensor_box *b = fh__lua_new_tensor_box(L);
+    fh_status st = fh_tensor_to(tmp, o.device, o.pin_memory, NULL, false, &b->t);
+    fh_tensor_release(tmp);
+    fh__lua_check(L, st);
+    b->t->requires_grad = o.requires_grad;
+    return 1;
+  }
+  build_ctx c;
+  memset(&c, 0, sizeof c);
+  fh_dtype inferred = FH_FLOAT32;
+  int has_dtype = 0;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "dtype");
+    has_dtype = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+  }
+  fh_tensor_options o = opts_from(L, 2, "fh.tensor", FH_FLOAT32);
+  c.dtype = o.dtype;
+  if (lua_type(L, 1) == LUA_TTABLE && !is_leaf(L, 1, c.dtype)) discover_shape(L, 1, &c, &inferred);
+  else {
+    fh_scalar s;
+    if (fh__lua_toscalar(L, 1, &s, 0) && s.kind != FH_SCALAR_FLOAT)
+      inferred = s.kind == FH_SCALAR_UINT ? FH_UINT64 : s.kind == FH_SCALAR_INT ? FH_INT64 : FH_BOOL;
+  }
+  if (!has_dtype) c.dtype = o.dtype = inferred;
+  int64_t numel;
+  fh__lua_check(L, fh_shape_check(c.ndim, c.shape, &numel));
+  c.es = fh_dtype_size(c.dtype);
+  /* a userdata buffer: freed by the GC even if an element raises */
+  c.buf = lua_newuserdata(L, (size_t)numel * c.es + 1);
+  int bufidx = lua_gettop(L);
+  fill_rec(L, 1, &c, 0);
+  PUSH_NEW(L, fh_tensor_from_host(c.buf, c.ndim, c.shape, &o, out_));
+  lua_remove(L, bufidx);
+  return 1;
+}
+
+/* ---- other creation ----------------------------------------------------- */
+static int create_shaped(lua_State *L, const char *fn, int kind) {
+  int64_t shape[FH_MAX_DIMS];
+  int ndim;
+  int optidx;
+  if (lua_type(L, 1) == LUA_TNUMBER) {
+    ndim = 1;
+    shape[0] = fh__lua_checkint(L, 1, fn, "size", 0, INT64_MAX / 2);
+    optidx = 2;
+  } else {
+    ndim = fh__lua_checkshape(L, 1, shape, fn, 0);
+    optidx = 2;
+  }
+  for (int i = 0; i < ndim; ++i)
+    if (shape[i] < 0) return fh__lua_raise(L, FH_ERR_VALUE, "%s: invalid shape: size %lld at dimension %d", fn, (long long)shape[i], i + 1);
+  fh_scalar value = fh_scalar_float(kind == 1 ? 1.0 : 0.0);
+  if (kind == 2) { /* full(shape, x, opts) */
+    if (!fh__lua_toscalar(L, 2, &value, 1))
+      return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 2 (value) expected a number, got %s", fn, fh__lua_typename(L, 2));
+    optidx = 3;
+  }
+  fh_tensor_options o = opts_from(L, optidx, fn, FH_FLOAT32);
+  if (kind < 0) PUSH_NEW(L, fh_tensor_empty(ndim, shape, &o, out_));
+  else PUSH_NEW(L, fh_tensor_full(ndim, shape, &value, &o, out_));
+  return 1;
+}
+static int l_empty(lua_State *L) { return create_shaped(L, "fh.empty", -1); }
+static int l_zeros(lua_State *L) { return create_shaped(L, "fh.zeros", 0); }
+static int l_ones(lua_State *L) { return create_shaped(L, "fh.ones", 1); }
+static int l_full(lua_State *L) { return create_shaped(L, "fh.full", 2); }
+
+static double checknum(lua_State *L, int idx, const char *fn, const char *name) {
+  if (lua_type(L, idx) != LUA_TNUMBER)
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %d (%s) expected a number, got %s", fn, idx, name, fh__lua_typename(L, idx));
+  return lua_tonumber(L, idx);
+}
+
+static int l_arange(lua_State *L) {
+  double a = 0, b, step = 1;
+  int optidx;
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    a = checknum(L, 1, "fh.arange", "start");
+    b = checknum(L, 2, "fh.arange", "end");
+    optidx = 3;
+    if (lua_type(L, 3) == LUA_TNUMBER) {
+      step = checknum(L, 3, "fh.arange", "step");
+      optidx = 4;
+    }
+  } else {
+    b = checknum(L, 1, "fh.arange", "n");
+    optidx = 2;
+  }
+  fh_tensor_options o = opts_from(L, optidx, "fh.arange", FH_FLOAT32);
+  PUSH_NEW(L, fh_tensor_arange(a, b, step, &o, out_));
+  return 1;
+}
+
+typedef struct gen_box { fh_generator *g; } gen_box;
+
+static int l_generator(lua_State *L) {
+  uint64_t seed = 0;
+  if (!lua_isnoneornil(L, 1)) {
+    fh_scalar s;
+    if (!fh__lua_toscalar(L, 1, &s, 0) || s.kind == FH_SCALAR_BOOL)
+      return fh__lua_raise(L, FH_ERR_TYPE, "fh.Generator: seed expected an integer, got %s", fh__lua_typename(L, 1));
+    if (fh_scalar_to_dtype(&s, FH_UINT64, &seed) != FH_OK) {
+      fh_error_prefix("fh.Generator: seed");
+      return fh__lua_error(L);
+    }
+  }
+  gen_box *b = lua_newuserdata(L, sizeof *b);
+  b->g = NULL;
+  luaL_getmetatable(L, FH_GENERATOR_MT);
+  lua_setmetatable(L, -2);
+  fh__lua_check(L, fh_generator_new(seed, &b->g));
+  return 1;
+}
+static int gen_gc(lua_State *L) {
+  gen_box *b = fh__lua_testudata(L, 1, FH_GENERATOR_MT);
+  if (b && b->g) fh_generator_free(b->g), b->g = NULL;
+  return 0;
+}
+static int gen_seed(lua_State *L) {
+  gen_box *b = fh__lua_testudata(L, 1, FH_GENERATOR_MT);
+  if (!b) return fh__lua_raise(L, FH_ERR_TYPE, "Generator:seed: expected a Generator");
+  lua_pushnumber(L, (lua_Number)fh_generator_seed(b->g));
+  return 1;
+}
+static int gen_tostring(lua_State *L) {
+  gen_box *b = fh__lua_testudata(L, 1, FH_GENERATOR_MT);
+  lua_pushfstring(L, "fhelium.Generator(seed=%s)", "?");
+  if (b) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "fhelium.Generator(seed=%llu)", (unsigned long long)fh_generator_seed(b->g));
+    lua_pushstring(L, buf);
+  }
+  return 1;
+}
+
+static int random_create(lua_State *L, const char *fn, int normal) {
+  int64_t shape[FH_MAX_DIMS];
+  int ndim;
+  if (lua_type(L, 1) == LUA_TNUMBER) {
+    ndim = 1;
+    shape[0] = fh__lua_checkint(L, 1, fn, "size", 0, INT64_MAX / 2);
+  } else {
+    ndim = fh__lua_checkshape(L, 1, shape, fn, 0);
+  }
+  fh_tensor_options o = opts_from(L, 2, fn, FH_FLOAT32);
+  fh_generator *g = NULL;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "generator");
+    if (!lua_isnil(L, -1)) {
+      gen_box *b = fh__lua_testudata(L, -1, FH_GENERATOR_MT);
+      if (!b) return fh__lua_raise(L, FH_ERR_TYPE, "%s: option 'generator' expected a Generator, got %s", fn, fh__lua_typename(L, -1));
+      g = b->g;
+    }
+    lua_pop(L, 1);
+  }
+  if (normal) PUSH_NEW(L, fh_tensor_randn(ndim, shape, g, &o, out_));
+  else PUSH_NEW(L, fh_tensor_rand(ndim, shape, g, &o, out_));
+  return 1;
+}
+static int l_rand(lua_State *L) { return random_create(L, "fh.rand", 0); }
+static int l_randn(lua_State *L) { return random_create(L, "fh.randn", 1); }
+
+/* ---- fields ------------------------------------------------------------- */
+static void push_int64_array(lua_State *L, const int64_t *v, int n) {
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; ++i) {
+    lua_pushnumber(L, (lua_Number)v[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+}
+
+static int t_index(lua_State *L) {
+  /* methods first (upvalue 1), then fields */
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    lua_pushvalue(L, 2);
+    lua_rawget(L, lua_upvalueindex(1));
+    if (!lua_isnil(L, -1)) return 1;
+    lua_pop(L, 1);
+    fh_tensor *t = fh__lua_totensor(L, 1);
+    if (t == NULL) return 0;
+    const char *k = lua_tostring(L, 2);
+    char dev[FH_DEVICE_NAME_MAX];
+    if (strcmp(k, "shape") == 0) push_int64_array(L, t->shape, t->ndim);
+    else if (strcmp(k, "dtype") == 0) lua_pushstring(L, fh_dtype_name((fh_dtype)t->dtype));
+    else if (strcmp(k, "device") == 0) lua_pushstring(L, fh_device_name(fh_tensor_device(t), dev));
+    else if (strcmp(k, "layout") == 0) lua_pushliteral(L, "strided");
+    else if (strcmp(k, "requires_grad") == 0) lua_pushboolean(L, t->requires_grad);
+    else if (strcmp(k, "nbytes") == 0) lua_pushnumber(L, (lua_Number)fh_tensor_nbytes(t));
+    else if (strcmp(k, "ndim") == 0) lua_pushinteger(L, t->ndim);
+    else lua_pushnil(L);
+    return 1;
+  }
+  return 0;
+}
+
+static int t_newindex(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor.__newindex");
+  const char *k = lua_tostring(L, 2);
+  if (k && strcmp(k, "requires_grad") == 0) {
+    if (!lua_isboolean(L, 3))
+      return fh__lua_raise(L, FH_ERR_TYPE, "requires_grad expected a boolean, got %s", fh__lua_typename(L, 3));
+    t->requires_grad = lua_toboolean(L, 3);
+    return 0;
+  }
+  return fh__lua_raise(L, FH_ERR_TYPE, "cannot assign field '%s' of a Tensor (tensor fields are read-only)",
+                       k ? k : luaL_typename(L, 2));
+}
+
+static int t_gc(lua_State *L) {
+  fh_tensor_box *b = fh__lua_testudata(L, 1, FH_TENSOR_MT);
+  if (b && b->t) {
+    fh_tensor_release(b->t);
+    b->t = NULL;
+  }
+  return 0;
+}
+
+/* ---- simple methods ----------------------------------------------------- */
+static int t_stride(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:stride");
+  if (lua_isnoneornil(L, 2)) {
+    push_int64_array(L, t->stride, t->ndim);
+    return 1;
+  }
+  int64_t d = fh__lua_checkint(L, 2, "Tensor:stride", "dim", 1, t->ndim > 0 ? t->ndim : 1);
+  if (t->ndim == 0) return fh__lua_raise(L, FH_ERR_VALUE, "Tensor:stride: a 0-dimensional tensor has no dimension 1");
+  lua_pushnumber(L, (lua_Number)t->stride[d - 1]);
+  return 1;
+}
+static int t_size(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:size");
+  if (lua_isnoneornil(L, 2)) {
+    push_int64_array(L, t->shape, t->ndim);
+    return 1;
+  }
+  int64_t d = fh__lua_checkint(L, 2, "Tensor:size", "dim", 1, t->ndim > 0 ? t->ndim : 1);
+  if (t->ndim == 0) return fh__lua_raise(L, FH_ERR_VALUE, "Tensor:size: a 0-dimensional tensor has no dimension 1");
+  lua_pushnumber(L, (lua_Number)t->shape[d - 1]);
+  return 1;
+}
+static int t_numel(lua_State *L) { lua_pushnumber(L, (lua_Number)fh_tensor_numel(self(L, "Tensor:numel"))); return 1; }
+static int t_dim(lua_State *L) { lua_pushinteger(L, self(L, "Tensor:dim")->ndim); return 1; }
+static int t_element_size(lua_State *L) { lua_pushinteger(L, (lua_Integer)fh_tensor_element_size(self(L, "Tensor:element_size"))); return 1; }
+static int t_data_ptr(lua_State *L) { lua_pushnumber(L, (lua_Number)(uintptr_t)fh_tensor_data(self(L, "Tensor:data_ptr"))); return 1; }
+static int t_storage_ptr(lua_State *L) { lua_pushnumber(L, (lua_Number)(uintptr_t)self(L, "Tensor:storage_ptr")->storage->data); return 1; }
+static int t_storage_offset(lua_State *L) { lua_pushnumber(L, (lua_Number)self(L, "Tensor:storage_offset")->offset); return 1; }
+static int t_is_pinned(lua_State *L) { lua_pushboolean(L, fh_tensor_is_pinned(self(L, "Tensor:is_pinned"))); return 1; }
+static int t_is_contiguous(lua_State *L) { lua_pushboolean(L, fh_tensor_is_contiguous(self(L, "Tensor:is_contiguous"))); return 1; }
+static int t_requires_grad_(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:requires_grad_");
+  if (!lua_isnoneornil(L, 2) && !lua_isboolean(L, 2))
+    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:requires_grad_: argument 2 (flag) expected a boolean, got %s", fh__lua_typename(L, 2));
+  t->requires_grad = lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* ---- device movement ---------------------------------------------------- */
+static const char *const copy_opts[] = {"non_blocking", "stream", NULL};
+
+static int t_to(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:to");
+  if (lua_type(L, 2) != LUA_TSTRING)
+    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:to: argument 2 expected a device or dtype string, got %s", fh__lua_typename(L, 2));
+  fh__lua_checkopts(L, 3, "Tensor:to", copy_opts);
+  fh_dtype dt;
+  if (fh_dtype_parse(lua_tostring(L, 2), &dt) == FH_OK) {
+    fh_error_clear();
+    if ((int)dt == t->dtype) {
+      lua_settop(L, 1);
+      return 1;
+    }
+    PUSH_NEW(L, fh_tensor_to_dtype(t, dt, out_));
+    return 1;
+  }
+  fh_error_clear();
+  fh_device d = fh__lua_checkdevice(L, 2, "Tensor:to");
+  int nb = fh__lua_optbool(L, 3, "non_blocking", 0, "Tensor:to");
+  fh_stream *s = fh__lua_optstream(L, 3, "stream", "Tensor:to");
+  if (fh_device_eq(d, fh_tensor_device(t))) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  PUSH_NEW(L, fh_tensor_to(t, d, false, s, nb, out_));
+  return 1;
+}
+
+static int t_cpu(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:cpu");
+  if (fh_tensor_device(t).type == FH_DEVICE_CPU) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  PUSH_NEW(L, fh_tensor_to(t, fh_cpu(), false, NULL, false, out_));
+  return 1;
+}
+
+static int t_cuda(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:cuda");
+  fh_device d = {FH_DEVICE_CUDA, fh_cuda_current_device()};
+  if (!lua_isnoneornil(L, 2)) d.index = (int32_t)fh__lua_checkint(L, 2, "Tensor:cuda", "device", 0, 1023);
+  if (fh_device_eq(d, fh_tensor_device(t))) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  PUSH_NEW(L, fh_tensor_to(t, d, false, NULL, false, out_));
+  return 1;
+}
+
+static int t_pin_memory(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:pin_memory");
+  if (fh_tensor_device(t).type != FH_DEVICE_CPU)
+    return fh__lua_raise(L, FH_ERR_VALUE, "Tensor:pin_memory: only cpu tensors can be pinned");
+  if (fh_tensor_is_pinned(t)) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  PUSH_NEW(L, fh_tensor_to(t, fh_cpu(), true, NULL, false, out_));
+  return 1;
+}
+
+static int t_clone(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:clone");
+  PUSH_NEW(L, fh_tensor_clone(t, out_));
+  return 1;
+}
+static int t_contiguous(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:contiguous");
+  if (fh_tensor_is_contiguous(t)) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  PUSH_NEW(L, fh_tensor_clone(t, out_));
+  return 1;
+}
+
+static int t_copy_(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:copy_");
+  fh_tensor *src = fh__lua_checktensor(L, 2, "Tensor:copy_", "src");
+  fh__lua_checkopts(L, 3, "Tensor:copy_", copy_opts);
+  int nb = fh__lua_optbool(L, 3, "non_blocking", 0, "Tensor:copy_");
+  fh_stream *s = fh__lua_optstream(L, 3, "stream", "Tensor:copy_");
+  fh__lua_check(L, fh_tensor_copy_(t, src, s, nb));
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int t_fill_(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:fill_");
+  fh_scalar v;
+  if (!fh__lua_toscalar(L, 2, &v, 1))
+    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:fill_: argument 2 (value) expected a number, got %s", fh__lua_typename(L, 2));
+  fh__lua_check(L, fh_tensor_fill_(t, &v));
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* ---- views -------------------------------------------------------------- */
+static int t_view(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:view");
+  int64_t shape[FH_MAX_DIMS];
+  int n = fh__lua_checkshape(L, 2, shape, "Tensor:view", 1);
+  PUSH_NEW(L, fh_tensor_view(t, n, shape, out_));
+  return 1;
+}
+static int t_reshape(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:reshape");
+  int64_t shape[FH_MAX_DIMS];
+  int n = fh__lua_checkshape(L, 2, shape, "Tensor:reshape", 1);
+  PUSH_NEW(L, fh_tensor_reshape(t, n, shape, out_));
+  return 1;
+}
+
+static int checkdim(lua_State *L, int idx, const fh_tensor *t, const char *fn) {
+  if (lua_type(L, idx) != LUA_TNUMBER)
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %d (dim) expected an integer, got %s", fn, idx, fh__lua_typename(L, idx));
+  double x = lua_tonumber(L, idx);
+  if (x != floor(x) || x < 1 || x > t->ndim)
+    fh__lua_raise(L, FH_ERR_VALUE, "%s: dimension %.17g out of range for a %d-dimensional tensor (expected 1..%d)", fn,
+                  x, t->ndim, t->ndim);
+  return (int)x - 1;
+}
+
+static int t_transpose(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:transpose");
+  int a = checkdim(L, 2, t, "Tensor:transpose"), b = checkdim(L, 3, t, "Tensor:transpose");
+  PUSH_NEW(L, fh_tensor_transpose(t, a, b, out_));
+  return 1;
+}
+static int t_permute(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:permute");
+  int perm[FH_MAX_DIMS];
+  int n;
+  if (lua_istable(L, 2)) {
+    n = (int)lua_objlen(L, 2);
+    if (n > FH_MAX_DIMS) return fh__lua_raise(L, FH_ERR_VALUE, "Tensor:permute: too many dimensions");
+    for (int i = 0; i < n; ++i) {
+      lua_rawgeti(L, 2, i + 1);
+      perm[i] = checkdim(L, lua_gettop(L), t, "Tensor:permute");
+      lua_pop(L, 1);
+    }
+  } else {
+    n = lua_gettop(L) - 1;
+    if (n > FH_MAX_DIMS) return fh__lua_raise(L, FH_ERR_VALUE, "Tensor:permute: too many dimensions");
+    for (int i = 0; i < n; ++i) perm[i] = checkdim(L, i + 2, t, "Tensor:permute");
+  }
+  PUSH_NEW(L, fh_tensor_permute(t, n, perm, out_));
+  return 1;
+}
+static int t_narrow(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:narrow");
+  int d = checkdim(L, 2, t, "Tensor:narrow");
+  int64_t start = fh__lua_checkint(L, 3, "Tensor:narrow", "start", INT64_MIN / 2, INT64_MAX / 2);
+  int64_t len = fh__lua_checkint(L, 4, "Tensor:narrow", "length", INT64_MIN / 2, INT64_MAX / 2);
+  if (start < 1) return fh__lua_raise(L, FH_ERR_VALUE, "Tensor:narrow: start %lld out of range (indices are 1-based)", (long long)start);
+  PUSH_NEW(L, fh_tensor_narrow(t, d, start - 1, len, out_));
+  return 1;
+}
+static int t_select(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:select");
+  int d = checkdim(L, 2, t, "Tensor:select");
+  int64_t i = fh__lua_checkint(L, 3, "Tensor:select", "index", INT64_MIN / 2, INT64_MAX / 2);
+  if (i < 1) return fh__lua_raise(L, FH_ERR_VALUE, "Tensor:select: index %lld out of range for dimension %d of size %lld (indices are 1-based)", (long long)i, d + 1, (long long)t->shape[d]);
+  PUSH_NEW(L, fh_tensor_select(t, d, i - 1, out_));
+  return 1;
+}
+
+/* ---- reading data ------------------------------------------------------- */
+/* Raw element bytes in row-major order (used by tolist/item in Lua). */
+static int t_bytes(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:_bytes");
+  size_t nb = fh_tensor_nbytes(t);
+  void *buf = lua_newuserdata(L, nb + 1);
+  fh__lua_check(L, fh_tensor_read(t, buf));
+  lua_pushlstring(L, buf, nb);
+  return 1;
+}
+
+static void push_element(lua_State *L, fh_dtype d, const unsigned char *p) {
+  switch (d) {
+    case FH_BOOL: lua_pushboolean(L, *p != 0); break;
+    case FH_UINT8: lua_pushnumber(L, *p); break;
+    case FH_INT32: { int32_t v; memcpy(&v, p, 4); lua_pushnumber(L, v); break; }
+    case FH_UINT32: { uint32_t v; memcpy(&v, p, 4); lua_pushnumber(L, v); break; }
+    case FH_FLOAT32: { float v; memcpy(&v, p, 4); lua_pushnumber(L, v); break; }
+    case FH_FLOAT64: { double v; memcpy(&v, p, 8); lua_pushnumber(L, v); break; }
+    default: lua_pushnil(L); break; /* 64-bit ints and complex: Lua side */
+  }
+}
+
+/* item() for dtypes representable as Lua numbers; others return nil and
+ * the Lua layer converts the bytes. */
+static int t_item_number(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:item");
+  if (fh_tensor_numel(t) != 1)
+    return fh__lua_raise(L, FH_ERR_VALUE, "Tensor:item: expected a tensor with one element, got %lld elements", (long long)fh_tensor_numel(t));
+  unsigned char buf[16];
+  fh__lua_check(L, fh_tensor_read(t, buf));
+  push_element(L, (fh_dtype)t->dtype, buf);
+  lua_pushlstring(L, (const char *)buf, fh_tensor_element_size(t));
+  return 2;
+}
+
+/* ---- arithmetic --------------------------------------------------------- */
+static const char *const out_opts[] = {"out", NULL};
+
+static fh_tensor *optout(lua_State *L, int idx, const char *fn) {
+  fh__lua_checkopts(L, idx, fn, out_opts);
+  if (!lua_istable(L, idx)) return NULL;
+  lua_getfield(L, idx, "out");
+  fh_tensor *o = NULL;
+  if (!lua_isnil(L, -1)) {
+    o = fh__lua_totensor(L, -1);
+    if (!o) fh__lua_raise(L, FH_ERR_TYPE, "%s: option 'out' expected a Tensor, got %s", fn, fh__lua_typename(L, -1));
+  }
+  lua_pop(L, 1);
+  return o;
+}
+
+/* a (op) b where either may be a scalar; out may be given */
+static int binary(lua_State *L, fh_binary_op op, const char *fn, fh_tensor *out, int inplace) {
+  fh_tensor *a = fh__lua_totensor(L, 1), *b = fh__lua_totensor(L, 2);
+  fh_scalar s;
+  int first = 0;
+  if (a == NULL && b == NULL)
+    return fh__lua_raise(L, FH_ERR_TYPE, "%s: expected a Tensor operand, got %s and %s", fn, fh__lua_typename(L, 1), fh__lua_typename(L, 2));
+  if (a == NULL || b == NULL) {
+    int sidx = a == NULL ? 1 : 2;
+    if (!fh__lua_toscalar(L, sidx, &s, 1))
+      return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %d expected a Tensor or a number, got %s", fn, sidx, fh__lua_typename(L, sidx));
+    if (a == NULL) {
+      if (inplace) return fh__lua_raise(L, FH_ERR_TYPE, "%s: self must be a Tensor", fn);
+      a = b;
+      first = 1;
+    }
+    b = NULL;
+  }
+  if (inplace) out = a;
+  if (out != NULL) {
+    fh_tensor *r;
+    fh__lua_check(L, fh_binary(op, a, b, b ? NULL : &s, first, out, &r));
+    fh_tensor_release(r);
+    return -1; /* the caller pushes `out` */
+  }
+  PUSH_NEW(L, fh_binary(op, a, b, b ? NULL : &s, first, NULL, out_));
+  return 1;
+}
+
+#define BINARY_FNS(name, OP)                                                     \
+  static int mt_##name(lua_State *L) { return binary(L, OP, "Tensor.__" #name, NULL, 0); } \
+  static int l_##name(lua_State *L) {                                            \
+    fh_tensor *o = optout(L, 3, "fh." #name);                                    \
+    int r = binary(L, OP, "fh." #name, o, 0);                                    \
+    if (r < 0) {                                                                 \
+      lua_getfield(L, 3, "out");                                                 \
+      return 1;                                                                  \
+    }                                                                            \
+    return r;                                                                    \
+  }                                                                              \
+  static int t_##name##_(lua_State *L) {                                         \
+    self(L, "Tensor:" #name "_");                                                \
+    binary(L, OP, "Tensor:" #name "_", NULL, 1);                                 \
+    lua_settop(L, 1);                                                            \
+    return 1;                                                                    \
+  }
+BINARY_FNS(add, FH_OP_ADD)
+BINARY_FNS(sub, FH_OP_SUB)
+BINARY_FNS(mul, FH_OP_MUL)
+BINARY_FNS(div, FH_OP_DIV)
+
+static int mt_unm(lua_State *L) {
+  fh_tensor *a = fh__lua_checktensor(L, 1, "Tensor.__unm", "self");
+  PUSH_NEW(L, fh_unary(FH_OP_NEG, a, NULL, out_));
+  return 1;
+}
+static int l_neg(lua_State *L) {
+  fh_tensor *a = fh__lua_checktensor(L, 1, "fh.neg", "a");
+  fh_tensor *o = optout(L, 2, "fh.neg");
+  if (o) {
+    fh_tensor *r;
+    fh__lua_check(L, fh_unary(FH_OP_NEG, a, o, &r));
+    fh_tensor_release(r);
+    lua_getfield(L, 2, "out");
+    return 1;
+  }
+  PUSH_NEW(L, fh_unary(FH_OP_NEG, a, NULL, out_));
+  return 1;
+}
+static int t_neg_(lua_State *L) {
+  fh_tensor *a = self(L, "Tensor:neg_");
+  fh_tensor *r;
+  fh__lua_check(L, fh_unary(FH_OP_NEG, a, a, &r));
+  fh_tensor_release(r);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* fh.rns.<op>(a, b, moduli, {out=}) ; moduli: table of integers / uint64
+ * cdata, or a uint64 tensor */
+static int rns(lua_State *L, fh_rns_op op, const char *fn) {
+  int binary_op = op != FH_RNS_NEG;
+  fh_tensor *a = fh__lua_checktensor(L, 1, fn, "a");
+  fh_tensor *b = binary_op ? fh__lua_checktensor(L, 2, fn, "b") : NULL;
+  int midx = binary_op ? 3 : 2;
+  fh_tensor *o = optout(L, midx + 1, fn);
+  uint64_t moduli[FH_RNS_MAX_LIMBS];
+  int n = 0;
+  fh_tensor *mt = fh__lua_totensor(L, midx);
+  if (mt != NULL) {
+    if (mt->dtype != FH_UINT64 || mt->ndim != 1)
+      return fh__lua_raise(L, FH_ERR_TYPE, "%s: moduli tensor must be a 1-dimensional uint64 tensor", fn);
+    if (mt->shape[0] > FH_RNS_MAX_LIMBS)
+      return fh__lua_raise(L, FH_ERR_VALUE, "%s: at most %d moduli are supported, got %lld", fn, FH_RNS_MAX_LIMBS, (long long)mt->shape[0]);
+    n = (int)mt->shape[0];
+    fh__lua_check(L, fh_tensor_read(mt, moduli));
+  } else if (lua_istable(L, midx)) {
+    n = (int)lua_objlen(L, midx);
+    if (n > FH_RNS_MAX_LIMBS)
+      return fh__lua_raise(L, FH_ERR_VALUE, "%s: at most %d moduli are supported, got %d", fn, FH_RNS_MAX_LIMBS, n);
+    for (int i = 0; i < n; ++i) {
+      lua_rawgeti(L, midx, i + 1);
+      fh_scalar s;
+      if (!fh__lua_toscalar(L, -1, &s, 0) || s.kind == FH_SCALAR_BOOL)
+        return fh__lua_raise(L, FH_ERR_TYPE, "%s: moduli[%d] expected an integer, got %s", fn, i + 1, fh__lua_typename(L, -1));
+      if (s.kind == FH_SCALAR_FLOAT && s.v.f > 9007199254740992.0)
+        return fh__lua_raise(L, FH_ERR_VALUE, "%s: moduli[%d] = %.17g is above 2^53 and not exact as a Lua number; use a ULL literal", fn, i + 1, s.v.f);
+      if (fh_scalar_to_dtype(&s, FH_UINT64, &moduli[i]) != FH_OK) {
+        fh_error_prefix("%s: moduli[%d]", fn, i + 1);
+        return fh__lua_error(L);
+      }
+      lua_pop(L, 1);
+    }
+  } else {
+    return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %d (moduli) expected a table of moduli or a uint64 tensor, got %s", fn, midx, fh__lua_typename(L, midx));
+  }
+  if (o) {
+    fh_tensor *r;
+    fh__lua_check(L, fh_rns(op, a, b, moduli, n, o, &r));
+    fh_tensor_release(r);
+    lua_getfield(L, midx + 1, "out");
+    return 1;
+  }
+  PUSH_NEW(L, fh_rns(op, a, b, moduli, n, NULL, out_));
+  return 1;
+}
+static int l_rns_add(lua_State *L) { return rns(L, FH_RNS_ADD, "fh.rns.add"); }
+static int l_rns_sub(lua_State *L) { return rns(L, FH_RNS_SUB, "fh.rns.sub"); }
+static int l_rns_mul(lua_State *L) { return rns(L, FH_RNS_MUL, "fh.rns.mul"); }
+static int l_rns_neg(lua_State *L) { return rns(L, FH_RNS_NEG, "fh.rns.neg"); }
+
+/* ---- reductions --------------------------------------------------------- */
+static int l_sum(lua_State *L) {
+  fh_tensor *t = fh__lua_checktensor(L, 1, "fh.sum", "t");
+  PUSH_NEW(L, fh_sum(t, out_));
+  return 1;
+}
+static int l_equal(lua_State *L) {
+  fh_tensor *a = fh__lua_checktensor(L, 1, "fh.equal", "a"), *b = fh__lua_checktensor(L, 2, "fh.equal", "b");
+  bool r;
+  fh__lua_check(L, fh_equal(a, b, &r));
+  lua_pushboolean(L, r);
+  return 1;
+}
+static const char *const close_opts[] = {"rtol", "atol", NULL};
+static int l_allclose(lua_State *L) {
+  fh_tensor *a = fh__lua_checktensor(L, 1, "fh.allclose", "a"), *b = fh__lua_checktensor(L, 2, "fh.allclose", "b");
+  fh__lua_checkopts(L, 3, "fh.allclose", close_opts);
+  double rtol = 1e-5, atol = 1e-8;
+  if (lua_istable(L, 3)) {
+    lua_getfield(L, 3, "rtol");
+    if (!lua_isnil(L, -1)) rtol = checknum(L, lua_gettop(L), "fh.allclose", "rtol");
+    lua_getfield(L, 3, "atol");
+    if (!lua_isnil(L, -1)) atol = checknum(L, lua_gettop(L), "fh.allclose", "atol");
+    lua_pop(L, 2);
+  }
+  bool r;
+  fh__lua_check(L, fh_allclose(a, b, rtol, atol, &r));
+  lua_pushboolean(L, r);
+  return 1;
+}
+static int l_max_abs_diff(lua_State *L) {
+  fh_tensor *a = fh__lua_checktensor(L, 1, "fh.max_abs_diff", "a"), *b = fh__lua_checktensor(L, 2, "fh.max_abs_diff", "b");
+  double r;
+  fh__lua_check(L, fh_max_abs_diff(a, b, &r));
+  lua_pushnumber(L, r);
+  return 1;
+}
+static int l_is_tensor(lua_State *L) {
+  lua_pushboolean(L, fh__lua_totensor(L, 1) != NULL);
+  return 1;
+}
+
+void fh__lua_open_tensor(lua_State *L) {
+  static const luaL_Reg methods[] = {
+      {"stride", t_stride}, {"size", t_size}, {"numel", t_numel}, {"dim", t_dim},
+      {"element_size", t_element_size}, {"data_ptr", t_data_ptr}, {"storage_ptr", t_storage_ptr},
+      {"storage_offset", t_storage_offset}, {"is_pinned", t_is_pinned}, {"is_contiguous", t_is_contiguous},
+      {"requires_grad_", t_requires_grad_}, {"to", t_to}, {"cpu", t_cpu}, {"cuda", t_cuda},
+      {"pin_memory", t_pin_memory}, {"clone", t_clone}, {"contiguous", t_contiguous}, {"copy_", t_copy_},
+      {"fill_", t_fill_}, {"view", t_view}, {"reshape", t_reshape}, {"transpose", t_transpose},
+      {"permute", t_permute}, {"narrow", t_narrow}, {"select", t_select}, {"_bytes", t_bytes},
+      {"_item", t_item_number}, {"add_", t_add_}, {"sub_", t_sub_}, {"mul_", t_mul_}, {"div_", t_div_},
+      {"neg_", t_neg_}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", t_gc}, {"__newindex", t_newindex}, {"__add", mt_add},
+                                  {"__sub", mt_sub}, {"__mul", mt_mul}, {"__div", mt_div},
+                                  {"__unm", mt_unm}, {NULL, NULL}};
+  fh__lua_newclass(L, FH_TENSOR_MT, methods, meta);
+  /* __index: methods (upvalue), then fields */
+  lua_getfield(L, -1, "methods");
+  lua_pushcclosure(L, t_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_getfield(L, -1, "methods");
+  lua_setfield(L, -3, "Tensor_methods");
+  lua_setfield(L, -2, "Tensor_metatable");
+
+  luaL_newmetatable(L, FH_GENERATOR_MT);
+  lua_pushcfunction(L, gen_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, gen_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_newtable(L);
+  lua_pushcfunction(L, gen_seed);
+  lua_setfield(L, -2, "seed");
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+
+  static const luaL_Reg fns[] = {
+      {"tensor", l_tensor}, {"empty", l_empty}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full},
+      {"arange", l_arange}, {"rand", l_rand}, {"randn", l_randn}, {"Generator", l_generator},
+      {"add", l_add}, {"sub", l_sub}, {"mul", l_mul}, {"div", l_div}, {"neg", l_neg},
+      {"rns_add", l_rns_add}, {"rns_sub", l_rns_sub}, {"rns_mul", l_rns_mul}, {"rns_neg", l_rns_neg},
+      {"sum", l_sum}, {"equal", l_equal}, {"allclose", l_allclose}, {"max_abs_diff", l_max_abs_diff},
+      {"is_tensor", l_is_tensor}, {NULL, NULL}};
+  fh__lua_setfuncs(L, fns);
+}

@@ -1,0 +1,116 @@
+/* fhelium core: status codes, the thread-local error record, reference
+ * counting, devices.
+ *
+ * Error protocol. Every engine function that can fail returns fh_status.
+ * On failure it has called fh_error_set() (or a variant), which records the
+ * kind, a message and optionally a tree path and a capture stage in a
+ * thread-local record; the Lua binding turns that record into an error
+ * object. A failing function leaves its outputs untouched and owns nothing
+ * new: "validate, then allocate, then launch".
+ *
+ * Ownership. Objects with a `rc` field are reference counted; a function
+ * documented as returning "a new reference" hands one reference to the
+ * caller, who releases it with the object's _release function. "Borrowed"
+ * results stay owned by their source and must not be released.
+ *
+ * The engine knows nothing of Lua. */
+#ifndef FH_CORE_H
+#define FH_CORE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes; each non-OK code is an error kind of API.md. */
+typedef enum fh_status {
+  FH_OK = 0,
+  FH_ERR_GENERIC,     /* FHEliumError */
+  FH_ERR_VALUE,       /* ValueError */
+  FH_ERR_TYPE,        /* TypeError */
+  FH_ERR_STATE,       /* StateError */
+  FH_ERR_CUDA,        /* CudaError */
+  FH_ERR_MEMORY,      /* MemoryError (host or device allocation failed) */
+  FH_ERR_EXECUTION,   /* ExecutionError */
+  FH_ERR_EXEC_INPUT,  /* ExecutionInputError */
+  FH_ERR_GRAPH_INPUT, /* CudaGraphInputError */
+  FH_ERR_CAPTURE,     /* CudaGraphCaptureError */
+  FH_STATUS_COUNT
+} fh_status;
+
+/* The kind name of a status ("ValueError", ...); FH_OK gives "OK". */
+const char *fh_status_kind(fh_status s);
+
+/* Record an error for the calling thread and return `s`. The message is
+ * printf-formatted and truncated to FH_ERROR_MESSAGE_MAX bytes. Path and
+ * stage are cleared. */
+#define FH_ERROR_MESSAGE_MAX 1024
+fh_status fh_error_set(fh_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Attach a tree path (e.g. `source["values"][1]`) / a capture stage
+ * ("warmup", "capture", "first replay") to the current error. */
+void fh_error_set_path(const char *path);
+void fh_error_set_stage(const char *stage);
+/* Prefix the current message with "<prefix>: " (used to add context). */
+void fh_error_prefix(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+/* The calling thread's current error record (borrowed, valid until the next
+ * fh_error_* call on this thread). Path and stage are "" when unset. */
+fh_status fh_error_status(void);
+const char *fh_error_message(void);
+const char *fh_error_path(void);
+const char *fh_error_stage(void);
+void fh_error_clear(void);
+
+/* Reference counts (atomic: the CUDA host callbacks may release). */
+typedef struct fh_refcount {
+  atomic_int n;
+} fh_refcount;
+static inline void fh_rc_init(fh_refcount *r) { atomic_init(&r->n, 1); }
+static inline void fh_rc_retain(fh_refcount *r) { atomic_fetch_add(&r->n, 1); }
+/* True when the count dropped to zero: the caller destroys the object. */
+static inline bool fh_rc_release(fh_refcount *r) { return atomic_fetch_sub(&r->n, 1) == 1; }
+
+/* Devices. A device is a value: type plus CUDA ordinal (0 for the CPU). */
+typedef enum fh_device_type { FH_DEVICE_CPU = 0, FH_DEVICE_CUDA = 1 } fh_device_type;
+typedef struct fh_device {
+  int32_t type;  /* fh_device_type */
+  int32_t index; /* CUDA ordinal; 0 for CPU */
+} fh_device;
+
+#define FH_DEVICE_NAME_MAX 24
+static inline fh_device fh_cpu(void) { fh_device d = {FH_DEVICE_CPU, 0}; return d; }
+static inline bool fh_device_eq(fh_device a, fh_device b) { return a.type == b.type && a.index == b.index; }
+static inline bool fh_device_is_cuda(fh_device d) { return d.type == FH_DEVICE_CUDA; }
+/* Parse "cpu", "cuda" (the current CUDA device) or "cuda:N". Syntax errors
+ * are ValueError. "cuda" and "cuda:N" parse even without a GPU; using such a
+ * device later raises CudaError (see fh_device_check). */
+fh_status fh_device_parse(const char *s, fh_device *out);
+/* Writes "cpu" or "cuda:N" into buf (FH_DEVICE_NAME_MAX bytes). */
+const char *fh_device_name(fh_device d, char *buf);
+/* OK when the device can be used now: CPU always; CUDA when compiled with
+ * CUDA, a device is present and the ordinal is in range (else CudaError). */
+fh_status fh_device_check(fh_device d);
+
+/* Checked size arithmetic: false on overflow. */
+static inline bool fh_mul_overflow(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out); }
+static inline bool fh_add_overflow(size_t a, size_t b, size_t *out) { return __builtin_add_overflow(a, b, out); }
+
+/* Build information. */
+const char *fh_version(void);
+bool fh_built_with_cuda(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,35 @@
+/* Engine-internal declarations shared between the generic C layer and the
+ * CUDA layer. Not part of the public engine API. */
+#ifndef FH_INTERNAL_H
+#define FH_INTERNAL_H
+
+#include "fh/kernels.h"
+#include "fh/launch.h"
+#include "fh/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Copy between tensors on different devices (at least one CUDA), same shape
+ * and dtype; `stream` NULL means the current stream of the CUDA side (of
+ * dst when both are CUDA). Implemented by the CUDA layer. */
+fh_status fh__cuda_copy_across(fh_tensor *dst, fh_tensor *src, fh_stream *stream, bool non_blocking);
+
+/* Resolve the stream an operator on `dev` runs on: `s` when given (ValueError
+ * if it belongs to another device), else the current stream of `dev`; NULL
+ * for the CPU. Borrowed. */
+fh_status fh__op_stream(fh_device dev, fh_stream *s, fh_stream **out);
+
+/* Fill an fh_operand's data pointer and strides from a tensor whose shape
+ * equals it->shape (before collapsing). */
+void fh__operand_from(fh_operand *op, const fh_tensor *t);
+
+/* Submit a kernel over `dev` with the given uses (convenience). */
+fh_status fh__submit(int kernel, fh_device dev, fh_stream *stream, const void *args, size_t size,
+                     fh_storage *const *uses, int nuses);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,97 @@
+/* Argument blocks of the built-in tensor kernels, shared by the CPU
+ * (engine/src/kernels_cpu.c) and CUDA (engine/cuda/kernels.cu) back ends.
+ * Plain data only: they are copied into host tapes and CUDA graphs. Strides
+ * are in elements; the host side has already collapsed dimensions, so
+ * contiguous operands arrive as ndim == 1 with stride 1. */
+#ifndef FH_KERNELS_H
+#define FH_KERNELS_H
+
+#include "fh/modarith.h"
+#include "fh/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fh_operand {
+  char *data; /* element 0 */
+  int64_t stride[FH_MAX_DIMS];
+} fh_operand;
+
+typedef struct fh_iter_shape {
+  int32_t ndim; /* >= 1 */
+  int64_t numel;
+  int64_t shape[FH_MAX_DIMS];
+} fh_iter_shape;
+
+typedef struct fh_fill_args {
+  fh_iter_shape it;
+  int32_t dtype;
+  fh_operand out;
+  unsigned char value[16]; /* one element of dtype */
+} fh_fill_args;
+
+typedef struct fh_copy_args {
+  fh_iter_shape it;
+  int32_t dst_dtype, src_dtype;
+  fh_operand dst, src;
+} fh_copy_args;
+
+typedef struct fh_ew_args {
+  fh_iter_shape it;
+  int32_t op;    /* fh_binary_op or fh_unary_op */
+  int32_t dtype; /* of every operand */
+  int32_t has_scalar, scalar_first;
+  unsigned char scalar[16]; /* one element of dtype */
+  fh_operand out, a, b;
+} fh_ew_args;
+
+
+typedef struct fh_rns_args {
+  fh_iter_shape it;   /* not collapsed across the limb dimension */
+  int32_t op;         /* fh_rns_op */
+  int32_t limb_dim;   /* index into it.shape of the limb dimension */
+  fh_operand out, a, b;
+  int32_t nmoduli;
+  fh_modulus mod[FH_RNS_MAX_LIMBS];
+} fh_rns_args;
+
+typedef struct fh_reduce_args {
+  fh_iter_shape it;
+  int32_t dtype;     /* input dtype */
+  int32_t out_dtype; /* output dtype (0-dim) */
+  fh_operand in;
+  char *out;
+} fh_reduce_args;
+
+typedef enum fh_compare_mode { FH_CMP_EQUAL = 0, FH_CMP_CLOSE, FH_CMP_MAXDIFF } fh_compare_mode;
+typedef struct fh_compare_args {
+  fh_iter_shape it;
+  int32_t mode;
+  int32_t dtype;
+  double rtol, atol;
+  fh_operand a, b;
+  /* FH_CMP_EQUAL / FH_CMP_CLOSE: out is int64 (count of mismatches);
+   * FH_CMP_MAXDIFF: out is double (max |a-b|, NaN if any NaN). */
+  char *out;
+} fh_compare_args;
+
+/* Host helpers shared by the back ends. */
+/* Collapse the iteration space for up to 3 operands (stride arrays may be
+ * NULL for unused operands); keeps `keep_dim` (>= 0) separate, updating it. */
+void fh_iter_collapse(fh_iter_shape *it, int64_t *s0, int64_t *s1, int64_t *s2, int *keep_dim);
+/* Element offset of linear index `i` for an operand. */
+static inline int64_t fh_iter_offset(const fh_iter_shape *it, const int64_t *stride, int64_t i) {
+  int64_t off = 0;
+  for (int d = it->ndim - 1; d >= 0; --d) {
+    int64_t n = it->shape[d];
+    off += (i % n) * stride[d];
+    i /= n;
+  }
+  return off;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

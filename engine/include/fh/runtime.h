@@ -1,0 +1,82 @@
+/* fhelium runtime: CUDA devices, streams, events, and the pinned/device
+ * allocators' entry points. Every function exists in every build; in a build
+ * without CUDA, or on a machine without a usable GPU, the CUDA functions fail
+ * with CudaError ("no CUDA device is present ...") and the queries report
+ * zero devices.
+ *
+ * Ownership. fh_stream and fh_event are reference counted. Functions named
+ * *_new or documented "new reference" return one reference the caller must
+ * release; *_current / *_default return borrowed pointers that stay valid for
+ * the life of the process (default streams) or until the caller's own
+ * reference is dropped (the current stream keeps a reference while current).
+ */
+#ifndef FH_RUNTIME_H
+#define FH_RUNTIME_H
+
+#include "fh/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- devices ---------------------------------------------------------- */
+int fh_cuda_device_count(void); /* 0 without CUDA or without a device */
+bool fh_cuda_is_available(void);
+/* The reason CUDA is unusable ("built without CUDA", "no CUDA device is
+ * present (cudaErrorNoDevice)", ...); "" when available. Borrowed. */
+const char *fh_cuda_unavailable_reason(void);
+int fh_cuda_current_device(void); /* 0 when none */
+fh_status fh_cuda_set_device(int index);
+typedef struct fh_device_properties {
+  char name[256];
+  size_t total_memory;
+  int major, minor;
+  int multi_processor_count;
+} fh_device_properties;
+fh_status fh_cuda_get_device_properties(int index, fh_device_properties *out);
+fh_status fh_cuda_synchronize(int index); /* index < 0: current device */
+
+/* ---- streams ---------------------------------------------------------- */
+typedef struct fh_stream fh_stream;
+/* New stream on a CUDA device with the given priority (lower number =
+ * higher priority, clamped to the device's range). New reference. */
+fh_status fh_stream_new(fh_device dev, int priority, fh_stream **out);
+void fh_stream_retain(fh_stream *s);
+void fh_stream_release(fh_stream *s);
+/* The per-device default (legacy NULL) stream wrapper. Borrowed. */
+fh_status fh_stream_default(fh_device dev, fh_stream **out);
+/* The calling thread's current stream for the device (the default stream
+ * until fh_stream_set_current). Borrowed. */
+fh_status fh_stream_current(fh_device dev, fh_stream **out);
+/* Make `s` current for its device on the calling thread (retains it). */
+void fh_stream_set_current(fh_stream *s);
+fh_device fh_stream_device(const fh_stream *s);
+int fh_stream_priority(const fh_stream *s);
+bool fh_stream_is_default(const fh_stream *s);
+void *fh_stream_handle(const fh_stream *s); /* cudaStream_t */
+uint64_t fh_stream_id(const fh_stream *s);  /* unique per process, for printing */
+fh_status fh_stream_synchronize(fh_stream *s);
+/* *done = no pending work. */
+fh_status fh_stream_query(fh_stream *s, bool *done);
+/* `s` waits (on the device) for all work submitted to `other` so far. */
+fh_status fh_stream_wait_stream(fh_stream *s, fh_stream *other);
+
+/* ---- events ----------------------------------------------------------- */
+typedef struct fh_event fh_event;
+/* New (unrecorded) event; `timing` enables elapsed_ms. The CUDA event is
+ * created on first record, on the recording stream's device. */
+fh_status fh_event_new(bool timing, fh_event **out);
+void fh_event_retain(fh_event *e);
+void fh_event_release(fh_event *e);
+fh_status fh_event_record(fh_event *e, fh_stream *s);
+bool fh_event_is_recorded(const fh_event *e);
+fh_device fh_event_device(const fh_event *e); /* CPU until recorded */
+fh_status fh_event_query(fh_event *e, bool *done); /* unrecorded: done */
+fh_status fh_event_synchronize(fh_event *e);
+fh_status fh_stream_wait_event(fh_stream *s, fh_event *e);
+fh_status fh_event_elapsed_ms(fh_event *start, fh_event *end, double *ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,48 @@
+-- fhelium: the Lua front end of the fhelium engine.
+--   local fh = require "fhelium"
+-- The C module `fhelium.core` owns tensors, memory, streams and kernels; this
+-- file assembles the public table (API.md) from it and the Lua-side modules.
+local core = require "fhelium.core"
+
+local fh = {}
+fh.core = core
+fh._VERSION = core.info().version
+
+fh.errors = require "fhelium.errors"
+
+-- tensors -----------------------------------------------------------------
+local tensor = require "fhelium.tensor"
+for _, name in ipairs {
+  "tensor", "empty", "zeros", "ones", "full", "arange", "rand", "randn", "Generator",
+  "add", "sub", "mul", "div", "neg", "sum", "equal", "allclose", "max_abs_diff", "is_tensor",
+} do
+  fh[name] = core[name]
+end
+fh.rns = {
+  add = core.rns_add, sub = core.rns_sub, mul = core.rns_mul, neg = core.rns_neg,
+}
+fh.dtypes = { "bool", "uint8", "int32", "int64", "uint32", "uint64", "float32", "float64", "complex128" }
+fh.Tensor = tensor.Tensor
+
+-- devices, streams, events ---------------------------------------------------
+fh.cuda = require "fhelium.cuda"
+
+-- pretty printing (REPL and tostring) ---------------------------------------
+fh.pretty = require "fhelium.pretty"
+
+-- build and runtime information
+function fh.info() return core.info() end
+
+-- execution layer: lazily loaded so `fh.execution` == require "fhelium.execution"
+setmetatable(fh, {
+  __index = function(t, k)
+    if k == "execution" then
+      local ok, ex = pcall(require, "fhelium.execution")
+      if ok then rawset(t, k, ex) return ex end
+      error(ex, 2)
+    end
+  end,
+})
+
+package.loaded["fhelium"] = fh
+return fh
