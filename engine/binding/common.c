@@ -242,6 +242,8 @@ static int cdata_scalar(lua_State *L, int idx, fh_scalar *out) {
 }
 
 int fh__lua_toscalar(lua_State *L, int idx, fh_scalar *out, int allow_complex) {
+  /* cdata_scalar pushes values: make a relative index absolute first */
+  if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;
   switch (lua_type(L, idx)) {
     case LUA_TNUMBER: out->kind = FH_SCALAR_FLOAT; out->v.f = lua_tonumber(L, idx); return 1;
     case LUA_TBOOLEAN: out->kind = FH_SCALAR_BOOL; out->v.b = lua_toboolean(L, idx); return 1;
@@ -281,8 +283,10 @@ int fh__lua_checkshape(lua_State *L, int idx, int64_t *shape, const char *fn, in
       if (lua_type(L, -1) != LUA_TNUMBER)
         fh__lua_raise(L, FH_ERR_TYPE, "%s: shape[%d] expected an integer, got %s", fn, i + 1, luaL_typename(L, -1));
       double x = lua_tonumber(L, -1);
-      if (x != floor(x) || x < -1 || x > 9.0e15)
+      if (x != floor(x) || x < -1)
         fh__lua_raise(L, FH_ERR_VALUE, "%s: shape[%d] must be a non-negative integer, got %.17g", fn, i + 1, x);
+      if (x > 9.0e15)
+        fh__lua_raise(L, FH_ERR_VALUE, "%s: shape[%d] = %.17g is too large (sizes must be below 9e15)", fn, i + 1, x);
       shape[i] = (int64_t)x;
       lua_pop(L, 1);
     }

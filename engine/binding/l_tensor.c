@@ -17,10 +17,12 @@
   } while (0)
 
 
-static const char *const create_opts[] = {"dtype", "device", "requires_grad", "pin_memory", "generator", NULL};
+static const char *const create_opts[] = {"dtype", "device", "requires_grad", "pin_memory", NULL};
+static const char *const random_opts[] = {"dtype", "device", "requires_grad", "pin_memory", "generator", NULL};
 
-static fh_tensor_options opts_from(lua_State *L, int idx, const char *fn, fh_dtype def) {
-  fh__lua_checkopts(L, idx, fn, create_opts);
+static fh_tensor_options opts_from_list(lua_State *L, int idx, const char *fn, fh_dtype def,
+                                        const char *const *allowed) {
+  fh__lua_checkopts(L, idx, fn, allowed);
   fh_tensor_options o = fh_tensor_options_default();
   o.dtype = fh__lua_optdtype(L, idx, "dtype", def, fn);
   o.device = fh__lua_optdevice(L, idx, "device", fh_cpu(), fn);
@@ -30,44 +32,82 @@ static fh_tensor_options opts_from(lua_State *L, int idx, const char *fn, fh_dty
     fh__lua_raise(L, FH_ERR_VALUE, "%s: pin_memory=true requires device \"cpu\"", fn);
   return o;
 }
+static fh_tensor_options opts_from(lua_State *L, int idx, const char *fn, fh_dtype def) {
+  return opts_from_list(L, idx, fn, def, create_opts);
+}
+
+/* The shape argument of empty/zeros/ones/rand/randn: a table of sizes, or
+ * sizes as varargs (Torch7 style: fh.zeros(2, 3, opts)). Returns ndim and
+ * the index of the options argument. */
+static int shape_args(lua_State *L, const char *fn, int64_t *shape, int *optidx) {
+  if (lua_type(L, 1) == LUA_TNUMBER) {
+    int n = 0, i = 1;
+    for (; lua_type(L, i) == LUA_TNUMBER; ++i) {
+      if (n == FH_MAX_DIMS) fh__lua_raise(L, FH_ERR_VALUE, "%s: at most %d dimensions", fn, FH_MAX_DIMS);
+      shape[n++] = fh__lua_checkint(L, i, fn, "size", 0, INT64_MAX / 2);
+    }
+    *optidx = i;
+    return n;
+  }
+  int n = fh__lua_checkshape(L, 1, shape, fn, 0);
+  for (int i = 0; i < n; ++i)
+    if (shape[i] < 0) fh__lua_raise(L, FH_ERR_VALUE, "%s: invalid shape: size %lld at dimension %d", fn, (long long)shape[i], i + 1);
+  *optidx = 2;
+  return n;
+}
+static int checked_shape_args(lua_State *L, const char *fn, int64_t *shape, int *optidx) {
+  int n = shape_args(L, fn, shape, optidx);
+  if (fh_shape_check(n, shape, NULL) != FH_OK) {
+    fh_error_prefix("%s", fn);
+    fh__lua_error(L);
+  }
+  return n;
+}
 
 static fh_tensor *self(lua_State *L, const char *fn) { return fh__lua_checktensor(L, 1, fn, "self"); }
 
 /* ---- fh.tensor ---------------------------------------------------------- */
+/* fh.tensor(data, opts): data is a scalar (number, boolean, int64_t/uint64_t
+ * cdata; {re, im} with dtype complex128) or nested lists of them. Every
+ * table must be a proper list (keys exactly 1..n) and sibling lists must
+ * have equal lengths. Without a dtype option the dtype is inferred from all
+ * leaves: any Lua number -> float32 (the default dtype); else any uint64_t
+ * cdata -> uint64; else any int64_t cdata -> int64; else bool (booleans
+ * only); an empty list -> float32. Leaves are first collected as scalars,
+ * then converted, so a bad leaf is reported with its path. */
 typedef struct build_ctx {
   int ndim;
   int64_t shape[FH_MAX_DIMS];
-  fh_dtype dtype;
-  unsigned char *buf;
-  size_t es;
+  int complex_pairs; /* dtype complex128 requested: {re, im} tables are leaves */
+  fh_scalar *vals;
   int64_t pos;
+  unsigned kinds; /* bit (1 << fh_scalar_kind) per kind seen */
   char path[256];
 } build_ctx;
 
-static int is_leaf(lua_State *L, int idx, fh_dtype dtype) {
-  if (lua_type(L, idx) != LUA_TTABLE) return 1;
-  if (dtype != FH_COMPLEX128 || lua_objlen(L, idx) != 2) return 0;
+static int is_pair(lua_State *L, int idx) {
+  if (lua_type(L, idx) != LUA_TTABLE || lua_objlen(L, idx) != 2) return 0;
   lua_rawgeti(L, idx, 1);
-  int leaf = lua_type(L, -1) == LUA_TNUMBER;
-  lua_pop(L, 1);
-  return leaf;
+  lua_rawgeti(L, idx, 2);
+  int pair = lua_type(L, -1) == LUA_TNUMBER && lua_type(L, -2) == LUA_TNUMBER;
+  lua_pop(L, 2);
+  return pair;
 }
 
-static void discover_shape(lua_State *L, int idx, build_ctx *c, fh_dtype *inferred) {
+static int is_leaf(lua_State *L, int idx, const build_ctx *c) {
+  if (lua_type(L, idx) != LUA_TTABLE || fh__lua_totensor(L, idx)) return 1;
+  return c->complex_pairs && is_pair(L, idx);
+}
+
+/* The shape follows the first element at every level. */
+static void discover_shape(lua_State *L, int idx, build_ctx *c) {
   lua_pushvalue(L, idx);
   int depth = 0;
   for (;;) {
     int top = lua_gettop(L);
-    if (is_leaf(L, top, c->dtype)) {
-      fh_scalar s;
-      if (lua_type(L, top) == 10 && fh__lua_toscalar(L, top, &s, 0))
-        *inferred = s.kind == FH_SCALAR_UINT ? FH_UINT64 : FH_INT64;
-      else if (lua_type(L, top) == LUA_TBOOLEAN)
-        *inferred = FH_BOOL;
-      break;
-    }
+    if (is_leaf(L, top, c)) break;
     if (depth == FH_MAX_DIMS)
-      fh__lua_raise(L, FH_ERR_VALUE, "fh.tensor: nesting deeper than %d dimensions", FH_MAX_DIMS);
+      fh__lua_raise(L, FH_ERR_VALUE, "fh.tensor: data is nested deeper than %d dimensions", FH_MAX_DIMS);
     c->shape[depth++] = (int64_t)lua_objlen(L, top);
     if (c->shape[depth - 1] == 0) break;
     lua_rawgeti(L, top, 1);
@@ -77,28 +117,44 @@ static void discover_shape(lua_State *L, int idx, build_ctx *c, fh_dtype *inferr
   c->ndim = depth;
 }
 
+static const char *leaf_expectation(const build_ctx *c) {
+  return c->complex_pairs ? "a number, boolean, int64/uint64 cdata or {re, im} pair"
+                          : "a number, boolean or int64/uint64 cdata";
+}
+
 static void fill_rec(lua_State *L, int idx, build_ctx *c, int depth) {
   size_t plen = strlen(c->path);
   if (depth == c->ndim) {
-    fh_scalar s;
-    if (!fh__lua_toscalar(L, idx, &s, c->dtype == FH_COMPLEX128))
-      fh__lua_raise(L, FH_ERR_TYPE, "fh.tensor: data%s expected a number%s, got %s", c->path,
-                    c->dtype == FH_COMPLEX128 ? " or {re, im} pair" : "", fh__lua_typename(L, idx));
-    if (fh_scalar_to_dtype(&s, c->dtype, c->buf + (size_t)c->pos * c->es) != FH_OK) {
-      fh_error_prefix("fh.tensor: data%s", c->path);
-      fh__lua_error(L);
-    }
+    fh_scalar *s = &c->vals[c->pos];
+    if (lua_type(L, idx) == LUA_TTABLE && !is_leaf(L, idx, c))
+      fh__lua_raise(L, FH_ERR_VALUE, "fh.tensor: data%s is a table but the data has %d nested dimension%s (ragged)",
+                    c->path, c->ndim, c->ndim == 1 ? "" : "s");
+    if (!fh__lua_toscalar(L, idx, s, c->complex_pairs))
+      fh__lua_raise(L, FH_ERR_TYPE, "fh.tensor: data%s expected %s, got %s", c->path, leaf_expectation(c),
+                    fh__lua_typename(L, idx));
+    c->kinds |= 1u << s->kind;
     c->pos++;
     return;
   }
-  if (lua_type(L, idx) != LUA_TTABLE || is_leaf(L, idx, c->dtype))
-    fh__lua_raise(L, FH_ERR_VALUE, "fh.tensor: data%s is not a table but the data has %d nested dimensions (ragged)",
+  if (is_leaf(L, idx, c))
+    fh__lua_raise(L, FH_ERR_VALUE,
+                  "fh.tensor: data%s is not a table but the data has %d nested dimensions (ragged nested tables)",
                   c->path, c->ndim);
   int64_t n = (int64_t)lua_objlen(L, idx);
   if (n != c->shape[depth])
-    fh__lua_raise(L, FH_ERR_VALUE, "fh.tensor: ragged nested table: data%s has %lld elements, expected %lld",
+    fh__lua_raise(L, FH_ERR_VALUE, "fh.tensor: ragged nested tables: data%s has %lld elements, expected %lld",
                   c->path, (long long)n, (long long)c->shape[depth]);
-  luaL_checkstack(L, 4, "fh.tensor");
+  /* a proper list: exactly the keys 1..n */
+  int64_t count = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    count++;
+  }
+  if (count != n)
+    fh__lua_raise(L, FH_ERR_TYPE, "fh.tensor: data%s is not a list (it has keys other than 1..%lld)", c->path,
+                  (long long)n);
+  luaL_checkstack(L, 8, "fh.tensor");
   for (int64_t i = 0; i < n; ++i) {
     lua_rawgeti(L, idx, (int)(i + 1));
     if (plen + 24 < sizeof c->path) snprintf(c->path + plen, sizeof c->path - plen, "[%lld]", (long long)i + 1);
@@ -106,6 +162,27 @@ static void fill_rec(lua_State *L, int idx, build_ctx *c, int depth) {
     c->path[plen] = '\0';
     lua_pop(L, 1);
   }
+}
+
+/* "[i][j]..." (1-based) of the element at row-major position pos. */
+static void element_path(const build_ctx *c, int64_t pos, char *buf, size_t n) {
+  int64_t idx[FH_MAX_DIMS];
+  for (int d = c->ndim - 1; d >= 0; --d) {
+    idx[d] = pos % c->shape[d];
+    pos /= c->shape[d];
+  }
+  size_t l = 0;
+  buf[0] = '\0';
+  for (int d = 0; d < c->ndim && l + 24 < n; ++d) l += (size_t)snprintf(buf + l, n - l, "[%lld]", (long long)idx[d] + 1);
+}
+
+static fh_dtype inferred_dtype(unsigned kinds) {
+  if (kinds & (1u << FH_SCALAR_FLOAT)) return FH_FLOAT32;
+  if (kinds & (1u << FH_SCALAR_COMPLEX)) return FH_COMPLEX128;
+  if (kinds & (1u << FH_SCALAR_UINT)) return FH_UINT64;
+  if (kinds & (1u << FH_SCALAR_INT)) return FH_INT64;
+  if (kinds & (1u << FH_SCALAR_BOOL)) return FH_BOOL;
+  return FH_FLOAT32;
 }
 
 static int l_tensor(lua_State *L) {
@@ -120,11 +197,9 @@ static int l_tensor(lua_State *L) {
     fh_tensor_release(tmp);
     fh__lua_check(L, st);
     b->t->requires_grad = o.requires_grad;
+    fh__lua_account(L, b->t);
     return 1;
   }
-  build_ctx c;
-  memset(&c, 0, sizeof c);
-  fh_dtype inferred = FH_FLOAT32;
   int has_dtype = 0;
   if (lua_istable(L, 2)) {
     lua_getfield(L, 2, "dtype");
@@ -132,46 +207,54 @@ static int l_tensor(lua_State *L) {
     lua_pop(L, 1);
   }
   fh_tensor_options o = opts_from(L, 2, "fh.tensor", FH_FLOAT32);
-  c.dtype = o.dtype;
-  if (lua_type(L, 1) == LUA_TTABLE && !is_leaf(L, 1, c.dtype)) discover_shape(L, 1, &c, &inferred);
-  else {
-    fh_scalar s;
-    if (fh__lua_toscalar(L, 1, &s, 0) && s.kind != FH_SCALAR_FLOAT)
-      inferred = s.kind == FH_SCALAR_UINT ? FH_UINT64 : s.kind == FH_SCALAR_INT ? FH_INT64 : FH_BOOL;
-  }
-  if (!has_dtype) c.dtype = o.dtype = inferred;
+  build_ctx c;
+  memset(&c, 0, sizeof c);
+  c.complex_pairs = has_dtype && o.dtype == FH_COMPLEX128;
+  discover_shape(L, 1, &c);
   int64_t numel;
-  fh__lua_check(L, fh_shape_check(c.ndim, c.shape, &numel));
-  c.es = fh_dtype_size(c.dtype);
-  /* a userdata buffer: freed by the GC even if an element raises */
-  c.buf = lua_newuserdata(L, (size_t)numel * c.es + 1);
-  int bufidx = lua_gettop(L);
+  if (fh_shape_check(c.ndim, c.shape, &numel) != FH_OK) {
+    fh_error_prefix("fh.tensor");
+    fh__lua_error(L);
+  }
+  /* userdata buffers: collected by the GC even when an element raises */
+  c.vals = lua_newuserdata(L, (size_t)numel * sizeof(fh_scalar) + 1);
+  int valsidx = lua_gettop(L);
   fill_rec(L, 1, &c, 0);
-  PUSH_NEW(L, fh_tensor_from_host(c.buf, c.ndim, c.shape, &o, out_));
+  if (!has_dtype) o.dtype = inferred_dtype(c.kinds);
+  size_t es = fh_dtype_size(o.dtype);
+  unsigned char *buf = lua_newuserdata(L, (size_t)numel * es + 1);
+  int bufidx = lua_gettop(L);
+  for (int64_t i = 0; i < numel; ++i)
+    if (fh_scalar_to_dtype(&c.vals[i], o.dtype, buf + (size_t)i * es) != FH_OK) {
+      char path[256];
+      element_path(&c, i, path, sizeof path);
+      fh_error_prefix("fh.tensor: data%s", path);
+      fh__lua_error(L);
+    }
+  PUSH_NEW(L, fh_tensor_from_host(buf, c.ndim, c.shape, &o, out_));
   lua_remove(L, bufidx);
+  lua_remove(L, valsidx);
   return 1;
 }
 
 /* ---- other creation ----------------------------------------------------- */
 static int create_shaped(lua_State *L, const char *fn, int kind) {
   int64_t shape[FH_MAX_DIMS];
-  int ndim;
-  int optidx;
-  if (lua_type(L, 1) == LUA_TNUMBER) {
-    ndim = 1;
-    shape[0] = fh__lua_checkint(L, 1, fn, "size", 0, INT64_MAX / 2);
-    optidx = 2;
-  } else {
-    ndim = fh__lua_checkshape(L, 1, shape, fn, 0);
-    optidx = 2;
-  }
-  for (int i = 0; i < ndim; ++i)
-    if (shape[i] < 0) return fh__lua_raise(L, FH_ERR_VALUE, "%s: invalid shape: size %lld at dimension %d", fn, (long long)shape[i], i + 1);
+  int ndim, optidx;
   fh_scalar value = fh_scalar_float(kind == 1 ? 1.0 : 0.0);
-  if (kind == 2) { /* full(shape, x, opts) */
+  if (kind == 2) { /* full(shape, x, opts): shape is a table or one size */
+    if (lua_type(L, 1) == LUA_TNUMBER) {
+      ndim = 1;
+      shape[0] = fh__lua_checkint(L, 1, fn, "size", 0, INT64_MAX / 2);
+    } else {
+      ndim = checked_shape_args(L, fn, shape, &optidx);
+    }
     if (!fh__lua_toscalar(L, 2, &value, 1))
-      return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 2 (value) expected a number, got %s", fn, fh__lua_typename(L, 2));
+      return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 2 (value) expected a number, boolean, int64/uint64 cdata or {re, im} pair, got %s", fn,
+                           fh__lua_typename(L, 2));
     optidx = 3;
+  } else {
+    ndim = checked_shape_args(L, fn, shape, &optidx);
   }
   fh_tensor_options o = opts_from(L, optidx, fn, FH_FLOAT32);
   if (kind < 0) PUSH_NEW(L, fh_tensor_empty(ndim, shape, &o, out_));
@@ -242,28 +325,20 @@ static int gen_seed(lua_State *L) {
 }
 static int gen_tostring(lua_State *L) {
   gen_box *b = fh__lua_testudata(L, 1, FH_GENERATOR_MT);
-  lua_pushfstring(L, "fhelium.Generator(seed=%s)", "?");
-  if (b) {
-    char buf[64];
-    snprintf(buf, sizeof buf, "fhelium.Generator(seed=%llu)", (unsigned long long)fh_generator_seed(b->g));
-    lua_pushstring(L, buf);
-  }
+  char buf[64] = "fhelium.Generator";
+  if (b && b->g) snprintf(buf, sizeof buf, "fhelium.Generator(seed=%llu)", (unsigned long long)fh_generator_seed(b->g));
+  lua_pushstring(L, buf);
   return 1;
 }
 
 static int random_create(lua_State *L, const char *fn, int normal) {
   int64_t shape[FH_MAX_DIMS];
-  int ndim;
-  if (lua_type(L, 1) == LUA_TNUMBER) {
-    ndim = 1;
-    shape[0] = fh__lua_checkint(L, 1, fn, "size", 0, INT64_MAX / 2);
-  } else {
-    ndim = fh__lua_checkshape(L, 1, shape, fn, 0);
-  }
-  fh_tensor_options o = opts_from(L, 2, fn, FH_FLOAT32);
+  int optidx;
+  int ndim = checked_shape_args(L, fn, shape, &optidx);
+  fh_tensor_options o = opts_from_list(L, optidx, fn, FH_FLOAT32, random_opts);
   fh_generator *g = NULL;
-  if (lua_istable(L, 2)) {
-    lua_getfield(L, 2, "generator");
+  if (lua_istable(L, optidx)) {
+    lua_getfield(L, optidx, "generator");
     if (!lua_isnil(L, -1)) {
       gen_box *b = fh__lua_testudata(L, -1, FH_GENERATOR_MT);
       if (!b) return fh__lua_raise(L, FH_ERR_TYPE, "%s: option 'generator' expected a Generator, got %s", fn, fh__lua_typename(L, -1));

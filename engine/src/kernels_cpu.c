@@ -310,11 +310,15 @@ static fh_status k_compare(const void *argp) {
           d = x.u > y.u ? (double)(x.u - y.u) : (double)(y.u - x.u);
           ay = (double)y.u;
         } else {
-          if (a->mode == FH_CMP_EQUAL) { bad += !(x.f == y.f && x.im == y.im); continue; }
-          d = hypot(x.f - y.f, x.im - y.im);
+          bool same = x.f == y.f && x.im == y.im; /* equal infinities too */
+          if (a->mode == FH_CMP_EQUAL) { bad += !same; continue; }
+          if (x.f != x.f || x.im != x.im || y.f != y.f || y.im != y.im) d = NAN; /* hypot(inf, NaN) is inf */
+          else d = same ? 0.0 : hypot(x.f - y.f, x.im - y.im);
           ay = hypot(y.f, y.im);
         }
-        if (a->mode == FH_CMP_CLOSE) bad += !(d <= a->atol + a->rtol * ay);
+        /* close: equal, or a finite difference within atol + rtol * |b|
+         * (so 1 is not close to inf however large rtol is; NaN never) */
+        if (a->mode == FH_CMP_CLOSE) bad += !(d == 0 || (isfinite(d) && d <= a->atol + a->rtol * ay));
         else if (d != d) nan = true;
         else if (d > maxd) maxd = d;
       }

@@ -62,7 +62,14 @@ static fh_status int_range(const fh_scalar *s, fh_dtype d, int64_t lo, uint64_t 
     default:
       return fh_error_set(FH_ERR_TYPE, "a complex value cannot be stored as %s", fh_dtype_name(d));
   }
-  return fh_error_set(FH_ERR_VALUE, "value out of range for %s", fh_dtype_name(d));
+  switch (s->kind) {
+    case FH_SCALAR_INT:
+      return fh_error_set(FH_ERR_VALUE, "value %lld is out of range for %s", (long long)s->v.i, fh_dtype_name(d));
+    case FH_SCALAR_UINT:
+      return fh_error_set(FH_ERR_VALUE, "value %llu is out of range for %s", (unsigned long long)s->v.u,
+                          fh_dtype_name(d));
+    default: return fh_error_set(FH_ERR_VALUE, "value %.17g is out of range for %s", s->v.f, fh_dtype_name(d));
+  }
 }
 
 fh_status fh_scalar_to_dtype(const fh_scalar *s, fh_dtype d, void *dst) {
@@ -157,16 +164,33 @@ bool fh_tensor_is_contiguous(const fh_tensor *t) {
   return true;
 }
 
+/* Sizes are limited so that every element count, byte count and stride
+ * fits in int64 with room for the largest element: the product of the
+ * sizes, with zero sizes counted as one (contiguous strides of a tensor
+ * with a zero dimension still multiply the others), is at most 2^59. */
+#define FH_MAX_SPAN (INT64_MAX / 16)
+
+static void shape_string(int ndim, const int64_t *shape, char *buf, size_t n) {
+  size_t l = (size_t)snprintf(buf, n, "{");
+  for (int i = 0; i < ndim && l + 24 < n; ++i) l += (size_t)snprintf(buf + l, n - l, "%s%lld", i ? "," : "", (long long)shape[i]);
+  if (l + 2 < n) snprintf(buf + l, n - l, "}");
+}
+
 fh_status fh_shape_check(int ndim, const int64_t *shape, int64_t *numel) {
   if (ndim < 0 || ndim > FH_MAX_DIMS)
     return fh_error_set(FH_ERR_VALUE, "a tensor has at most %d dimensions, got %d", FH_MAX_DIMS, ndim);
-  int64_t n = 1;
+  int64_t n = 1, span = 1;
   for (int i = 0; i < ndim; ++i) {
     if (shape[i] < 0)
       return fh_error_set(FH_ERR_VALUE, "invalid shape: dimension %d has negative size %lld", i + 1,
                           (long long)shape[i]);
-    if (shape[i] != 0 && n > INT64_MAX / 16 / shape[i])
-      return fh_error_set(FH_ERR_VALUE, "invalid shape: the number of elements overflows");
+    int64_t m = shape[i] > 1 ? shape[i] : 1;
+    if (span > FH_MAX_SPAN / m) {
+      char buf[512];
+      shape_string(ndim, shape, buf, sizeof buf);
+      return fh_error_set(FH_ERR_VALUE, "invalid shape %s: the number of elements overflows (at most 2^59)", buf);
+    }
+    span *= m;
     n *= shape[i];
   }
   if (numel) *numel = n;
@@ -335,23 +359,34 @@ static fh_status infer_shape(const fh_tensor *t, int ndim, const int64_t *shape,
       infer = i;
       continue;
     }
-    if (shape[i] < 0) return fh_error_set(FH_ERR_VALUE, "invalid shape dimension %lld", (long long)shape[i]);
-    if (shape[i] != 0 && known > INT64_MAX / shape[i])
-      return fh_error_set(FH_ERR_VALUE, "invalid shape: the number of elements overflows");
+    if (shape[i] < 0)
+      return fh_error_set(FH_ERR_VALUE, "invalid shape: dimension %d has negative size %lld", i + 1,
+                          (long long)shape[i]);
+    if (shape[i] != 0 && known > FH_MAX_SPAN / shape[i]) {
+      char buf[512];
+      shape_string(ndim, shape, buf, sizeof buf);
+      return fh_error_set(FH_ERR_VALUE, "invalid shape %s: the number of elements overflows (at most 2^59)", buf);
+    }
     known *= shape[i];
     res[i] = shape[i];
   }
   int64_t numel = fh_tensor_numel(t);
   if (infer >= 0) {
-    if (known == 0 || numel % known != 0)
-      return fh_error_set(FH_ERR_VALUE, "shape is invalid for a tensor of %lld elements", (long long)numel);
+    if (known == 0)
+      return fh_error_set(FH_ERR_VALUE,
+                          "the size of the -1 dimension is ambiguous: the other sizes multiply to 0 (tensor of "
+                          "%lld elements)",
+                          (long long)numel);
+    if (numel % known != 0)
+      return fh_error_set(FH_ERR_VALUE, "shape with a -1 dimension is invalid for a tensor of %lld elements: %lld is not a multiple of %lld",
+                          (long long)numel, (long long)numel, (long long)known);
     res[infer] = numel / known;
     known *= res[infer];
   }
   if (known != numel)
     return fh_error_set(FH_ERR_VALUE, "shape of %lld elements is invalid for a tensor of %lld elements",
                         (long long)known, (long long)numel);
-  return FH_OK;
+  return fh_shape_check(ndim, res, NULL);
 }
 
 /* Strides for viewing t as `shape` without copying (the algorithm of
@@ -393,18 +428,24 @@ static bool view_strides(const fh_tensor *t, int ndim, const int64_t *shape, int
 fh_status fh_tensor_view(fh_tensor *t, int ndim, const int64_t *shape, fh_tensor **out) {
   int64_t res[FH_MAX_DIMS], stride[FH_MAX_DIMS];
   fh_status st = infer_shape(t, ndim, shape, res);
-  if (st != FH_OK) return st;
+  if (st != FH_OK) {
+    fh_error_prefix("view");
+    return st;
+  }
   if (!view_strides(t, ndim, res, stride))
     return fh_error_set(FH_ERR_VALUE,
-                        "view is not compatible with the tensor's strides (the tensor is not contiguous); use "
-                        "reshape or contiguous first");
+                        "view: the requested shape is not compatible with the tensor's strides (the tensor is not "
+                        "contiguous); use reshape, or contiguous first");
   return view_of(t, ndim, res, stride, t->offset, out);
 }
 
 fh_status fh_tensor_reshape(fh_tensor *t, int ndim, const int64_t *shape, fh_tensor **out) {
   int64_t res[FH_MAX_DIMS], stride[FH_MAX_DIMS];
   fh_status st = infer_shape(t, ndim, shape, res);
-  if (st != FH_OK) return st;
+  if (st != FH_OK) {
+    fh_error_prefix("reshape");
+    return st;
+  }
   if (view_strides(t, ndim, res, stride)) return view_of(t, ndim, res, stride, t->offset, out);
   fh_tensor *c;
   if ((st = fh_tensor_clone(t, &c)) != FH_OK) return st;
@@ -582,6 +623,32 @@ void fh_iter_collapse(fh_iter_shape *it, int64_t *s0, int64_t *s1, int64_t *s2, 
   if (keep_dim) *keep_dim = newkeep;
 }
 
+/* ---- aliasing ----------------------------------------------------------- */
+/* [lo, hi) byte range spanned by a tensor's elements (strides are >= 0). */
+static void byte_range(const fh_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+  int64_t last = 0;
+  for (int i = 0; i < t->ndim; ++i) last += (t->shape[i] - 1) * t->stride[i];
+  size_t es = fh_dtype_size((fh_dtype)t->dtype);
+  *lo = (uintptr_t)fh_tensor_data(t);
+  *hi = *lo + (uintptr_t)(last + 1) * es;
+}
+
+fh__overlap_kind fh__overlap(const fh_tensor *out, const fh_tensor *in) {
+  if (out->storage != in->storage || fh_tensor_numel(out) == 0 || fh_tensor_numel(in) == 0) return FH__NO_OVERLAP;
+  uintptr_t olo, ohi, ilo, ihi;
+  byte_range(out, &olo, &ohi);
+  byte_range(in, &ilo, &ihi);
+  if (ohi <= ilo || ihi <= olo) return FH__NO_OVERLAP;
+  if (olo != ilo || out->dtype != in->dtype || in->ndim > out->ndim) return FH__PARTIAL_OVERLAP;
+  int lead = out->ndim - in->ndim;
+  for (int d = 0; d < out->ndim; ++d) {
+    if (out->shape[d] == 1) continue;
+    int64_t s = d < lead || in->shape[d - lead] == 1 ? 0 : in->stride[d - lead];
+    if (s != out->stride[d]) return FH__PARTIAL_OVERLAP;
+  }
+  return FH__SAME_ELEMENTS;
+}
+
 /* ---- copies ------------------------------------------------------------- */
 static fh_status check_same_shape(const fh_tensor *a, const fh_tensor *b, const char *what) {
   bool same = a->ndim == b->ndim;
@@ -621,6 +688,15 @@ fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, boo
   }
   fh_stream *s;
   if ((st = fh__op_stream(dd, stream, &s)) != FH_OK) return st;
+  if (fh__overlap(dst, src) == FH__PARTIAL_OVERLAP) {
+    /* dst and src share memory but not element for element: copy from a
+     * snapshot of src, so the result is as if src was read first */
+    fh_tensor *snap;
+    if ((st = fh_tensor_clone(src, &snap)) != FH_OK) return st;
+    st = fh_tensor_copy_(dst, snap, stream, non_blocking);
+    fh_tensor_release(snap);
+    return st;
+  }
   fh_copy_args a;
   memset(&a, 0, sizeof a);
   iter_init(&a.it, dst);

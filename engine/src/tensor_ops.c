@@ -86,6 +86,17 @@ static fh_status prepare_out(const char *what, fh_tensor *out, int ndim, const i
   return fh_tensor_empty(ndim, shape, &o, result);
 }
 
+/* When `*in` partially aliases `out`, replace it by a snapshot (a clone,
+ * whose reference goes to *owned), so that the operator reads every input
+ * element before any output element is written over it. */
+static fh_status unalias(const fh_tensor *out, fh_tensor **in, fh_tensor **owned) {
+  *owned = NULL;
+  if (*in == NULL || fh__overlap(out, *in) != FH__PARTIAL_OVERLAP) return FH_OK;
+  fh_status st = fh_tensor_clone(*in, owned);
+  if (st == FH_OK) *in = *owned;
+  return st;
+}
+
 static void ew_operand(fh_operand *op, const fh_tensor *t, int ndim) {
   /* right-align t's dims in an ndim iteration space; broadcast dims: 0 */
   op->data = fh_tensor_data(t);
@@ -129,8 +140,13 @@ fh_status fh_binary(fh_binary_op op, fh_tensor *a, fh_tensor *b, const fh_scalar
   }
   fh_stream *s;
   if ((st = fh_device_check(dev)) || (st = fh__op_stream(dev, NULL, &s))) return st;
-  fh_tensor *r;
+  fh_tensor *r, *snap_a = NULL, *snap_b = NULL;
   if ((st = prepare_out(what, out, ndim, shape, (fh_dtype)a->dtype, dev, &r)) != FH_OK) return st;
+  if ((st = unalias(r, &a, &snap_a)) != FH_OK || (st = unalias(r, &b, &snap_b)) != FH_OK) {
+    fh_tensor_release(snap_a);
+    fh_tensor_release(r);
+    return st;
+  }
   args.op = op;
   args.dtype = a->dtype;
   args.it.ndim = ndim;
@@ -143,10 +159,12 @@ fh_status fh_binary(fh_binary_op op, fh_tensor *a, fh_tensor *b, const fh_scalar
     fh_iter_collapse(&args.it, args.out.stride, args.a.stride, b ? args.b.stride : NULL, NULL);
     fh_storage *uses[3] = {r->storage, a->storage, b ? b->storage : NULL};
     st = fh__submit(FH_K_BINARY, dev, s, &args, sizeof args, uses, b ? 3 : 2);
-    if (st != FH_OK) {
-      fh_tensor_release(r);
-      return st;
-    }
+  }
+  fh_tensor_release(snap_a);
+  fh_tensor_release(snap_b);
+  if (st != FH_OK) {
+    fh_tensor_release(r);
+    return st;
   }
   *result = r;
   return FH_OK;
@@ -159,8 +177,12 @@ fh_status fh_unary(fh_unary_op op, fh_tensor *a, fh_tensor *out, fh_tensor **res
   if ((st = arith_dtype_ok("neg", (fh_dtype)a->dtype, op, false)) != FH_OK) return st;
   fh_stream *s;
   if ((st = fh_device_check(dev)) || (st = fh__op_stream(dev, NULL, &s))) return st;
-  fh_tensor *r;
+  fh_tensor *r, *snap_a = NULL;
   if ((st = prepare_out("neg", out, a->ndim, a->shape, (fh_dtype)a->dtype, dev, &r)) != FH_OK) return st;
+  if ((st = unalias(r, &a, &snap_a)) != FH_OK) {
+    fh_tensor_release(r);
+    return st;
+  }
   fh_ew_args args;
   memset(&args, 0, sizeof args);
   args.op = op;
@@ -173,10 +195,12 @@ fh_status fh_unary(fh_unary_op op, fh_tensor *a, fh_tensor *out, fh_tensor **res
   if (args.it.numel > 0) {
     fh_iter_collapse(&args.it, args.out.stride, args.a.stride, NULL, NULL);
     fh_storage *uses[2] = {r->storage, a->storage};
-    if ((st = fh__submit(FH_K_UNARY, dev, s, &args, sizeof args, uses, 2)) != FH_OK) {
-      fh_tensor_release(r);
-      return st;
-    }
+    st = fh__submit(FH_K_UNARY, dev, s, &args, sizeof args, uses, 2);
+  }
+  fh_tensor_release(snap_a);
+  if (st != FH_OK) {
+    fh_tensor_release(r);
+    return st;
   }
   *result = r;
   return FH_OK;
@@ -223,8 +247,13 @@ fh_status fh_rns(fh_rns_op op, fh_tensor *a, fh_tensor *b, const uint64_t *modul
   fh_device dev = fh_tensor_device(a);
   fh_stream *s;
   if ((st = fh_device_check(dev)) || (st = fh__op_stream(dev, NULL, &s))) return st;
-  fh_tensor *r;
+  fh_tensor *r, *snap_a = NULL, *snap_b = NULL;
   if ((st = prepare_out(what, out, a->ndim, a->shape, FH_UINT64, dev, &r)) != FH_OK) return st;
+  if ((st = unalias(r, &a, &snap_a)) != FH_OK || (st = unalias(r, &b, &snap_b)) != FH_OK) {
+    fh_tensor_release(snap_a);
+    fh_tensor_release(r);
+    return st;
+  }
   args.op = op;
   args.nmoduli = nmoduli;
   args.it.ndim = a->ndim;
@@ -243,10 +272,13 @@ fh_status fh_rns(fh_rns_op op, fh_tensor *a, fh_tensor *b, const uint64_t *modul
     }
     args.limb_dim = keep;
     fh_storage *uses[3] = {r->storage, a->storage, binary ? b->storage : NULL};
-    if ((st = fh__submit(FH_K_RNS, dev, s, &args, sizeof args, uses, binary ? 3 : 2)) != FH_OK) {
-      fh_tensor_release(r);
-      return st;
-    }
+    st = fh__submit(FH_K_RNS, dev, s, &args, sizeof args, uses, binary ? 3 : 2);
+  }
+  fh_tensor_release(snap_a);
+  fh_tensor_release(snap_b);
+  if (st != FH_OK) {
+    fh_tensor_release(r);
+    return st;
   }
   *result = r;
   return FH_OK;

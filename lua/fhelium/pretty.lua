@@ -57,11 +57,16 @@ local function make_formatter(values, dtype)
   return fmt, w
 end
 
+-- integers as integers (tostring gives 1.1258999068426e+15 for 2^50)
+local function ints(list, sep)
+  local t = {}
+  for i, n in ipairs(list) do t[i] = string.format("%d", n) end
+  return table.concat(t, sep)
+end
+
 local function size_str(shape)
   if #shape == 0 then return "scalar" end
-  local t = {}
-  for i, n in ipairs(shape) do t[i] = tostring(n) end
-  return table.concat(t, "x")
+  return ints(shape, "x")
 end
 
 -- indices kept along a dimension of size n (nil marks the gap)
@@ -80,7 +85,7 @@ end
 function M.tensor(t)
   local shape, dtype = t.shape, t.dtype
   local footer = ("[fhelium.Tensor %s of size %s%s on %s]"):format(dtype, size_str(shape),
-    #shape > 0 and (" (strides " .. table.concat(t:stride(), ",") .. ")") or "", t.device)
+    #shape > 0 and (" (strides " .. ints(t:stride(), ",") .. ")") or "", t.device)
   local ok, err = pcall(function() return t:numel() end)
   if not ok then return footer end
   local numel = t:numel()

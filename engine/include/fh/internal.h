@@ -25,6 +25,14 @@ fh_status fh__op_stream(fh_device dev, fh_stream *s, fh_stream **out);
  * equals it->shape (before collapsing). */
 void fh__operand_from(fh_operand *op, const fh_tensor *t);
 
+/* How `in`, read as an operand of an elementwise operator that writes
+ * `out` (iteration shape = out's shape, `in` right-aligned and broadcast),
+ * aliases out's memory: not at all, element for element (safe: each output
+ * element only reads its own input element), or partially (the operator
+ * must read a snapshot of `in`). */
+typedef enum fh__overlap_kind { FH__NO_OVERLAP = 0, FH__SAME_ELEMENTS, FH__PARTIAL_OVERLAP } fh__overlap_kind;
+fh__overlap_kind fh__overlap(const fh_tensor *out, const fh_tensor *in);
+
 /* Submit a kernel over `dev` with the given uses (convenience). */
 fh_status fh__submit(int kernel, fh_device dev, fh_stream *stream, const void *args, size_t size,
                      fh_storage *const *uses, int nuses);
