@@ -98,9 +98,14 @@ static fh_status random_tensor(int ndim, const int64_t *shape, fh_generator *g, 
   if ((st = fh_tensor_empty(ndim, shape, &host, &t)) != FH_OK) return st;
   int64_t n = fh_tensor_numel(t) * (o->dtype == FH_COMPLEX128 ? 2 : 1);
   for (int64_t i = 0; i < n; ++i) {
-    double x = normal ? fh_generator_normal(g) : fh_generator_uniform(g);
-    if (o->dtype == FH_FLOAT32) ((float *)t->storage->data)[i] = (float)x;
-    else ((double *)t->storage->data)[i] = x;
+    if (o->dtype == FH_FLOAT32) {
+      /* uniform float32 from 24 random bits: rounding a 53-bit double in
+       * [0, 1) to float could give 1.0f */
+      float x = normal ? (float)fh_generator_normal(g) : (float)(fh_generator_next(g) >> 40) * 0x1.0p-24f;
+      ((float *)t->storage->data)[i] = x;
+    } else {
+      ((double *)t->storage->data)[i] = normal ? fh_generator_normal(g) : fh_generator_uniform(g);
+    }
   }
   if (o->device.type == FH_DEVICE_CPU) {
     *out = t;

@@ -233,7 +233,7 @@ fh_status fh_tensor_empty(int ndim, const int64_t *shape, const fh_tensor_option
   t->ndim = ndim;
   t->dtype = o->dtype;
   t->requires_grad = o->requires_grad;
-  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim); /* shape may be NULL for 0-dim */
   fh_contiguous_strides(ndim, shape, t->stride);
   *out = t;
   return FH_OK;
@@ -277,8 +277,10 @@ fh_status fh_tensor_from_storage(fh_storage *s, int64_t offset, int ndim, const 
   t->offset = offset;
   t->ndim = ndim;
   t->dtype = dtype;
-  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
-  memcpy(t->stride, stride, sizeof(int64_t) * (size_t)ndim);
+  if (ndim > 0) {
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    memcpy(t->stride, stride, sizeof(int64_t) * (size_t)ndim);
+  }
   *out = t;
   return FH_OK;
 }

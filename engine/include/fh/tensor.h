@@ -128,7 +128,10 @@ uint64_t fh_generator_seed(const fh_generator *g);
 uint64_t fh_generator_next(fh_generator *g);
 double fh_generator_uniform(fh_generator *g); /* [0, 1) with 53 random bits */
 double fh_generator_normal(fh_generator *g);
-/* g may be NULL: a process-wide generator seeded from the OS. */
+/* g may be NULL: a per-thread generator seeded from the OS. rand draws
+ * uniform values in [0, 1) (24 random bits per float32 element, 53 per
+ * float64 element or complex128 component); randn draws standard normal
+ * values (Box-Muller). Other dtypes are a TypeError. */
 fh_status fh_tensor_rand(int ndim, const int64_t *shape, fh_generator *g, const fh_tensor_options *o, fh_tensor **out);
 fh_status fh_tensor_randn(int ndim, const int64_t *shape, fh_generator *g, const fh_tensor_options *o, fh_tensor **out);
 
@@ -145,10 +148,15 @@ fh_status fh_tensor_select(fh_tensor *t, int dim, int64_t index, fh_tensor **out
 fh_status fh_tensor_expand(fh_tensor *t, int ndim, const int64_t *shape, fh_tensor **out);
 
 /* ---- copies ------------------------------------------------------------- */
-/* Copy src into dst (same shape, any strides, any devices, dtype converted
- * as fh_scalar_to_dtype would, complex -> real refused). `stream` may be
- * NULL (the current stream of the CUDA side). With non_blocking false the
- * call returns once dst holds the data. */
+/* Copy src into dst (same shape, any strides, any devices). Dtypes convert
+ * like C casts, made total: integer -> integer wraps modulo 2^bits,
+ * float -> integer truncates toward zero and saturates (NaN -> 0),
+ * anything -> bool is "!= 0", real -> complex has imaginary part 0;
+ * complex -> real is refused (TypeError). When dst and src share memory
+ * other than element for element, the copy reads a snapshot of src (as if
+ * src was read completely first). `stream` may be NULL (the current stream
+ * of the CUDA side). With non_blocking false the call returns once dst
+ * holds the data. */
 fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, bool non_blocking);
 /* A new contiguous tensor with the same values on `dev` (pinned when
  * `pin` and dev is CPU). */
@@ -171,18 +179,23 @@ const char *fh_binary_op_name(fh_binary_op op);
 
 /* out = a (op) b. Exactly one of b / scalar is given; `scalar_first`
  * computes scalar (op) a. Shapes broadcast (trailing alignment, size-1
- * dimensions stretch). Tensors must share dtype and device. When `out` is
+ * dimensions stretch). Tensors must share dtype and device; a scalar must
+ * be representable in the dtype (ValueError otherwise). When `out` is
  * given it must have the broadcast shape, the dtype and the device; it may
- * alias a (in place). Integer division is a TypeError; integer arithmetic
- * wraps modulo 2^bits. */
+ * alias an operand: element for element (in place) directly, otherwise the
+ * operand is read from a snapshot. Bool arithmetic and integer division are
+ * TypeErrors; integer arithmetic (negation included) wraps modulo 2^bits.
+ * On any error nothing is written. */
 fh_status fh_binary(fh_binary_op op, fh_tensor *a, fh_tensor *b, const fh_scalar *scalar, bool scalar_first,
                     fh_tensor *out, fh_tensor **result);
 fh_status fh_unary(fh_unary_op op, fh_tensor *a, fh_tensor *out, fh_tensor **result);
 
 /* Modular arithmetic on uint64 tensors [*, limb, n]: row i of the limb
  * dimension (the second-to-last) is reduced modulo moduli[i]; 2 <= q < 2^62
- * and at most FH_RNS_MAX_LIMBS rows. Operands are expected reduced (< q);
- * results are then exact and in [0, q). b is NULL for negation. */
+ * and at most FH_RNS_MAX_LIMBS rows. a and b have the same shape (no
+ * broadcasting). mul is exact for any uint64 operands; add, sub and neg
+ * expect operands reduced below q. Results are in [0, q). b is NULL for
+ * negation. `out` as in fh_binary. */
 #define FH_RNS_MAX_LIMBS 64
 fh_status fh_rns(fh_rns_op op, fh_tensor *a, fh_tensor *b, const uint64_t *moduli, int nmoduli, fh_tensor *out,
                  fh_tensor **result);
@@ -191,11 +204,17 @@ fh_status fh_rns(fh_rns_op op, fh_tensor *a, fh_tensor *b, const uint64_t *modul
 /* A 0-dim tensor on t's device: float32 sums accumulate in double; integer
  * sums wrap; bool/uint8/int32/uint32 sum to int64. Launched, not a read. */
 fh_status fh_sum(fh_tensor *t, fh_tensor **out);
-/* Same shape, dtype and every element equal. Devices may differ. */
+/* Same shape, dtype and every element equal (NaN is never equal). Devices
+ * may differ. A shape or dtype difference is a false result, not an error. */
 fh_status fh_equal(fh_tensor *a, fh_tensor *b, bool *result);
-/* |a - b| <= atol + rtol * |b| everywhere (NaN never close). */
+/* Everywhere a == b (equal infinities included) or |a - b| is finite and
+ * <= atol + rtol * |b| (NaN is never close). Same shape and dtype required
+ * (ValueError / TypeError); rtol, atol >= 0. */
 fh_status fh_allclose(fh_tensor *a, fh_tensor *b, double rtol, double atol, bool *result);
-/* max |a - b| as a double (0 for empty tensors). */
+/* max |a - b| as a double: equal elements count 0 (also equal
+ * infinities), any NaN makes it NaN, 0 for empty tensors. Same shape and
+ * dtype required. Integer differences are exact before the conversion to
+ * double. */
 fh_status fh_max_abs_diff(fh_tensor *a, fh_tensor *b, double *result);
 
 #ifdef __cplusplus
