@@ -30,6 +30,9 @@ function R.rand_u64()
   return ffi.new("uint64_t", hi) * 4294967296ULL + lo
 end
 
+--- The int64 with the bits of a uint64 (two's complement).
+function R.i64(u) return ffi.cast("int64_t", u) + 0LL end
+
 --- A random uint64 in [0, q).
 function R.rand_below(q) return R.rand_u64() % q end
 
