@@ -820,11 +820,16 @@ static int l_allclose(lua_State *L) {
   fh__lua_checkopts(L, 3, "fh.allclose", close_opts);
   double rtol = 1e-5, atol = 1e-8;
   if (lua_istable(L, 3)) {
-    lua_getfield(L, 3, "rtol");
-    if (!lua_isnil(L, -1)) rtol = checknum(L, lua_gettop(L), "fh.allclose", "rtol");
-    lua_getfield(L, 3, "atol");
-    if (!lua_isnil(L, -1)) atol = checknum(L, lua_gettop(L), "fh.allclose", "atol");
-    lua_pop(L, 2);
+    const char *keys[2] = {"rtol", "atol"};
+    double *vals[2] = {&rtol, &atol};
+    for (int k = 0; k < 2; ++k) {
+      lua_getfield(L, 3, keys[k]);
+      if (lua_type(L, -1) == LUA_TNUMBER) *vals[k] = lua_tonumber(L, -1);
+      else if (!lua_isnil(L, -1))
+        return fh__lua_raise(L, FH_ERR_TYPE, "fh.allclose: option '%s' expected a number, got %s", keys[k],
+                             fh__lua_typename(L, -1));
+      lua_pop(L, 1);
+    }
   }
   bool r;
   fh__lua_check(L, fh_allclose(a, b, rtol, atol, &r));

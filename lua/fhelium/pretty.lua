@@ -34,13 +34,21 @@ local function make_formatter(values, dtype)
   for _, v in ipairs(values) do
     if complex then scan(v[1]) scan(v[2]) else scan(v) end
   end
-  local f
+  local spec
   if all_int and maxabs < 1e15 then
-    f = function(x) return x ~= x and "nan" or string.format("%d", x) end
+    spec = "%d"
   elseif maxabs >= 1e5 or (minabs < 1e-4 and minabs ~= math.huge) then
-    f = function(x) return string.format("%.4e", x) end
+    spec = "%.4e"
   else
-    f = function(x) return string.format("%.4f", x) end
+    spec = "%.4f"
+  end
+  -- NaN and infinities spelled the same whatever the format (C prints -nan
+  -- for a NaN with the sign bit set)
+  local function f(x)
+    if x ~= x then return "nan" end
+    if x == math.huge then return "inf" end
+    if x == -math.huge then return "-inf" end
+    return string.format(spec, x)
   end
   local fmt = f
   if complex then
@@ -91,27 +99,38 @@ function M.tensor(t)
   local numel = t:numel()
   if numel == 0 then return "[empty tensor]\n" .. footer end
   local abbreviate = numel > M.threshold
-  -- gather the displayed elements (reading only what is shown)
+  -- Read only what is shown: an abbreviated tensor is first reduced, on its
+  -- own device, to the kept edges of every long dimension (the largest
+  -- dimension first, so each copy is smaller than the last), then read.
+  local shown_pos = {} -- shown_pos[d][i]: position of index i of dim d in the reduced tensor
   local readok, list = pcall(function()
-    if not abbreviate then return { t:tolist() } end
-    return nil
+    local r = t
+    for d = 1, #shape do shown_pos[d] = setmetatable({}, { __index = function(_, i) return i end }) end
+    if abbreviate then
+      local order = {}
+      for d = 1, #shape do
+        if shape[d] > 2 * M.edge then order[#order + 1] = d end
+      end
+      table.sort(order, function(x, y) return shape[x] > shape[y] end)
+      for _, d in ipairs(order) do
+        local n, e = shape[d], M.edge
+        local rshape = r.shape
+        rshape[d] = 2 * e
+        local g = require("fhelium.core").empty(rshape, { dtype = dtype, device = t.device })
+        g:narrow(d, 1, e):copy_(r:narrow(d, 1, e))
+        g:narrow(d, e + 1, e):copy_(r:narrow(d, n - e + 1, e))
+        r = g
+        shown_pos[d] = setmetatable({}, { __index = function(_, i) return i <= e and i or i - (n - 2 * e) end })
+      end
+    end
+    return { r:tolist() }
   end)
   if not readok then return ("[data not readable: %s]\n%s"):format(tostring(list), footer) end
-  local function value_at(idx)
-    local v = t
-    for d = 1, #idx do v = v:select(1, idx[d]) end
-    return v:item()
-  end
-  local getter
-  if not abbreviate then
-    local nested = list[1]
-    getter = function(idx)
-      local v = nested
-      for d = 1, #idx do v = v[idx[d]] end
-      return v
-    end
-  else
-    getter = value_at
+  local nested = list[1]
+  local function getter(idx)
+    local v = nested
+    for d = 1, #idx do v = v[shown_pos[d][idx[d]]] end
+    return v
   end
   -- collect displayed values for the formatter
   local values = {}
@@ -130,7 +149,8 @@ function M.tensor(t)
     out[1] = fmt(getter({}))
   elseif #shape == 1 then
     for _, i in ipairs(kept(shape[1], abbreviate)) do
-      out[#out + 1] = i and cell(getter({ i })) or string.rep(" ", width - 3) .. "..."
+      -- one element per line with a leading space, as Torch7 prints vectors
+      out[#out + 1] = " " .. (i and cell(getter({ i })) or string.rep(" ", width - 3) .. "...")
     end
   else
     local function matrix(prefix)
