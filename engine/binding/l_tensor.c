@@ -51,7 +51,9 @@ static int shape_args(lua_State *L, const char *fn, int64_t *shape, int *optidx)
   }
   int n = fh__lua_checkshape(L, 1, shape, fn, 0);
   for (int i = 0; i < n; ++i)
-    if (shape[i] < 0) fh__lua_raise(L, FH_ERR_VALUE, "%s: invalid shape: size %lld at dimension %d", fn, (long long)shape[i], i + 1);
+    if (shape[i] < 0)
+      fh__lua_raise(L, FH_ERR_VALUE, "%s: shape[%d] must be a non-negative integer, got %lld", fn, i + 1,
+                    (long long)shape[i]);
   *optidx = 2;
   return n;
 }
