@@ -178,6 +178,42 @@ describe("views", function()
     H.expect_error("ValueError", "reshape", a.reshape, a, 5, -1)
   end)
 
+  it("indexes like Torch7: t[i] is a view of row i, or the element of a vector", function()
+    local a = base34()
+    local r = a[2]
+    assert.same({ 4 }, r.shape)
+    assert.equal(a:storage_ptr(), r:storage_ptr())
+    assert.same({ 4, 5, 6, 7 }, r:tolist())
+    assert.equal(6, a[2][3])
+    local u = fh.tensor({ 18446744073709551615ULL, 1ULL })
+    assert.is_true(R.is_u64(u[1]))
+    assert.is_true(u[1] == 18446744073709551615ULL)
+    assert.same({ 1, -2 }, fh.tensor({ { 1, -2 } }, { dtype = "complex128" })[1])
+    -- assignment fills with a value or copies a tensor, through the view
+    a[1] = -1
+    a[3][4] = 99
+    a[2] = fh.tensor({ 10, 20, 30, 40 }, { dtype = "float64" })
+    assert.same({ { -1, -1, -1, -1 }, { 10, 20, 30, 40 }, { 8, 9, 10, 99 } }, a:tolist())
+    local t = a:transpose(1, 2)
+    t[1] = 0 -- column 1 of a
+    assert.same({ 0, 0, 0 }, a:select(2, 1):tolist())
+    H.expect_error("ValueError", "Tensor%[%]: index 4 out of range for dimension 1 of size 3 %(indices are 1%-based%)",
+      function() return a[4] end)
+    H.expect_error("ValueError", "index 0 out of range", function() return a[0] end)
+    H.expect_error("ValueError", "index 1.5 out of range", function() return a[1.5] end)
+    H.expect_error("ValueError", "a 0%-dimensional tensor cannot be indexed", function() return fh.tensor(1)[1] end)
+    H.expect_error("TypeError", "Tensor%[%]=: expected a Tensor or a number, got string", function() a[1] = "x" end)
+    H.expect_error("ValueError", "copy_: shape mismatch: 4 vs 2", function() a[1] = fh.zeros({ 2 }, { dtype = "float64" }) end)
+    H.expect_error("ValueError", "out of range for int32", function() fh.zeros({ 2 }, { dtype = "int32" })[1] = 2 ^ 40 end)
+  end)
+
+  it("returns self from cpu() and to() on the same device or dtype", function()
+    local a = fh.zeros({ 2 })
+    assert.equal(a, a:cpu())
+    assert.equal(a, a:to("cpu"))
+    assert.equal(a, a:to("float32"))
+  end)
+
   it("exposes addresses as Lua numbers", function()
     local a = fh.zeros({ 4, 4 }, { dtype = "float64" })
     assert.equal("number", type(a:data_ptr()))

@@ -364,7 +364,31 @@ static void push_int64_array(lua_State *L, const int64_t *v, int n) {
   }
 }
 
+/* t[i] (Torch7 indexing): the view t:select(1, i), pushed on the stack. */
+static fh_tensor *push_index_view(lua_State *L, fh_tensor *t, const char *fn) {
+  double x = lua_tonumber(L, 2);
+  if (t->ndim == 0) fh__lua_raise(L, FH_ERR_VALUE, "%s: a 0-dimensional tensor cannot be indexed", fn);
+  if (x != floor(x) || x < 1 || x > (double)t->shape[0])
+    fh__lua_raise(L, FH_ERR_VALUE, "%s: index %.17g out of range for dimension 1 of size %lld (indices are 1-based)",
+                  fn, x, (long long)t->shape[0]);
+  fh_tensor_box *b;
+  PUSH_NEW(L, fh_tensor_select(t, 0, (int64_t)x - 1, out_));
+  b = lua_touserdata(L, -1);
+  return b->t;
+}
+
 static int t_index(lua_State *L) {
+  /* numbers: Torch7 indexing along dimension 1; a 1-d tensor gives the
+   * element itself (as item() does) */
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    fh_tensor *t = fh__lua_checktensor(L, 1, "Tensor[]", "self");
+    fh_tensor *v = push_index_view(L, t, "Tensor[]");
+    if (v->ndim > 0) return 1;
+    lua_getfield(L, lua_upvalueindex(1), "item");
+    lua_insert(L, -2);
+    lua_call(L, 1, 1);
+    return 1;
+  }
   /* methods first (upvalue 1), then fields */
   if (lua_type(L, 2) == LUA_TSTRING) {
     lua_pushvalue(L, 2);
@@ -390,7 +414,20 @@ static int t_index(lua_State *L) {
 
 static int t_newindex(lua_State *L) {
   fh_tensor *t = self(L, "Tensor.__newindex");
-  const char *k = lua_tostring(L, 2);
+  if (lua_type(L, 2) == LUA_TNUMBER) { /* t[i] = tensor (copy) or value (fill) */
+    fh_tensor *v = push_index_view(L, t, "Tensor[]=");
+    fh_tensor *src = fh__lua_totensor(L, 3);
+    if (src != NULL) {
+      fh__lua_check(L, fh_tensor_copy_(v, src, NULL, false));
+      return 0;
+    }
+    fh_scalar x;
+    if (!fh__lua_toscalar(L, 3, &x, 1))
+      return fh__lua_raise(L, FH_ERR_TYPE, "Tensor[]=: expected a Tensor or a number, got %s", fh__lua_typename(L, 3));
+    fh__lua_check(L, fh_tensor_fill_(v, &x));
+    return 0;
+  }
+  const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
   if (k && strcmp(k, "requires_grad") == 0) {
     if (!lua_isboolean(L, 3))
       return fh__lua_raise(L, FH_ERR_TYPE, "requires_grad expected a boolean, got %s", fh__lua_typename(L, 3));
