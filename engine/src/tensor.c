@@ -693,8 +693,8 @@ fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, boo
   if (fh__overlap(dst, src) == FH__PARTIAL_OVERLAP) {
     /* dst and src share memory but not element for element: copy from a
      * snapshot of src, so the result is as if src was read first */
-    fh_tensor *snap;
-    if ((st = fh_tensor_clone(src, &snap)) != FH_OK) return st;
+    fh_tensor *snap; /* made on the copy's stream, so the copy is ordered after it */
+    if ((st = fh_tensor_to(src, dd, false, stream, true, &snap)) != FH_OK) return st;
     st = fh_tensor_copy_(dst, snap, stream, non_blocking);
     fh_tensor_release(snap);
     return st;
