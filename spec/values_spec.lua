@@ -334,6 +334,22 @@ describe("values", function()
     end)
   end)
 
+  describe("argument errors", function()
+    it("name the function and the argument", function()
+      local ct = fh.Ciphertext { data = u64 { 2, 3, N }, context = ctx }
+      H.expect_error("TypeError", "Value:metadata: expected a CKKS value %(Plaintext, Ciphertext or a key%), got table",
+        ct.metadata, {})
+      H.expect_error("TypeError", "Value:clone: expected a CKKS value", ct.clone, fh.ones(1))
+      H.expect_error("TypeError", "Value:to: argument 2 %(device%) expected a device string, got number", ct.to, ct, 0)
+      H.expect_error("ValueError", "Value:cuda: device must be an integer", ct.cuda, ct, -1)
+      H.expect_error("TypeError", "fh.context_lookup: argument 1 %(id%) expected a string, got number", fh.context_lookup, 1)
+      H.expect_error("ValueError", "ring_degree must be an integer", fh.ckks_security_budget_bits, 1.5)
+      H.expect_error("TypeError", "fh.is_prime: n%[1%] expected an integer", fh.is_prime, "7")
+      H.expect_error("ValueError", "p_primes%[1%]: value out of range for uint64", fh.CkksContext,
+        { ring_degree = 16, default_scale = 1, q_primes = ctx.q_primes, p_primes = { -97 }, enforce_security_budget = false })
+    end)
+  end)
+
   describe("envelopes", function()
     it("describe a value exactly and rebuild an equal one", function()
       local vals = {
@@ -394,6 +410,17 @@ describe("values", function()
       H.expect_error("StateError", "requires residue_representation \"montgomery\"", fh.from_envelope,
         env({}, { polynomial_domain = "ntt" }))
       H.expect_error("TypeError", "expected an envelope table, got Ciphertext", fh.from_envelope, ct)
+      H.expect_error("TypeError", "metadata expected a table, got string", fh.from_envelope, env { metadata = "x" })
+      H.expect_error("TypeError", "tensors expected a table of named tensors, got Tensor", fh.from_envelope,
+        env { tensors = ct.data })
+      H.expect_error("TypeError", "schema_version expected a number", fh.from_envelope, env { schema_version = "1" })
+      H.expect_error("TypeError", "context_id expected a string", fh.from_envelope, env { context_id = 1 })
+      H.expect_error("ValueError", "tensor names must be strings", fh.from_envelope, env { tensors = { ct.data } })
+      H.expect_error("ValueError", "more than 4 tensors", fh.from_envelope,
+        env { tensors = { a = ct.data, b = ct.data, c = ct.data, d = ct.data, e = ct.data } })
+      H.expect_error("TypeError", "option 'context' expected a CkksContext, got string", fh.from_envelope, env {},
+        { context = ctx.id })
+      H.expect_error("ValueError", "field names must be strings", fh.from_envelope, env { metadata = { 1 } })
       H.expect_error("TypeError", "expected a CKKS value", fh.envelope, {})
     end)
   end)

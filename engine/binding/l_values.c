@@ -108,7 +108,10 @@ static int l_context(lua_State *L) {
 }
 
 static int l_context_lookup(lua_State *L) {
-  const char *id = luaL_checkstring(L, 1);
+  if (lua_type(L, 1) != LUA_TSTRING)
+    return fh__lua_raise(L, FH_ERR_TYPE, "fh.context_lookup: argument 1 (id) expected a string, got %s",
+                         fh__lua_typename(L, 1));
+  const char *id = lua_tostring(L, 1);
   fh_context_box *b = new_context_box(L);
   fh__lua_check(L, fh_ckks_context_lookup(id, &b->c));
   return 1;
@@ -455,7 +458,8 @@ static int l_value_ctor(lua_State *L) {
     fh_tensor_options o = fh_tensor_options_default();
     o.dtype = FH_FLOAT64;
     fh_tensor_box *tb = fh__lua_new_tensor_box(L);
-    fh__lua_check(L, fh_tensor_from_host(&x, 0, NULL, &o, &tb->t));
+    int64_t no_dims[1] = {0};
+    fh__lua_check(L, fh_tensor_from_host(&x, 0, no_dims, &o, &tb->t));
     t = tb->t;
   }
   if (t == NULL)
