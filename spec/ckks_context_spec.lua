@@ -207,6 +207,25 @@ describe("CKKS context", function()
     end)
   end)
 
+  describe("extension slots", function()
+    it("build once per context, nest, and are freed with the context", function()
+      local core = fh.core
+      local c = T.context { skip = 9 }
+      local b0, f0 = core._ext_probe(c)
+      local b1, f1, same = core._ext_probe(c)
+      assert.equal(b0, b1) -- built once (outer + nested inner on the first call)
+      assert.equal(f0, f1)
+      assert.is_true(same)
+      H.expect_error("ValueError", "context extension slot 0 is empty and no builder was given", core._ext_probe, c, 0)
+      H.expect_error("ValueError", "context extension slot 99 outside %[0, 8%)", core._ext_probe, c, 99)
+      c = nil
+      collectgarbage()
+      collectgarbage()
+      local _, f2 = core._ext_probe(T.context { skip = 10 })
+      assert.equal(f1 + 2, f2) -- both slots of the dead context were freed
+    end)
+  end)
+
   describe("validation", function()
     local q, p = T.primes(16, 30, 3), T.primes(16, 31, 1)
     local function spec(changes)
