@@ -92,12 +92,14 @@ function M.sh(cmdline, opts)
   opts = opts or {}
   local fin, fout, ferr, fall = tmpname(), tmpname(), tmpname(), tmpname()
   write(fin, opts.stdin or "")
-  local env = {}
+  -- LD_PRELOAD (the sanitizer runtime, in .ci/run) is for the spec process
+  -- only: the tools run here are not instrumented (and a sanitized fhelium
+  -- links its runtime itself)
+  local env = { "-u LD_PRELOAD" }
   for k, v in pairs(opts.env or {}) do
     if v == false then env[#env + 1] = "-u " .. k else env[#env + 1] = k .. "=" .. M.quote(v) end
   end
-  local prefix = (opts.cwd and ("cd " .. M.quote(opts.cwd) .. " && ") or "") ..
-    (#env > 0 and ("env " .. table.concat(env, " ") .. " ") or "")
+  local prefix = (opts.cwd and ("cd " .. M.quote(opts.cwd) .. " && ") or "") .. "env " .. table.concat(env, " ") .. " "
   local redir
   if opts.merged then
     redir = (">%s 2>&1"):format(M.quote(fall))
