@@ -23,7 +23,8 @@ show("b = arange(6):view({2, 3})", b)
 -- Arithmetic, elementwise, with a new tensor as result.
 show("a + b", a + b)
 show("a * b - 1", a * b - 1)
-print("-- sum(a * b) = " .. fh.sum(a * b):item() .. "\n")
+print(("-- a equals b + 1: %s; allclose(a, a + 1e-9): %s\n"):format(tostring(fh.equal(a, b + 1)),
+  tostring(fh.allclose(a, a + 1e-9))))
 
 -- Views share storage and keep their strides (1-based dimensions).
 local bt = b:transpose(1, 2)
