@@ -23,13 +23,15 @@ show("b = arange(6):view({2, 3})", b)
 -- Arithmetic, elementwise, with a new tensor as result.
 show("a + b", a + b)
 show("a * b - 1", a * b - 1)
-print(("-- a equals b + 1: %s; allclose(a, a + 1e-9): %s\n"):format(tostring(fh.equal(a, b + 1)),
-  tostring(fh.allclose(a, a + 1e-9))))
+show("-a / 2", -a / 2)
 
 -- Views share storage and keep their strides (1-based dimensions).
 local bt = b:transpose(1, 2)
 show(("b:transpose(1, 2): a view with strides {%s}, contiguous: %s"):format(table.concat(bt:stride(), ", "),
   tostring(bt:is_contiguous())), bt)
+
+local an = a:narrow(2, 2, 2)
+show(("a:narrow(2, 2, 2): columns 2..3 of a, strides {%s}"):format(table.concat(an:stride(), ", ")), an)
 
 -- Seeded random numbers: the same seed gives the same tensor.
 local g = fh.Generator(2024)
