@@ -57,13 +57,10 @@ function M.compile(chunk, chunkname)
     return function() return fn(pack) end, "expr"
   end
   local err
-  if expr_only then
-    fn, err = loadstring("return " .. src, chunkname)
-    if fn then err = "syntax error" end -- not reached: the packed form failed too
-  else
-    fn, err = loadstring(src, chunkname)
-    if fn then return fn, "stmt" end
-  end
+  -- "=expr" reports the errors of "return expr"; other entries are tried
+  -- as statements
+  fn, err = loadstring(expr_only and ("return " .. src) or src, chunkname)
+  if fn then return fn, "stmt" end
   -- incomplete: the error is at the end of the input, except a short string
   -- left open (it cannot continue on the next line)
   local incomplete = err:find("'<eof>'$") ~= nil and not err:find("unfinished string", 1, true)
