@@ -1,13 +1,30 @@
-/* The `fhelium` executable: LuaJIT with fhelium preloaded.
- *   fhelium script.lua [args]   run a script (global `arg` as in luajit)
- *   fhelium -e 'code'           run a chunk (may be repeated)
- *   fhelium -i                  start the REPL (also: no arguments on a terminal)
- *   fhelium --version | --info
- * With stdin not a terminal and no arguments, the REPL reads stdin (so it
- * can be driven through a pipe). The Lua side lives in lua/fhelium; its
- * directory is found from FHELIUM_LUA_DIR, else the source tree, else the
- * install prefix. */
+/* The `fhelium` executable: LuaJIT with the fhelium module linked in.
+ *
+ *   fhelium script.lua [args]   run a script; global `arg` as in luajit
+ *                               (arg[0] the script, arg[1..] its arguments,
+ *                               arg[-1..] what came before); the script also
+ *                               receives its arguments as `...`
+ *   fhelium -e 'code'           run a chunk (may be repeated, runs in order)
+ *   fhelium -i                  start the REPL after the script / -e chunks
+ *   fhelium                     the REPL (on a terminal: line editing; with
+ *                               stdin piped: reads the pipe, no prompts)
+ *   fhelium -                   run stdin as a script
+ *   fhelium --version | --info | --help
+ *
+ * Exit status: 0 on success; 1 when a chunk, a script or (with stdin piped)
+ * any REPL entry raised an error; 2 for a usage error.
+ *
+ * Errors print as "fhelium: <text>" on stderr. fhelium error objects print
+ * as "<kind>: <message>" plus the script line that raised them; string
+ * errors print with a stack traceback. Ctrl-C while Lua code runs raises
+ * "interrupted!" in that code (as in luajit).
+ *
+ * The Lua side lives in lua/fhelium; its directory is FHELIUM_LUA_DIR, else
+ * the source tree this binary was built from, else the install prefix.
+ * `fhelium.core` (the binding) is linked into this binary and preloaded, as
+ * is `fhelium.lineinput`, the REPL's line input (below). */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,74 +44,168 @@
 #ifndef FH_LINE_EDITING_DESC
 #define FH_LINE_EDITING_DESC "none"
 #endif
+#ifndef FH_BUILD_C_COMPILER
+#define FH_BUILD_C_COMPILER "?"
+#endif
+#ifndef FH_BUILD_CUDA_COMPILER
+#define FH_BUILD_CUDA_COMPILER ""
+#endif
+#ifndef FH_BUILD_CUDA_ARCHS
+#define FH_BUILD_CUDA_ARCHS ""
+#endif
 
-/* ---- line input for the REPL ------------------------------------------- */
-static lua_State *completion_L;
+#define FH_HISTORY_MAX 1000
+
+/* ---- Ctrl-C ---------------------------------------------------------------
+ * While Lua code runs under interruptible_pcall, SIGINT sets a hook that
+ * raises "interrupted!" at the next Lua call, return or instruction (the
+ * lua.c technique: lua_sethook is safe to call from a signal handler).
+ * While the REPL waits for a line, SIGINT only sets `sigint_flag`; the read
+ * returns and the REPL discards the pending input. LuaJIT never runs hooks
+ * inside compiled traces, so a JIT-compiled endless loop ignores the first
+ * Ctrl-C; a second one then terminates the process. */
+static lua_State *signal_L;
+static volatile sig_atomic_t sigint_flag;
+
+static void interrupt_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  luaL_error(L, "interrupted!");
+}
+
+static void on_sigint_run(int sig) {
+  if (sigint_flag) {
+    /* the first Ctrl-C did not stop it (JIT-compiled loops never look at
+     * hooks): the second one terminates as usual */
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  sigint_flag = 1;
+  lua_sethook(signal_L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+static void on_sigint_read(int sig) {
+  (void)sig;
+  sigint_flag = 1;
+}
+
+/* Installs `fn` for SIGINT (no SA_RESTART, so blocking reads return EINTR). */
+static void sigint_set(void (*fn)(int), struct sigaction *old) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = fn;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, old);
+}
+
+/* lua_pcall(L, nargs, nres, msgh) with Ctrl-C raising "interrupted!". */
+static int interruptible_pcall(lua_State *L, int nargs, int nres, int msgh) {
+  struct sigaction old;
+  signal_L = L;
+  sigint_flag = 0;
+  sigint_set(on_sigint_run, &old);
+  int st = lua_pcall(L, nargs, nres, msgh);
+  sigaction(SIGINT, &old, NULL);
+  if (lua_gethook(L) == interrupt_hook) lua_sethook(L, NULL, 0, 0); /* a late signal */
+  return st;
+}
+
+/* ---- fhelium.lineinput: the REPL's line input ------------------------------
+ * readline(prompt) -> line | nil (end of input) | false (Ctrl-C: discard).
+ * On a terminal it edits with libedit when built with it (history, tab
+ * completion through the Lua completer); otherwise, and always when stdin is
+ * not a terminal, it reads a plain line and prints no prompt. */
 static int completer_ref = LUA_NOREF;
 
 #ifdef FH_HAVE_EDITLINE
+static int history_enabled;
+static char *history_path;
+static lua_State *completion_L;
+
+/* Calls the Lua completer(text, line) -> {candidates}; returns a malloc'd,
+ * NULL-terminated array whose first entry is the longest common prefix of
+ * the candidates (readline's convention), or NULL. Never raises. */
 static char **complete_cb(const char *text, int start, int end) {
   (void)start;
   (void)end;
-  rl_attempted_completion_over = 1;
+  rl_attempted_completion_over = 1; /* never fall back to file names */
   lua_State *L = completion_L;
-  if (L == NULL || completer_ref == LUA_NOREF) return NULL;
+  if (L == NULL || completer_ref == LUA_NOREF || !lua_checkstack(L, 4)) return NULL;
+  int top = lua_gettop(L);
   lua_rawgeti(L, LUA_REGISTRYINDEX, completer_ref);
   lua_pushstring(L, text);
   lua_pushstring(L, rl_line_buffer ? rl_line_buffer : "");
-  if (lua_pcall(L, 2, 1, 0) != 0 || !lua_istable(L, -1)) {
-    lua_pop(L, 1);
-    return NULL;
+  char **m = NULL;
+  if (lua_pcall(L, 2, 1, 0) == 0 && lua_istable(L, -1)) {
+    int n = (int)lua_objlen(L, -1), k = 0;
+    if (n > 0 && (m = calloc((size_t)n + 2, sizeof *m)) != NULL) {
+      for (int i = 1; i <= n; ++i) {
+        lua_rawgeti(L, -1, i);
+        const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        char *c = s ? strdup(s) : NULL;
+        lua_pop(L, 1);
+        if (c) m[++k] = c;
+      }
+      if (k == 0) {
+        free(m);
+        m = NULL;
+      } else {
+        size_t lcp = strlen(m[1]);
+        for (int i = 2; i <= k; ++i) {
+          size_t j = 0;
+          while (j < lcp && m[i][j] == m[1][j]) ++j;
+          lcp = j;
+        }
+        m[0] = strndup(m[1], lcp);
+        if (m[0] == NULL) {
+          for (int i = 1; i <= k; ++i) free(m[i]);
+          free(m);
+          m = NULL;
+        }
+      }
+    }
   }
-  int n = (int)lua_objlen(L, -1);
-  if (n == 0) {
-    lua_pop(L, 1);
-    return NULL;
-  }
-  char **m = calloc((size_t)n + 2, sizeof *m);
-  if (m == NULL) {
-    lua_pop(L, 1);
-    return NULL;
-  }
-  /* m[0] is the longest common prefix, as readline expects */
-  for (int i = 0; i < n; ++i) {
-    lua_rawgeti(L, -1, i + 1);
-    m[i + 1] = strdup(lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
-    lua_pop(L, 1);
-  }
-  size_t lcp = strlen(m[1]);
-  for (int i = 2; i <= n; ++i) {
-    size_t j = 0;
-    while (j < lcp && m[i][j] == m[1][j]) ++j;
-    lcp = j;
-  }
-  m[0] = strndup(m[1], lcp);
-  lua_pop(L, 1);
+  lua_settop(L, top);
   return m;
+}
+
+static int editline_initialized;
+static void editline_init(void) {
+  if (editline_initialized) return;
+  editline_initialized = 1;
+  rl_readline_name = "fhelium"; /* ~/.editrc entries may start with "fhelium:" */
+  /* words for completion: whole Lua access paths (a.b:c), not file names */
+  static const char breaks[] = " \t\n\"\\'`@$><=;|&{(+-*/%^~#,}";
+  rl_basic_word_break_characters = breaks;
+  rl_completer_word_break_characters = (char *)breaks;
+  rl_completion_append_character = '\0';
+  rl_attempted_completion_function = complete_cb;
+  stifle_history(FH_HISTORY_MAX);
 }
 #endif
 
-static int l_readline(lua_State *L) {
-  const char *prompt = luaL_optstring(L, 1, "> ");
-#ifdef FH_HAVE_EDITLINE
-  if (isatty(0)) {
-    completion_L = L;
-    char *line = readline(prompt);
-    completion_L = NULL;
-    if (line == NULL) return 0;
-    lua_pushstring(L, line);
-    free(line);
-    return 1;
-  }
-#endif
-  if (isatty(0)) {
+/* A plain line from stdin (no editing). Returns 1 with the line pushed, 0 at
+ * end of input, -1 when interrupted (Ctrl-C). */
+static int read_plain_line(lua_State *L, const char *prompt, int tty) {
+  if (tty) {
     fputs(prompt, stdout);
     fflush(stdout);
   }
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   int c, any = 0;
-  while ((c = getchar()) != EOF && c != '\n') {
+  for (;;) {
+    c = getchar();
+    if (c == EOF) {
+      if (ferror(stdin) && errno == EINTR) {
+        clearerr(stdin);
+        if (sigint_flag) return -1;
+        continue;
+      }
+      break;
+    }
+    if (c == '\n') break;
     luaL_addchar(&b, (char)c);
     any = 1;
   }
@@ -103,86 +214,204 @@ static int l_readline(lua_State *L) {
   return 1;
 }
 
-static int l_add_history(lua_State *L) {
+static int l_readline(lua_State *L) {
+  const char *prompt = luaL_optstring(L, 1, "> ");
+  int tty = isatty(0);
+  struct sigaction old;
+  if (tty) {
+    sigint_flag = 0;
+    sigint_set(on_sigint_read, &old);
+  }
+  int r;
 #ifdef FH_HAVE_EDITLINE
-  add_history(luaL_checkstring(L, 1));
+  if (tty) {
+    editline_init();
+    completion_L = L;
+    char *line = readline(prompt);
+    completion_L = NULL;
+    if (line) {
+      lua_pushstring(L, line);
+      free(line);
+      r = 1;
+    } else {
+      r = sigint_flag ? -1 : 0;
+    }
+  } else
+#endif
+    r = read_plain_line(L, prompt, tty);
+  if (tty) {
+    sigaction(SIGINT, &old, NULL);
+    if (r != 1 && sigint_flag) r = -1;
+  }
+  if (r == 1) {
+    /* the line wins when Ctrl-C came after it was complete */
+    return 1;
+  }
+  if (r < 0) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  return 0;
+}
+
+/* history_open(path): read `path` (if it exists) and save the history there
+ * after every add_history. No-op without libedit. Returns true when history
+ * is kept. */
+static int l_history_open(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+#ifdef FH_HAVE_EDITLINE
+  editline_init();
+  char *copy = strdup(path);
+  if (copy == NULL) return luaL_error(L, "out of memory");
+  free(history_path);
+  history_path = copy;
+  history_enabled = 1;
+  if (access(path, R_OK) == 0) read_history(path);
+  lua_pushboolean(L, 1);
 #else
-  (void)L;
+  (void)path;
+  lua_pushboolean(L, 0);
 #endif
-  return 0;
-}
-static int l_read_history(lua_State *L) {
-#ifdef FH_HAVE_EDITLINE
-  read_history(luaL_checkstring(L, 1));
-#else
-  (void)L;
-#endif
-  return 0;
-}
-static int l_write_history(lua_State *L) {
-#ifdef FH_HAVE_EDITLINE
-  write_history(luaL_checkstring(L, 1));
-#else
-  (void)L;
-#endif
-  return 0;
-}
-static int l_set_completer(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TFUNCTION);
-  if (completer_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, completer_ref);
-  lua_pushvalue(L, 1);
-  completer_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-#ifdef FH_HAVE_EDITLINE
-  rl_attempted_completion_function = complete_cb;
-#endif
-  return 0;
-}
-static int l_isatty(lua_State *L) {
-  lua_pushboolean(L, isatty((int)luaL_optinteger(L, 1, 0)));
   return 1;
 }
 
+/* add_history(line): add and save. Returns true, or false and a message
+ * when the file could not be written. */
+static int l_add_history(lua_State *L) {
+  const char *line = luaL_checkstring(L, 1);
+#ifdef FH_HAVE_EDITLINE
+  if (history_enabled && line[0] != '\0') {
+    add_history(line);
+    int e = write_history(history_path);
+    if (e != 0) {
+      lua_pushboolean(L, 0);
+      lua_pushfstring(L, "cannot write %s: %s", history_path, strerror(e));
+      return 2;
+    }
+  }
+#else
+  (void)line;
+#endif
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_set_completer(lua_State *L) {
+  if (lua_isnil(L, 1)) {
+    luaL_unref(L, LUA_REGISTRYINDEX, completer_ref);
+    completer_ref = LUA_NOREF;
+    return 0;
+  }
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  luaL_unref(L, LUA_REGISTRYINDEX, completer_ref);
+  lua_pushvalue(L, 1);
+  completer_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return 0;
+}
+
+static int l_isatty(lua_State *L) {
+  lua_Number fd = luaL_optnumber(L, 1, 0);
+  lua_pushboolean(L, fd >= 0 && fd <= 2 && isatty((int)fd));
+  return 1;
+}
+
+/* xpcall(fn, msgh, ...) with Ctrl-C raising "interrupted!" inside fn:
+ * returns true, results... or false, msgh(err). */
+static int l_xpcall(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  int n = lua_gettop(L);
+  lua_pushvalue(L, 2);
+  int msgh = n + 1;
+  lua_pushvalue(L, 1);
+  for (int i = 3; i <= n; ++i) lua_pushvalue(L, i);
+  int st = interruptible_pcall(L, n - 2, LUA_MULTRET, msgh);
+  lua_pushboolean(L, st == 0);
+  lua_replace(L, msgh);
+  return lua_gettop(L) - msgh + 1;
+}
+
 static int luaopen_fhelium_lineinput(lua_State *L) {
-  static const luaL_Reg fns[] = {{"readline", l_readline},           {"add_history", l_add_history},
-                                 {"read_history", l_read_history},   {"write_history", l_write_history},
-                                 {"set_completer", l_set_completer}, {"isatty", l_isatty},
+  static const luaL_Reg fns[] = {{"readline", l_readline},       {"history_open", l_history_open},
+                                 {"add_history", l_add_history}, {"set_completer", l_set_completer},
+                                 {"isatty", l_isatty},           {"xpcall", l_xpcall},
                                  {NULL, NULL}};
   lua_newtable(L);
   fh__lua_setfuncs(L, fns);
   lua_pushstring(L, FH_LINE_EDITING_DESC);
   lua_setfield(L, -2, "backend");
+#ifdef FH_HAVE_EDITLINE
+  lua_pushboolean(L, 1);
+#else
+  lua_pushboolean(L, 0);
+#endif
+  lua_setfield(L, -2, "editing");
   return 1;
 }
 
-/* ---- startup -------------------------------------------------------------- */
-static int traceback(lua_State *L) {
-  /* error objects (tables) keep their identity; strings get a traceback */
-  if (lua_type(L, 1) == LUA_TSTRING) {
+/* ---- errors ---------------------------------------------------------------- */
+static const char *lua_dir(void);
+
+/* Message handler: turns any error value into the text to print. Strings
+ * get a traceback; fhelium error objects keep "<kind>: <message>" (their
+ * __tostring) plus the first script line on the stack outside fhelium's own
+ * Lua files; other values are described. Runs protected, so a failing
+ * __tostring cannot abort. */
+static int msghandler(lua_State *L) {
+  int t = lua_type(L, 1);
+  if (t == LUA_TSTRING) {
     luaL_traceback(L, L, lua_tostring(L, 1), 1);
     return 1;
   }
+  if ((t == LUA_TTABLE || t == LUA_TUSERDATA) && luaL_getmetafield(L, 1, "__tostring")) {
+    lua_pushvalue(L, 1);
+    if (lua_pcall(L, 1, 1, 0) != 0) {
+      lua_pushfstring(L, "(error object's __tostring failed: %s)",
+                      lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1));
+      return 1;
+    }
+    if (lua_type(L, -1) != LUA_TSTRING) {
+      lua_pushliteral(L, "(error object's __tostring did not return a string)");
+      return 1;
+    }
+    const char *dir = lua_dir();
+    size_t dirlen = strlen(dir);
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); ++level) {
+      if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0) continue;
+      if (ar.source[0] == '@' && strncmp(ar.source + 1, dir, dirlen) == 0) continue; /* fhelium's Lua */
+      lua_pushfstring(L, "%s\n\tat %s:%d", lua_tostring(L, -1), ar.short_src, ar.currentline);
+      break;
+    }
+    return 1;
+  }
+  lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   return 1;
 }
 
+/* Prints the error text at the top of the stack (after a failed call). */
 static int report(lua_State *L, int status) {
   if (status == 0) return 0;
-  const char *msg;
-  if (lua_type(L, -1) == LUA_TTABLE && luaL_callmeta(L, -1, "__tostring")) msg = lua_tostring(L, -1);
-  else msg = lua_tostring(L, -1);
+  const char *msg = lua_tostring(L, -1);
+  fflush(stdout); /* keep the order of output and error when both go to one file */
   fprintf(stderr, "fhelium: %s\n", msg ? msg : "(error object is not a string)");
   fflush(stderr);
+  lua_pop(L, 1);
   return status;
 }
 
+/* Calls the function below its nargs arguments, protected, with msghandler
+ * and Ctrl-C interruption. */
 static int docall(lua_State *L, int nargs, int nres) {
   int base = lua_gettop(L) - nargs;
-  lua_pushcfunction(L, traceback);
+  lua_pushcfunction(L, msghandler);
   lua_insert(L, base);
-  int st = lua_pcall(L, nargs, nres, base);
+  int st = interruptible_pcall(L, nargs, nres, base);
   lua_remove(L, base);
   return st;
 }
 
+/* ---- startup --------------------------------------------------------------- */
 static const char *lua_dir(void) {
   const char *env = getenv("FHELIUM_LUA_DIR");
   if (env && *env) return env;
@@ -190,7 +419,7 @@ static const char *lua_dir(void) {
   return FH_LUA_INSTALL_DIR;
 }
 
-static void setup_paths(lua_State *L) {
+static int setup_paths(lua_State *L) {
   const char *dir = lua_dir();
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
@@ -203,6 +432,7 @@ static void setup_paths(lua_State *L) {
   lua_pushcfunction(L, luaopen_fhelium_lineinput);
   lua_setfield(L, -2, "fhelium.lineinput");
   lua_pop(L, 2);
+  return 0;
 }
 
 static void usage(FILE *f) {
@@ -210,38 +440,88 @@ static void usage(FILE *f) {
         "  -e code     run code (may be repeated)\n"
         "  -i          enter the REPL after running the script or -e code\n"
         "  -           run stdin as a script\n"
+        "  --          stop handling options\n"
         "  --version   print the version\n"
         "  --info      print build options, CUDA availability and devices\n"
         "  --help      this text\n"
-        "With no script on a terminal (or with -i) the REPL starts; with stdin\n"
-        "piped and no script, the REPL reads the pipe.\n",
+        "With no script and no -e, the REPL starts: with line editing on a terminal,\n"
+        "without prompts when stdin is piped (then the exit status is 1 if any entry\n"
+        "raised an error).\n",
         f);
 }
 
-static int run_repl(lua_State *L) {
+static int usage_error(lua_State *L, const char *fmt, const char *what) {
+  fputs("fhelium: ", stderr);
+  fprintf(stderr, fmt, what);
+  fputs("\n", stderr);
+  usage(stderr);
+  lua_close(L);
+  return 2;
+}
+
+/* require(name) leaving the module on the stack; 0 or an error status. */
+static int dorequire(lua_State *L, const char *name) {
   lua_getglobal(L, "require");
-  lua_pushliteral(L, "fhelium.repl");
-  int st = docall(L, 1, 1);
+  lua_pushstring(L, name);
+  return docall(L, 1, 1);
+}
+
+/* require("fhelium.repl").run() -> true when every entry succeeded. */
+static int run_repl(lua_State *L) {
+  int st = dorequire(L, "fhelium.repl");
   if (st) return report(L, st);
   lua_getfield(L, -1, "run");
   lua_remove(L, -2);
-  return report(L, docall(L, 0, 0));
+  /* entries run protected (and interruptible) inside; this call only fails
+   * on a REPL bug, and is not interruptible itself */
+  lua_pushcfunction(L, msghandler);
+  lua_insert(L, -2);
+  st = lua_pcall(L, 0, 1, -2);
+  lua_remove(L, -2);
+  if (st) return report(L, st);
+  int ok = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return ok ? 0 : 1;
+}
+
+static int run_info(lua_State *L) {
+  int st = dorequire(L, "fhelium.info");
+  if (st == 0) {
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, FH_LINE_EDITING_DESC);
+    lua_setfield(L, -2, "line_editing");
+    lua_pushstring(L, lua_dir());
+    lua_setfield(L, -2, "lua_dir");
+    lua_pushstring(L, FH_BUILD_C_COMPILER);
+    lua_setfield(L, -2, "c_compiler");
+    lua_pushstring(L, FH_BUILD_CUDA_COMPILER);
+    lua_setfield(L, -2, "cuda_compiler");
+    lua_pushstring(L, FH_BUILD_CUDA_ARCHS);
+    lua_setfield(L, -2, "cuda_architectures");
+    st = docall(L, 1, 0);
+  }
+  return report(L, st);
 }
 
 int main(int argc, char **argv) {
   lua_State *L = luaL_newstate();
   if (L == NULL) {
-    fputs("fhelium: cannot create a Lua state\n", stderr);
+    fputs("fhelium: cannot create a Lua state (out of memory)\n", stderr);
     return 1;
   }
+  lua_gc(L, LUA_GCSTOP, 0);
   luaL_openlibs(L);
+  lua_gc(L, LUA_GCRESTART, -1);
   luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_ON);
   setup_paths(L);
 
-  int interactive = 0, ran = 0, i, status = 0;
+  int interactive = 0, ran = 0, i;
   for (i = 1; i < argc; ++i) {
     const char *a = argv[i];
-    if (strcmp(a, "--version") == 0) {
+    if (strcmp(a, "--") == 0) {
+      ++i;
+      break;
+    } else if (strcmp(a, "--version") == 0 || strcmp(a, "-v") == 0) {
       printf("fhelium %s (%s)\n", fh_version(), LUAJIT_VERSION);
       lua_close(L);
       return 0;
@@ -250,43 +530,29 @@ int main(int argc, char **argv) {
       lua_close(L);
       return 0;
     } else if (strcmp(a, "--info") == 0) {
-      lua_getglobal(L, "require");
-      lua_pushliteral(L, "fhelium.info");
-      status = docall(L, 1, 1);
-      if (status == 0) {
-        lua_pushstring(L, FH_LINE_EDITING_DESC);
-        status = docall(L, 1, 0);
-      }
-      report(L, status);
+      int st = run_info(L);
       lua_close(L);
-      return status ? 1 : 0;
+      return st ? 1 : 0;
     } else if (strcmp(a, "-i") == 0) {
       interactive = 1;
-    } else if (strcmp(a, "-e") == 0) {
-      if (++i >= argc) {
-        fputs("fhelium: -e needs an argument\n", stderr);
-        usage(stderr);
-        lua_close(L);
-        return 1;
-      }
-      status = luaL_loadbuffer(L, argv[i], strlen(argv[i]), "=(command line)");
-      if (status == 0) status = docall(L, 0, 0);
+    } else if (strncmp(a, "-e", 2) == 0) {
+      const char *code = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+      if (code == NULL) return usage_error(L, "%s needs an argument", "-e");
+      int st = luaL_loadbuffer(L, code, strlen(code), "=(command line)");
+      if (st == 0) st = docall(L, 0, 0);
       ran = 1;
-      if (report(L, status)) {
+      if (report(L, st)) {
         lua_close(L);
         return 1;
       }
     } else if (a[0] == '-' && a[1] != '\0') {
-      fprintf(stderr, "fhelium: unknown option '%s'\n", a);
-      usage(stderr);
-      lua_close(L);
-      return 1;
+      return usage_error(L, "unknown option '%s'", a);
     } else {
-      break; /* script */
+      break; /* the script */
     }
   }
   if (i < argc) {
-    /* arg table: arg[0] = script, arg[1..] = its arguments, arg[-k] before */
+    /* arg: arg[0] = script, arg[1..] = its arguments, arg[-k] = before it */
     lua_createtable(L, argc - i - 1, i + 1);
     for (int k = 0; k < argc; ++k) {
       lua_pushstring(L, argv[k]);
@@ -294,20 +560,22 @@ int main(int argc, char **argv) {
     }
     lua_setglobal(L, "arg");
     const char *script = strcmp(argv[i], "-") == 0 ? NULL : argv[i];
-    status = luaL_loadfile(L, script);
-    if (status == 0) {
+    int st = luaL_loadfile(L, script);
+    if (st == 0) {
       int nargs = argc - i - 1;
       luaL_checkstack(L, nargs, "too many arguments");
       for (int k = i + 1; k < argc; ++k) lua_pushstring(L, argv[k]);
-      status = docall(L, nargs, 0);
+      st = docall(L, nargs, 0);
     }
     ran = 1;
-    if (report(L, status)) {
+    if (report(L, st)) {
       lua_close(L);
       return 1;
     }
   }
-  if (interactive || !ran) status = run_repl(L);
+  int st = 0;
+  if (interactive || !ran) st = run_repl(L);
+  fflush(stdout);
   lua_close(L);
-  return status ? 1 : 0;
+  return st ? 1 : 0;
 }

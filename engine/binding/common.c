@@ -217,6 +217,7 @@ int64_t fh__lua_checkint(lua_State *L, int idx, const char *fn, const char *argn
 /* int64_t/uint64_t cdata: parse tostring(), which LuaJIT prints exactly as
  * "<digits>LL" / "<digits>ULL". */
 static int cdata_scalar(lua_State *L, int idx, fh_scalar *out) {
+  if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1; /* stays valid after the pushes */
   lua_getglobal(L, "tostring");
   lua_pushvalue(L, idx);
   lua_call(L, 1, 1);

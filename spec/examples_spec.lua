@@ -1,0 +1,53 @@
+-- The examples run through the `fhelium` executable and print what the API
+-- computes (the README's first command runs examples/quickstart.lua).
+local fh = require "fhelium"
+local cli = require "spec.support.cli"
+
+-- a * b mod q for uint64 cdata with q < 2^62, by doubling (no 128-bit
+-- arithmetic in Lua): every intermediate stays below 2^63
+local function mulmod(a, b, q)
+  a, b = a % q, b % q
+  local r = 0ULL
+  while b > 0ULL do
+    if b % 2ULL == 1ULL then r = (r + a) % q end
+    a = (a * 2ULL) % q
+    b = b / 2ULL
+  end
+  return r
+end
+
+describe("examples/quickstart.lua", function()
+  local r = cli.run { cli.root .. "/examples/quickstart.lua" }
+
+  it("runs without errors", function()
+    assert.equal("", r.stderr)
+    assert.equal(0, r.code)
+  end)
+
+  it("prints tensors and their arithmetic as the API computes them", function()
+    local a = fh.tensor({ { 1, 2, 3 }, { 4, 5, 6 } }, { dtype = "float64" })
+    local b = fh.arange(6, { dtype = "float64" }):view({ 2, 3 })
+    for _, t in ipairs { a, b, a + b, a * b - 1, -a / 2, b:transpose(1, 2) } do
+      assert.truthy(r.stdout:find(tostring(t), 1, true), tostring(t))
+    end
+    assert.truthy(r.stdout:find("columns 2..3 of a, strides {3, 1}\n" .. tostring(a:narrow(2, 2, 2)), 1, true),
+      r.stdout)
+    assert.truthy(r.stdout:find("strides {1, 3}, contiguous: false", 1, true))
+  end)
+
+  it("prints RNS products that match a reference modular multiply", function()
+    local q = { 1152921504606584833ULL, 1152921504598720513ULL }
+    local x = { { 1ULL, 2ULL, q[1] - 1ULL, 123456789ULL }, { 5ULL, q[2] - 2ULL, 7ULL, 1ULL } }
+    local y = { { 3ULL, q[1] - 1ULL, 2ULL, 987654321ULL }, { q[2] - 5ULL, 4ULL, 6ULL, 1ULL } }
+    local expected = {}
+    for i = 1, 2 do
+      expected[i] = {}
+      for j = 1, 4 do expected[i][j] = mulmod(x[i][j], y[i][j], q[i]) end
+    end
+    local tx, ty = fh.tensor(x, { dtype = "uint64" }), fh.tensor(y, { dtype = "uint64" })
+    local prod = fh.rns.mul(tx, ty, q)
+    assert.same(expected, prod:tolist())
+    assert.truthy(r.stdout:find("-- fh.rns.mul(x, y, q)\n" .. tostring(prod), 1, true), r.stdout)
+    assert.truthy(r.stdout:find("= 1ULL (expected 1)", 1, true))
+  end)
+end)
