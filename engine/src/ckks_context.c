@@ -404,6 +404,17 @@ static fh_status preset_primes(const fh_ckks_preset *p, uint64_t *q, uint64_t *p
 static fh_ckks_context *preset_cache[NPRESETS];
 static pthread_mutex_t preset_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Drop the cache's references when the engine is unloaded (the Lua module
+ * is dlclose'd by lua_close) or the process exits, so leak checkers see every
+ * context released; contexts still referenced elsewhere stay alive. */
+__attribute__((destructor)) static void preset_cache_clear(void) {
+  for (int i = 0; i < NPRESETS; ++i) {
+    fh_ckks_context *c = preset_cache[i];
+    preset_cache[i] = NULL;
+    fh_ckks_context_release(c);
+  }
+}
+
 fh_status fh_ckks_context_from_preset(const char *name, fh_ckks_context **out) {
   const fh_ckks_preset *p = fh_ckks_preset_find(name);
   if (p == NULL) {
