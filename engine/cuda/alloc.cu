@@ -702,6 +702,7 @@ fh_status fh_mempool_end(fh_mempool *p) {
     int n = fh_cuda_device_count();
     for (int i = 0; i < n; ++i) run_deferred(&g_dev[i]);
     fh__pinned_process_deferred();
+    fh__cuda_process_deferred_destroys();
   }
   return FH_OK;
 }
