@@ -364,7 +364,8 @@ static int l_capture(lua_State *L) {
   fh_stream_set_current(prev);
   st = fh__cuda_test_capture_end(sb->s, pool, ok ? replays : 0);
   fh_mempool_free(pool);
-  if (st != FH_OK) fh__lua_error(L);
+  if (!ok) fh_error_clear(); /* fn's error says more than an invalidated capture */
+  else if (st != FH_OK) fh__lua_error(L);
   lua_pushboolean(L, ok);
   lua_insert(L, -2);
   return 2;
