@@ -63,9 +63,26 @@ do
       tot[r], enq[r] = t2 - t0, t1 - t0
     end
   end
+  assert(fh.allclose(out, a + b), "the benchmark's adds computed a wrong result")
+  local inplace = {}
+  for r = -20, REPS do
+    sync()
+    local t0 = now_us()
+    for _ = 1, K do out:add_(b) end
+    sync()
+    if r >= 1 then inplace[r] = now_us() - t0 end
+  end
+  results.eager_inplace_us = median(inplace)
+  local ca, cb, cc = fh.ones({ 2 }), fh.ones({ 2 }), fh.empty({ 2 })
+  local copts, cpu = { out = cc }, {}
+  for r = -20, REPS do
+    local t0 = now_us()
+    for _ = 1, K do add(ca, cb, copts) end
+    if r >= 1 then cpu[r] = now_us() - t0 end
+  end
+  results.eager_cpu_us = median(cpu)
   results.eager_lua_us = median(tot)
   results.eager_lua_enqueue_us = median(enq)
-  assert(fh.allclose(out, a + b), "the benchmark's adds computed a wrong result")
 end
 
 -- ---- copies of 256 MiB ------------------------------------------------------------
@@ -145,6 +162,10 @@ end
 row("eager: 100 adds + sync (per loop)", results.eager_lua_us, base.eager_c_us, "us", "Lua/C <= 1.3")
 row("eager: enqueue 100 adds (host only)", results.eager_lua_enqueue_us, base.eager_c_enqueue_us, "us", "(info)")
 row("eager: raw <<<>>> loop, for reference", base.eager_raw_us, nil, "us")
+row("eager: C loop through the launch boundary", base.eager_boundary_us, base.eager_c_us, "us", "(breakdown)")
+row("eager: C loop of fh_binary (engine, no Lua)", base.eager_engine_us, base.eager_c_us, "us", "(breakdown)")
+row("eager: Lua loop of t:add_(b) (no options)", results.eager_inplace_us, base.eager_c_us, "us", "(breakdown)")
+row("eager: Lua fh.add out= on 2-element CPU tensors", results.eager_cpu_us, nil, "us", "(host cost only)")
 row("copy 256 MiB H2D pinned", results.h2d_pinned_gbs, base.h2d_pinned_gbs, "GB/s", ">= 0.95")
 row("copy 256 MiB D2H pinned", results.d2h_pinned_gbs, base.d2h_pinned_gbs, "GB/s", ">= 0.95")
 row("copy 256 MiB H2D pageable (staged)", results.h2d_pageable_gbs, base.h2d_pageable_gbs, "GB/s", ">= 2")
