@@ -12,6 +12,7 @@
  *                     (the engine's validation, no Lua)
  *   h2d_pinned_gbs, d2h_pinned_gbs, h2d_pageable_gbs, d2h_pageable_gbs,
  *   d2d_gbs           cudaMemcpyAsync of 256 MiB (bytes counted once), GB/s
+ * With the argument "eager", only the eager measures.
  * Built by CMake (target fhelium_bench_baseline) when CUDA is on. */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -56,7 +57,8 @@ __global__ void raw_add(float *o, const float *a, const float *b, long long n) {
 #define REPS 200
 #define K 100
 
-int main(void) {
+int main(int argc, char **argv) {
+  int eager_only = argc > 1 && strcmp(argv[1], "eager") == 0;
   CHECK(cudaSetDevice(0));
   const int n = 4096;
   float *a, *b, *o;
@@ -138,6 +140,7 @@ int main(void) {
   printf("eager_c_us %.3f\n", median(tot, REPS));
   printf("eager_c_enqueue_us %.3f\n", median(enq, REPS));
   printf("eager_raw_us %.3f\n", median(raw, REPS));
+  if (eager_only) return 0;
 
   const size_t N = (size_t)256 << 20;
   void *d, *d2, *hp, *hpage;
