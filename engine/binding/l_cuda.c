@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "fh/cuda_alloc.h"
 
 static int checkindex(lua_State *L, int idx, const char *fn) {
   if (lua_isnoneornil(L, idx)) return fh_cuda_current_device();
@@ -246,6 +247,118 @@ static int e_tostring(lua_State *L) {
   return 1;
 }
 
+/* ---- memory ------------------------------------------------------------- */
+static void push_stats(lua_State *L, const fh_memory_stats *m) {
+  lua_createtable(L, 0, 17);
+#define STAT(k)                       \
+  lua_pushnumber(L, (lua_Number)m->k); \
+  lua_setfield(L, -2, #k)
+  STAT(allocated);
+  STAT(requested);
+  STAT(reserved);
+  STAT(peak_allocated);
+  STAT(peak_reserved);
+  STAT(active_blocks);
+  STAT(cached_blocks);
+  STAT(pending_blocks);
+  STAT(deferred_frees);
+  STAT(allocations);
+  STAT(frees);
+  STAT(cuda_allocs);
+  STAT(cuda_frees);
+  STAT(reuses);
+  STAT(stream_events);
+  STAT(ooms);
+  STAT(pool_reserved);
+#undef STAT
+}
+
+static int l_memory_stats(lua_State *L) {
+  int i = checkindex(L, 1, "fh.cuda.memory_stats");
+  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  fh_memory_stats m;
+  fh__lua_check(L, fh_cuda_memory_stats(i, &m));
+  push_stats(L, &m);
+  return 1;
+}
+static int l_reset_peak_memory_stats(lua_State *L) {
+  int i = checkindex(L, 1, "fh.cuda.reset_peak_memory_stats");
+  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  fh__lua_check(L, fh_cuda_reset_peak_memory_stats(i));
+  return 0;
+}
+static int l_pinned_memory_stats(lua_State *L) {
+  fh_memory_stats m;
+  fh__lua_check(L, fh_pinned_memory_stats(&m));
+  push_stats(L, &m);
+  return 1;
+}
+static int l_empty_cache(lua_State *L) {
+  fh__lua_check(L, fh_cuda_empty_cache());
+  return 0;
+}
+
+/* the stream argument at idx, or the current stream of the current device */
+static fh_stream *optstream_arg(lua_State *L, int idx, const char *fn) {
+  if (!lua_isnoneornil(L, idx)) return fh__lua_checkstream(L, idx, fn, "stream");
+  fh_device d = cuda_dev(fh_cuda_current_device());
+  fh__lua_check(L, fh_device_check(d));
+  fh_stream *s;
+  fh__lua_check(L, fh_stream_current(d, &s));
+  return s;
+}
+
+/* fh.cuda._spin(ms, stream): test aid, a kernel that runs for `ms`. */
+static int l_spin(lua_State *L) {
+  if (lua_type(L, 1) != LUA_TNUMBER)
+    return fh__lua_raise(L, FH_ERR_TYPE, "fh.cuda._spin: argument 1 (ms) expected a number, got %s", fh__lua_typename(L, 1));
+  double ms = lua_tonumber(L, 1);
+  fh_stream *s = optstream_arg(L, 2, "fh.cuda._spin");
+  fh__lua_check(L, fh_cuda_spin(s, ms));
+  return 0;
+}
+
+/* fh.cuda._capture(fn, replays): test aid for capture-private pools. Runs
+ * fn() with a fresh stream current while that stream captures a CUDA graph
+ * into a fresh pool, then replays the graph `replays` times (default 1) and
+ * synchronizes. Returns true plus fn's first result, or false plus the
+ * error fn raised (the capture is ended either way). */
+static int l_capture(lua_State *L) {
+  if (lua_type(L, 1) != LUA_TFUNCTION)
+    return fh__lua_raise(L, FH_ERR_TYPE, "fh.cuda._capture: argument 1 (fn) expected a function, got %s", fh__lua_typename(L, 1));
+  int replays = lua_isnoneornil(L, 2) ? 1 : (int)fh__lua_checkint(L, 2, "fh.cuda._capture", "replays", 0, 1000);
+  fh_device d = cuda_dev(fh_cuda_current_device());
+  fh__lua_check(L, fh_device_check(d));
+  fh_stream *prev;
+  fh__lua_check(L, fh_stream_current(d, &prev));
+  fh_stream_retain(prev);
+  lua_settop(L, 1);
+  fh__lua_push_stream(L, prev); /* 2: keeps the previous stream alive across errors */
+  fh_stream_release(prev);
+  fh_stream_box *sb = lua_newuserdata(L, sizeof *sb); /* 3: the capture stream */
+  sb->s = NULL;
+  luaL_getmetatable(L, FH_STREAM_MT);
+  lua_setmetatable(L, -2);
+  fh__lua_check(L, fh_stream_new(d, 0, &sb->s));
+  fh_mempool *pool;
+  fh__lua_check(L, fh_mempool_new(d, &pool));
+  fh_status st = fh__cuda_test_capture_begin(sb->s, pool);
+  if (st != FH_OK) {
+    fh_mempool_free(pool);
+    fh__lua_error(L);
+  }
+  fh_stream_set_current(sb->s);
+  lua_pushvalue(L, 1);
+  int ok = lua_pcall(L, 0, 1, 0) == 0; /* 4: result or error */
+  fh_stream_set_current(prev);
+  st = fh__cuda_test_capture_end(sb->s, pool, ok ? replays : 0);
+  fh_mempool_free(pool);
+  if (st != FH_OK) fh__lua_error(L);
+  lua_pushboolean(L, ok);
+  lua_insert(L, -2);
+  return 2;
+}
+
 static void class_with_index(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta,
                              lua_CFunction index) {
   fh__lua_newclass(L, name, methods, meta);
@@ -278,6 +391,12 @@ void fh__lua_open_cuda(lua_State *L) {
                                  {"default_stream", l_default_stream},
                                  {"set_stream", l_set_stream},
                                  {"Event", l_event_new},
+                                 {"memory_stats", l_memory_stats},
+                                 {"reset_peak_memory_stats", l_reset_peak_memory_stats},
+                                 {"pinned_memory_stats", l_pinned_memory_stats},
+                                 {"empty_cache", l_empty_cache},
+                                 {"_spin", l_spin},
+                                 {"_capture", l_capture},
                                  {NULL, NULL}};
   lua_newtable(L);
   fh__lua_setfuncs(L, fns);

@@ -2,6 +2,7 @@
  * every CUDA use fails with CudaError. Compiled only when nvcc is absent. */
 #include <stdlib.h>
 
+#include "fh/cuda_alloc.h"
 #include "fh/internal.h"
 #include "fh/launch.h"
 #include "fh/runtime.h"
@@ -58,5 +59,25 @@ bool fh__cuda_is_capturing(fh_device dev) { (void)dev; return false; }
 const fh_cuda_kernel_fn fh__cuda_kernels[FH_K_MAX] = {0};
 fh_status fh__cuda_copy_across(fh_tensor *dst, fh_tensor *src, fh_stream *stream, bool non_blocking) {
   (void)dst; (void)src; (void)stream; (void)non_blocking;
+  return no_cuda();
+}
+
+/* fh/cuda_alloc.h */
+fh_status fh_cuda_memory_stats(int index, fh_memory_stats *out) { (void)index; (void)out; return no_cuda(); }
+fh_status fh_cuda_reset_peak_memory_stats(int index) { (void)index; return no_cuda(); }
+fh_status fh_pinned_memory_stats(fh_memory_stats *out) { (void)out; return no_cuda(); }
+fh_status fh_cuda_empty_cache(void) { return no_cuda(); }
+fh_status fh_mempool_new(fh_device dev, fh_mempool **out) { (void)dev; (void)out; return no_cuda(); }
+fh_status fh_mempool_begin(fh_mempool *p) { (void)p; return no_cuda(); }
+fh_status fh_mempool_end(fh_mempool *p) { (void)p; return no_cuda(); }
+void fh_mempool_free(fh_mempool *p) { (void)p; }
+void fh_mempool_usage(const fh_mempool *p, uint64_t *reserved, uint64_t *blocks) {
+  (void)p;
+  *reserved = *blocks = 0;
+}
+fh_status fh_cuda_spin(fh_stream *s, double ms) { (void)s; (void)ms; return no_cuda(); }
+fh_status fh__cuda_test_capture_begin(fh_stream *s, fh_mempool *p) { (void)s; (void)p; return no_cuda(); }
+fh_status fh__cuda_test_capture_end(fh_stream *s, fh_mempool *p, int replays) {
+  (void)s; (void)p; (void)replays;
   return no_cuda();
 }

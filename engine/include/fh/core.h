@@ -17,7 +17,21 @@
 #ifndef FH_CORE_H
 #define FH_CORE_H
 
+#ifdef __cplusplus
+/* C++ translation units (the CUDA layer) spell C11 atomics through <atomic>;
+ * std::atomic<T> has the layout of _Atomic T for the lock-free types used. */
+#include <atomic>
+typedef std::atomic<int> atomic_int;
+typedef std::atomic<size_t> atomic_size_t;
+typedef std::atomic<uint_fast64_t> atomic_uint_fast64_t;
+using std::atomic_fetch_add;
+using std::atomic_fetch_sub;
+using std::atomic_init;
+using std::atomic_load;
+using std::atomic_store;
+#else
 #include <stdatomic.h>
+#endif
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

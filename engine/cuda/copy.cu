@@ -1,0 +1,398 @@
+/* Copies between devices (fh__cuda_copy_across): CPU pageable, CPU pinned
+ * and CUDA, any strides, honouring the stream and non_blocking.
+ *
+ * Shape of every copy: make the source contiguous on its own side (a
+ * device kernel, or a host gather), move contiguous bytes, then scatter
+ * into a non-contiguous destination (a device kernel on the copy's stream,
+ * or a host copy after the data have arrived).
+ *
+ * Pinned host memory moves with one cudaMemcpyAsync; the pinned storage is
+ * recorded on the stream, so it is not reused before the copy ends.
+ *
+ * Pageable host memory goes through a pipeline of pinned staging buffers
+ * (triple buffered, chunks of up to 8 MiB, taken from the pinned caching
+ * allocator): host to device, chunk k is copied into a free buffer by
+ * several host threads while the DMA of chunks k-1 and k-2 runs; device to
+ * host, the DMAs run ahead while finished chunks are copied out. A
+ * non_blocking copy from pageable memory returns once the last chunk is in
+ * pinned memory: the source may be changed or freed at once, and the
+ * staging buffers stay guarded (record-stream) until their DMA completes. A
+ * copy into pageable memory always completes before returning.
+ *
+ * During a CUDA capture only copies between device memory and pinned memory
+ * with non_blocking are possible (anything else needs the host to act at
+ * capture time): the others fail with CudaGraphCaptureError. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_internal.h"
+#include "fh/internal.h"
+#include "fh/kernels.h"
+
+#define STAGE_CHUNK ((size_t)8 << 20)
+#define STAGE_NBUF 3
+
+/* ---- parallel host memcpy ---------------------------------------------------- */
+#define MEMCPY_MAX_THREADS 15
+#define MEMCPY_PIECE ((size_t)1 << 20)
+
+static pthread_mutex_t P_mu = PTHREAD_MUTEX_INITIALIZER;   /* guards P */
+static pthread_mutex_t P_busy = PTHREAD_MUTEX_INITIALIZER; /* one parallel copy at a time */
+static pthread_cond_t P_go = PTHREAD_COND_INITIALIZER, P_done = PTHREAD_COND_INITIALIZER;
+static struct {
+  int nthreads;
+  uint64_t gen;
+  char *dst;
+  const char *src;
+  size_t n, piece;
+  int nparts;
+  atomic_int next;
+  int running;
+} P;
+static pthread_once_t P_once = PTHREAD_ONCE_INIT;
+
+static void copy_parts(void) {
+  for (;;) {
+    int i = atomic_fetch_add(&P.next, 1);
+    if (i >= P.nparts) return;
+    size_t off = (size_t)i * P.piece;
+    size_t len = off + P.piece > P.n ? P.n - off : P.piece;
+    memcpy(P.dst + off, P.src + off, len);
+  }
+}
+
+static void *memcpy_worker(void *arg) {
+  (void)arg;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&P_mu);
+  for (;;) {
+    while (P.gen == seen) pthread_cond_wait(&P_go, &P_mu);
+    seen = P.gen;
+    pthread_mutex_unlock(&P_mu);
+    copy_parts();
+    pthread_mutex_lock(&P_mu);
+    if (--P.running == 0) pthread_cond_signal(&P_done);
+  }
+  return NULL;
+}
+
+static void start_workers(void) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int n = cpus > 1 ? (int)(cpus / 2) : 0; /* leave half the cores to the rest of the process */
+  const char *env = getenv("FHELIUM_COPY_THREADS");
+  if (env != NULL) n = atoi(env) - 1;
+  if (n > MEMCPY_MAX_THREADS) n = MEMCPY_MAX_THREADS;
+  if (n < 0) n = 0;
+  int started = 0;
+  for (int i = 0; i < n; ++i) {
+    pthread_t t;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &at, memcpy_worker, NULL) == 0) started++;
+    pthread_attr_destroy(&at);
+  }
+  P.nthreads = started;
+}
+
+void fh__host_memcpy(void *dst, const void *src, size_t n) {
+  if (n < 2 * MEMCPY_PIECE) {
+    memcpy(dst, src, n);
+    return;
+  }
+  pthread_once(&P_once, start_workers);
+  if (P.nthreads == 0 || pthread_mutex_trylock(&P_busy) != 0) {
+    memcpy(dst, src, n);
+    return;
+  }
+  int workers = P.nthreads;
+  size_t parts = (size_t)workers + 1;
+  size_t piece = (n + parts - 1) / parts;
+  piece = (piece + 4095) / 4096 * 4096;
+  if (piece < MEMCPY_PIECE / 2) piece = MEMCPY_PIECE / 2;
+  pthread_mutex_lock(&P_mu);
+  P.dst = (char *)dst;
+  P.src = (const char *)src;
+  P.n = n;
+  P.piece = piece;
+  P.nparts = (int)((n + piece - 1) / piece);
+  atomic_store(&P.next, 0);
+  P.running = workers;
+  P.gen++;
+  pthread_cond_broadcast(&P_go);
+  pthread_mutex_unlock(&P_mu);
+  copy_parts();
+  pthread_mutex_lock(&P_mu);
+  while (P.running > 0) pthread_cond_wait(&P_done, &P_mu);
+  pthread_mutex_unlock(&P_mu);
+  pthread_mutex_unlock(&P_busy);
+}
+
+/* ---- staged pageable transfers ----------------------------------------------- */
+typedef struct stage {
+  fh_storage *buf[STAGE_NBUF];
+  cudaEvent_t ev[STAGE_NBUF];
+  int nbuf;
+  int dev;
+} stage;
+
+static void stage_close(stage *sg, fh_stream *s) {
+  for (int i = 0; i < sg->nbuf; ++i) {
+    if (sg->buf[i]) {
+      (void)fh_storage_record_stream(sg->buf[i], s); /* reused only after its DMA */
+      fh_storage_release(sg->buf[i]);
+    }
+    if (sg->ev[i]) fh__cuda_event_put(sg->dev, sg->ev[i]);
+  }
+  fh_error_clear();
+}
+
+static fh_status stage_open(stage *sg, size_t n, fh_stream *s) {
+  memset(sg, 0, sizeof *sg);
+  sg->dev = s->dev.index;
+  size_t chunk = n < STAGE_CHUNK ? n : STAGE_CHUNK;
+  size_t nchunks = (n + chunk - 1) / chunk;
+  sg->nbuf = nchunks < STAGE_NBUF ? (int)nchunks : STAGE_NBUF;
+  for (int i = 0; i < sg->nbuf; ++i) {
+    fh_status st = fh_storage_new(fh_cpu(), chunk, FH_STORAGE_PINNED, &sg->buf[i]);
+    if (st == FH_OK) st = fh__cuda_event_get(sg->dev, &sg->ev[i]);
+    if (st != FH_OK) {
+      fh_status keep = st;
+      char msg[FH_ERROR_MESSAGE_MAX];
+      strncpy(msg, fh_error_message(), sizeof msg - 1);
+      msg[sizeof msg - 1] = '\0';
+      stage_close(sg, s);
+      return fh_error_set(keep, "%s", msg);
+    }
+  }
+  return FH_OK;
+}
+
+static fh_status staged_h2d(char *d, const char *h, size_t n, fh_stream *s) {
+  stage sg;
+  fh_status st = stage_open(&sg, n, s);
+  if (st != FH_OK) return st;
+  size_t chunk = n < STAGE_CHUNK ? n : STAGE_CHUNK;
+  cudaError_t e = cudaSuccess;
+  const char *what = "cudaMemcpyAsync";
+  for (size_t off = 0, k = 0; off < n && e == cudaSuccess; off += chunk, ++k) {
+    size_t len = n - off < chunk ? n - off : chunk;
+    int b = (int)(k % (size_t)sg.nbuf);
+    if (k >= (size_t)sg.nbuf && (e = cudaEventSynchronize(sg.ev[b])) != cudaSuccess) {
+      what = "cudaEventSynchronize";
+      break;
+    }
+    fh__host_memcpy(sg.buf[b]->data, h + off, len);
+    if ((e = cudaMemcpyAsync(d + off, sg.buf[b]->data, len, cudaMemcpyHostToDevice, s->h)) != cudaSuccess) break;
+    if ((e = cudaEventRecord(sg.ev[b], s->h)) != cudaSuccess) what = "cudaEventRecord";
+  }
+  stage_close(&sg, s);
+  if (e != cudaSuccess) return fh__cuda_fail(e, what);
+  return FH_OK;
+}
+
+static fh_status staged_d2h(char *h, const char *d, size_t n, fh_stream *s) {
+  stage sg;
+  fh_status st = stage_open(&sg, n, s);
+  if (st != FH_OK) return st;
+  size_t chunk = n < STAGE_CHUNK ? n : STAGE_CHUNK;
+  size_t nchunks = (n + chunk - 1) / chunk;
+  cudaError_t e = cudaSuccess;
+  const char *what = "cudaMemcpyAsync";
+  /* DMAs run up to nbuf chunks ahead of the host copies */
+  for (size_t k = 0; k < (size_t)sg.nbuf && e == cudaSuccess; ++k) {
+    size_t off = k * chunk, len = n - off < chunk ? n - off : chunk;
+    e = cudaMemcpyAsync(sg.buf[k]->data, d + off, len, cudaMemcpyDeviceToHost, s->h);
+    if (e == cudaSuccess && (e = cudaEventRecord(sg.ev[k], s->h)) != cudaSuccess) what = "cudaEventRecord";
+  }
+  for (size_t k = 0; k < nchunks && e == cudaSuccess; ++k) {
+    int b = (int)(k % (size_t)sg.nbuf);
+    size_t off = k * chunk, len = n - off < chunk ? n - off : chunk;
+    if ((e = cudaEventSynchronize(sg.ev[b])) != cudaSuccess) {
+      what = "cudaEventSynchronize";
+      break;
+    }
+    fh__host_memcpy(h + off, sg.buf[b]->data, len);
+    size_t nk = k + (size_t)sg.nbuf;
+    if (nk < nchunks) {
+      size_t noff = nk * chunk, nlen = n - noff < chunk ? n - noff : chunk;
+      e = cudaMemcpyAsync(sg.buf[b]->data, d + noff, nlen, cudaMemcpyDeviceToHost, s->h);
+      if (e == cudaSuccess && (e = cudaEventRecord(sg.ev[b], s->h)) != cudaSuccess) what = "cudaEventRecord";
+    }
+  }
+  stage_close(&sg, s);
+  if (e != cudaSuccess) return fh__cuda_fail(e, what);
+  return FH_OK;
+}
+
+/* ---- helpers --------------------------------------------------------------------- */
+static fh_status capture_refused(const char *why) {
+  fh_error_set(FH_ERR_CAPTURE, "copy_: %s cannot be captured (it needs the host at capture time); %s", why,
+               "use pinned host memory (pin_memory=true) and non_blocking=true inside a captured function");
+  fh_error_set_stage("capture");
+  return FH_ERR_CAPTURE;
+}
+
+/* A contiguous tensor of t's shape and dtype on `dev`. */
+static fh_status empty_like_on(const fh_tensor *t, fh_device dev, bool pin, fh_tensor **out) {
+  fh_tensor_options o = {(fh_dtype)t->dtype, dev, pin, false};
+  return fh_tensor_empty(t->ndim, t->shape, &o, out);
+}
+
+/* Same-device strided copy launched on `s` (CUDA) through the boundary. */
+static fh_status device_copy(fh_tensor *dst, fh_tensor *src, fh_stream *s) {
+  fh_copy_args a;
+  memset(&a, 0, sizeof a);
+  a.it.ndim = dst->ndim;
+  a.it.numel = fh_tensor_numel(dst);
+  memcpy(a.it.shape, dst->shape, sizeof(int64_t) * (size_t)dst->ndim);
+  a.dst_dtype = dst->dtype;
+  a.src_dtype = src->dtype;
+  fh__operand_from(&a.dst, dst);
+  fh__operand_from(&a.src, src);
+  fh_iter_collapse(&a.it, a.dst.stride, a.src.stride, NULL, NULL);
+  fh_storage *uses[2] = {dst->storage, src->storage};
+  return fh__submit(FH_K_COPY, fh_tensor_device(dst), s, &a, sizeof a, uses, 2);
+}
+
+static fh_status sync_stream(fh_stream *s) {
+  FH_CUDA_TRY(cudaStreamSynchronize(s->h), "cudaStreamSynchronize");
+  return FH_OK;
+}
+
+/* ---- host to device --------------------------------------------------------------- */
+static fh_status h2d(fh_tensor *dst, fh_tensor *src, fh_stream *s, bool non_blocking, bool capturing) {
+  fh_status st;
+  bool pinned = fh_tensor_is_pinned(src);
+  if (capturing && !pinned) return capture_refused("a copy from pageable host memory");
+  if (capturing && !non_blocking) return capture_refused("a blocking copy");
+  if (capturing && !fh_tensor_is_contiguous(src)) return capture_refused("a copy from a non-contiguous host tensor");
+  fh_tensor *hs = NULL, *dt = NULL;
+  if ((st = fh_tensor_contiguous(src, &hs)) != FH_OK) return st; /* host gather; keeps pinning */
+  if (fh_tensor_is_contiguous(dst)) {
+    fh_tensor_retain(dst);
+    dt = dst;
+  } else if ((st = empty_like_on(dst, fh_tensor_device(dst), false, &dt)) != FH_OK) {
+    fh_tensor_release(hs);
+    return st;
+  }
+  size_t n = fh_tensor_nbytes(dst);
+  /* recording makes the device current and guards both blocks */
+  st = fh_storage_record_stream(dt->storage, s);
+  if (st == FH_OK && fh_tensor_is_pinned(hs)) {
+    st = fh_storage_record_stream(hs->storage, s);
+    if (st == FH_OK) {
+      cudaError_t e = cudaMemcpyAsync(fh_tensor_data(dt), fh_tensor_data(hs), n, cudaMemcpyHostToDevice, s->h);
+      if (e != cudaSuccess) st = fh__cuda_fail(e, "cudaMemcpyAsync (host to device)");
+    }
+  } else if (st == FH_OK) {
+    st = staged_h2d(fh_tensor_data(dt), fh_tensor_data(hs), n, s);
+  }
+  if (st == FH_OK && dt != dst) st = device_copy(dst, dt, s);
+  if (st == FH_OK && !non_blocking) st = sync_stream(s);
+  fh_tensor_release(hs);
+  fh_tensor_release(dt);
+  return st;
+}
+
+/* ---- device to host ---------------------------------------------------------------- */
+static fh_status d2h(fh_tensor *dst, fh_tensor *src, fh_stream *s, bool non_blocking, bool capturing) {
+  fh_status st;
+  bool direct = fh_tensor_is_pinned(dst) && fh_tensor_is_contiguous(dst);
+  if (capturing && !direct) return capture_refused("a copy into pageable or non-contiguous host memory");
+  if (capturing && !non_blocking) return capture_refused("a blocking copy");
+  fh_tensor *ds = NULL, *hd = NULL;
+  if (fh_tensor_is_contiguous(src)) {
+    fh_tensor_retain(src);
+    ds = src;
+  } else {
+    if ((st = empty_like_on(src, fh_tensor_device(src), false, &ds)) != FH_OK) return st;
+    if ((st = device_copy(ds, src, s)) != FH_OK) {
+      fh_tensor_release(ds);
+      return st;
+    }
+  }
+  if (fh_tensor_is_contiguous(dst)) {
+    fh_tensor_retain(dst);
+    hd = dst;
+  } else if ((st = empty_like_on(dst, fh_cpu(), false, &hd)) != FH_OK) {
+    fh_tensor_release(ds);
+    return st;
+  }
+  size_t n = fh_tensor_nbytes(dst);
+  st = fh_storage_record_stream(ds->storage, s);
+  if (st == FH_OK && fh_tensor_is_pinned(hd)) {
+    st = fh_storage_record_stream(hd->storage, s);
+    if (st == FH_OK) {
+      cudaError_t e = cudaMemcpyAsync(fh_tensor_data(hd), fh_tensor_data(ds), n, cudaMemcpyDeviceToHost, s->h);
+      if (e != cudaSuccess) st = fh__cuda_fail(e, "cudaMemcpyAsync (device to host)");
+    }
+    if (st == FH_OK && (!non_blocking || hd != dst)) st = sync_stream(s);
+  } else if (st == FH_OK) {
+    st = staged_d2h(fh_tensor_data(hd), fh_tensor_data(ds), n, s); /* complete on return */
+  }
+  if (st == FH_OK && hd != dst) st = fh_tensor_copy_(dst, hd, NULL, false); /* host scatter */
+  fh_tensor_release(ds);
+  fh_tensor_release(hd);
+  return st;
+}
+
+/* ---- device to device (different devices) -------------------------------------------- */
+static fh_status d2d(fh_tensor *dst, fh_tensor *src, fh_stream *s, bool non_blocking, bool capturing) {
+  fh_status st;
+  fh_device dd = fh_tensor_device(dst), sd = fh_tensor_device(src);
+  fh_stream *ss;
+  if ((st = fh_stream_current(sd, &ss)) != FH_OK) return st;
+  if (capturing && !non_blocking) return capture_refused("a blocking copy");
+  fh_tensor *cs = NULL, *dt = NULL;
+  if (fh_tensor_is_contiguous(src)) {
+    fh_tensor_retain(src);
+    cs = src;
+  } else {
+    if ((st = empty_like_on(src, sd, false, &cs)) != FH_OK) return st;
+    if ((st = device_copy(cs, src, ss)) != FH_OK) {
+      fh_tensor_release(cs);
+      return st;
+    }
+  }
+  if (fh_tensor_is_contiguous(dst)) {
+    fh_tensor_retain(dst);
+    dt = dst;
+  } else if ((st = empty_like_on(dst, dd, false, &dt)) != FH_OK) {
+    fh_tensor_release(cs);
+    return st;
+  }
+  /* the copy runs on s (destination side) after the source side's work */
+  st = fh_stream_wait_stream(s, ss);
+  if (st == FH_OK) st = fh_storage_record_stream(cs->storage, s);
+  if (st == FH_OK) st = fh_storage_record_stream(dt->storage, s);
+  if (st == FH_OK) {
+    cudaError_t e = cudaMemcpyPeerAsync(fh_tensor_data(dt), dd.index, fh_tensor_data(cs), sd.index,
+                                        fh_tensor_nbytes(dst), s->h);
+    if (e != cudaSuccess) st = fh__cuda_fail(e, "cudaMemcpyPeerAsync");
+  }
+  if (st == FH_OK && dt != dst) st = device_copy(dst, dt, s);
+  if (st == FH_OK && !non_blocking) st = sync_stream(s);
+  fh_tensor_release(cs);
+  fh_tensor_release(dt);
+  return st;
+}
+
+fh_status fh__cuda_copy_across(fh_tensor *dst, fh_tensor *src, fh_stream *stream, bool non_blocking) {
+  fh_device dd = fh_tensor_device(dst), sd = fh_tensor_device(src);
+  fh_device cuda_side = dd.type == FH_DEVICE_CUDA ? dd : sd;
+  fh_stream *s;
+  fh_status st = fh__op_stream(cuda_side, stream, &s);
+  if (st != FH_OK) {
+    if (dd.type == FH_DEVICE_CUDA && sd.type == FH_DEVICE_CUDA) fh_error_prefix("copy_ (runs on the destination's stream)");
+    else fh_error_prefix("copy_");
+    return st;
+  }
+  if (fh_tensor_numel(dst) == 0) return FH_OK;
+  bool capturing = fh__cuda_is_capturing(cuda_side);
+  if (dd.type == FH_DEVICE_CUDA && sd.type == FH_DEVICE_CUDA) return d2d(dst, src, s, non_blocking, capturing);
+  if (dd.type == FH_DEVICE_CUDA) return h2d(dst, src, s, non_blocking, capturing);
+  return d2h(dst, src, s, non_blocking, capturing);
+}
