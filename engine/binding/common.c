@@ -95,13 +95,36 @@ void fh__lua_open_errors(lua_State *L) {
 }
 
 /* ---- type names and userdata -------------------------------------------- */
+/* The metatables of the first Lua state that asks, by address, so the hot
+ * path compares pointers instead of looking names up in the registry (every
+ * operator checks its operands). Other states take the registry path. */
+static struct {
+  const void *registry;
+  const char *name[8];
+  const void *mt[8];
+  int n;
+} mt_cache;
+
 void *fh__lua_testudata(lua_State *L, int idx, const char *mt) {
   void *p = lua_touserdata(L, idx);
   if (p == NULL || !lua_getmetatable(L, idx)) return NULL;
+  const void *have = lua_topointer(L, -1);
+  const void *reg = lua_topointer(L, LUA_REGISTRYINDEX);
+  if (reg == mt_cache.registry)
+    for (int i = 0; i < mt_cache.n; ++i)
+      if (mt_cache.name[i] == mt || strcmp(mt_cache.name[i], mt) == 0) {
+        lua_pop(L, 1);
+        return have == mt_cache.mt[i] ? p : NULL;
+      }
   luaL_getmetatable(L, mt);
-  int eq = lua_rawequal(L, -1, -2);
+  const void *want = lua_topointer(L, -1);
   lua_pop(L, 2);
-  return eq ? p : NULL;
+  if (want != NULL && (mt_cache.registry == NULL || mt_cache.registry == reg) && mt_cache.n < 8) {
+    mt_cache.registry = reg;
+    mt_cache.name[mt_cache.n] = mt;
+    mt_cache.mt[mt_cache.n++] = want;
+  }
+  return have == want ? p : NULL;
 }
 
 const char *fh__lua_typename(lua_State *L, int idx) {
@@ -217,6 +240,7 @@ int64_t fh__lua_checkint(lua_State *L, int idx, const char *fn, const char *argn
 /* int64_t/uint64_t cdata: parse tostring(), which LuaJIT prints exactly as
  * "<digits>LL" / "<digits>ULL". */
 static int cdata_scalar(lua_State *L, int idx, fh_scalar *out) {
+  if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1; /* the pushes below shift it */
   lua_getglobal(L, "tostring");
   lua_pushvalue(L, idx);
   lua_call(L, 1, 1);

@@ -170,6 +170,17 @@ static int l_set_stream(lua_State *L) {
   return 0;
 }
 
+/* _exchange_stream(s): make s current on its device, return the stream
+ * that was current there (used by with_stream) */
+static int l_exchange_stream(lua_State *L) {
+  fh_stream *s = fh__lua_checkstream(L, 1, "fh.cuda.with_stream", "stream");
+  fh_stream *prev;
+  fh__lua_check(L, fh_stream_current(fh_stream_device(s), &prev));
+  fh__lua_push_stream(L, prev);
+  fh_stream_set_current(s);
+  return 1;
+}
+
 /* ---- events ------------------------------------------------------------- */
 static const char *const event_opts[] = {"timing", NULL};
 static int l_event_new(lua_State *L) {
@@ -353,7 +364,8 @@ static int l_capture(lua_State *L) {
   fh_stream_set_current(prev);
   st = fh__cuda_test_capture_end(sb->s, pool, ok ? replays : 0);
   fh_mempool_free(pool);
-  if (st != FH_OK) fh__lua_error(L);
+  if (!ok) fh_error_clear(); /* fn's error says more than an invalidated capture */
+  else if (st != FH_OK) fh__lua_error(L);
   lua_pushboolean(L, ok);
   lua_insert(L, -2);
   return 2;
@@ -390,6 +402,7 @@ void fh__lua_open_cuda(lua_State *L) {
                                  {"current_stream", l_current_stream},
                                  {"default_stream", l_default_stream},
                                  {"set_stream", l_set_stream},
+                                 {"_exchange_stream", l_exchange_stream},
                                  {"Event", l_event_new},
                                  {"memory_stats", l_memory_stats},
                                  {"reset_peak_memory_stats", l_reset_peak_memory_stats},

@@ -462,7 +462,13 @@ static fh_status oom_error(arena *a, size_t n, size_t size) {
  * cache (never during a capture). */
 static fh_status raw_alloc_locked(arena *a, size_t n, size_t size, void **ptr) {
   for (int attempt = 0;; ++attempt) {
+    /* A capture in global or thread-local mode forbids cudaMalloc on this
+     * thread; allocating is safe here (the memory is never freed before the
+     * graph's replays: rule 5), so allow it for this call, as PyTorch does. */
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t e = a->pinned ? cudaHostAlloc(ptr, size, cudaHostAllocPortable) : cudaMalloc(ptr, size);
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
     if (e == cudaSuccess) return FH_OK;
     (void)cudaGetLastError();
     if (e != cudaErrorMemoryAllocation) return fh__cuda_fail(e, a->pinned ? "cudaHostAlloc" : "cudaMalloc");
@@ -702,6 +708,7 @@ fh_status fh_mempool_end(fh_mempool *p) {
     int n = fh_cuda_device_count();
     for (int i = 0; i < n; ++i) run_deferred(&g_dev[i]);
     fh__pinned_process_deferred();
+    fh__cuda_process_deferred_destroys();
   }
   return FH_OK;
 }

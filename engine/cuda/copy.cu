@@ -173,6 +173,8 @@ static fh_status stage_open(stage *sg, size_t n, fh_stream *s) {
 static fh_status staged_h2d(char *d, const char *h, size_t n, fh_stream *s) {
   stage sg;
   fh_status st = stage_open(&sg, n, s);
+  /* allocating may have switched the runtime's device (freeing blocks of another) */
+  if (st == FH_OK && (st = fh__cuda_use_device(s->dev.index)) != FH_OK) stage_close(&sg, s);
   if (st != FH_OK) return st;
   size_t chunk = n < STAGE_CHUNK ? n : STAGE_CHUNK;
   cudaError_t e = cudaSuccess;
@@ -196,6 +198,7 @@ static fh_status staged_h2d(char *d, const char *h, size_t n, fh_stream *s) {
 static fh_status staged_d2h(char *h, const char *d, size_t n, fh_stream *s) {
   stage sg;
   fh_status st = stage_open(&sg, n, s);
+  if (st == FH_OK && (st = fh__cuda_use_device(s->dev.index)) != FH_OK) stage_close(&sg, s);
   if (st != FH_OK) return st;
   size_t chunk = n < STAGE_CHUNK ? n : STAGE_CHUNK;
   size_t nchunks = (n + chunk - 1) / chunk;
@@ -258,6 +261,8 @@ static fh_status device_copy(fh_tensor *dst, fh_tensor *src, fh_stream *s) {
 }
 
 static fh_status sync_stream(fh_stream *s) {
+  fh_status st = fh__cuda_use_device(s->dev.index); /* the legacy stream is the current device's */
+  if (st != FH_OK) return st;
   FH_CUDA_TRY(cudaStreamSynchronize(s->h), "cudaStreamSynchronize");
   return FH_OK;
 }

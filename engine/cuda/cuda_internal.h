@@ -69,6 +69,10 @@ void fh__cuda_alloc_stream_retired(fh_stream *s); /* before cudaStreamDestroy */
 fh_status fh__cuda_event_get(int dev, cudaEvent_t *out);
 void fh__cuda_event_put(int dev, cudaEvent_t ev);
 
+/* Streams and events released during a capture are destroyed when the last
+ * capture ends (called by fh_mempool_end). */
+void fh__cuda_process_deferred_destroys(void);
+
 /* Pinned frees deferred during a capture are processed (called by
  * fh_mempool_end when no capture remains). */
 void fh__pinned_process_deferred(void);

@@ -390,26 +390,37 @@ static fh_status k_unary(const void *argp, void *stream) {
 
 /* ---- RNS -------------------------------------------------------------------------------- */
 /* Rows are all dimensions but the last; the limb index is constant along a
- * row. blockIdx.y walks rows, x walks the row's elements. */
+ * row. blockIdx.y walks rows, x walks the row's elements. A row's offsets
+ * and modulus are computed once per block (64-bit divisions are slow on the
+ * GPU) and shared. */
 template <int OP>
 __global__ void rns_rows(__grid_constant__ const fh_rns_args a, int64_t rows, int64_t lstride_inner) {
   const int last = a.it.ndim - 1;
   const int64_t ncols = a.it.shape[last];
   const int64_t so = a.out.stride[last], sx = a.a.stride[last], sy = a.b.stride[last];
+  __shared__ int64_t row_off[3];
+  __shared__ fh_modulus row_mod;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    int64_t rem = r, o0 = 0, o1 = 0, o2 = 0;
-    for (int d = last - 1; d >= 0; --d) {
-      int64_t n = a.it.shape[d], idx = rem % n;
-      rem /= n;
-      o0 += idx * a.out.stride[d];
-      o1 += idx * a.a.stride[d];
-      o2 += idx * a.b.stride[d];
+    if (threadIdx.x == 0) {
+      int64_t rem = r, o0 = 0, o1 = 0, o2 = 0;
+      for (int d = last - 1; d >= 0; --d) {
+        int64_t n = a.it.shape[d], idx = rem % n;
+        rem /= n;
+        o0 += idx * a.out.stride[d];
+        o1 += idx * a.a.stride[d];
+        o2 += idx * a.b.stride[d];
+      }
+      row_off[0] = o0;
+      row_off[1] = o1;
+      row_off[2] = o2;
+      row_mod = a.mod[(r / lstride_inner) % a.it.shape[a.limb_dim]];
     }
-    const fh_modulus *mp = &a.mod[(r / lstride_inner) % a.it.shape[a.limb_dim]];
-    const fh_modulus m = *mp;
-    uint64_t *o = (uint64_t *)a.out.data + o0;
-    const uint64_t *x = (const uint64_t *)a.a.data + o1;
-    const uint64_t *y = (const uint64_t *)a.b.data + o2;
+    __syncthreads();
+    const fh_modulus m = row_mod;
+    uint64_t *o = (uint64_t *)a.out.data + row_off[0];
+    const uint64_t *x = (const uint64_t *)a.a.data + row_off[1];
+    const uint64_t *y = (const uint64_t *)a.b.data + row_off[2];
+    __syncthreads(); /* everyone has read the row before thread 0 writes the next */
     for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < ncols; j += (int64_t)gridDim.x * blockDim.x) {
       uint64_t u = x[j * sx], res;
       if (OP == FH_RNS_ADD) res = fh_mod_add(u, y[j * sy], m.q);
@@ -430,9 +441,11 @@ static fh_status k_rns(const void *argp, void *stream) {
   if (rows == 0) return FH_OK;
   int64_t lstride_inner = 1; /* rows per step of the limb index */
   for (int d = last - 1; d > a->limb_dim; --d) lstride_inner *= a->it.shape[d];
-  int64_t bx = (ncols + THREADS - 1) / THREADS;
-  if (bx > 1024) bx = 1024;
+  /* about 2048 blocks in all; each thread takes several elements of a row */
   int64_t by = rows > 65535 ? 65535 : rows;
+  int64_t bx = (ncols + THREADS - 1) / THREADS, cap = 2048 / by;
+  if (cap < 1) cap = 1;
+  if (bx > cap) bx = cap;
   dim3 grid((unsigned)bx, (unsigned)by);
   switch (a->op) {
     case FH_RNS_ADD: rns_rows<FH_RNS_ADD><<<grid, THREADS, 0, h>>>(*a, rows, lstride_inner); break;

@@ -167,8 +167,27 @@ void fh_stream_retain(fh_stream *s) {
   if (s != NULL && !s->is_default) fh_rc_retain(&s->rc);
 }
 
-void fh_stream_release(fh_stream *s) {
-  if (s == NULL || s->is_default || !fh_rc_release(&s->rc)) return;
+/* Destroying streams and events is not allowed while a capture runs (Lua's
+ * GC may drop them at any time): they wait here until the last capture ends. */
+static pthread_mutex_t g_defer_mu = PTHREAD_MUTEX_INITIALIZER;
+static fh_stream **g_defer_streams;
+static size_t g_ndefer_streams, g_capdefer_streams;
+static cudaEvent_t *g_defer_events;
+static size_t g_ndefer_events, g_capdefer_events;
+
+static bool defer_push(void ***arr, size_t *n, size_t *cap, void *p) {
+  if (*n == *cap) {
+    size_t c = *cap ? 2 * *cap : 16;
+    void **a = (void **)realloc(*arr, c * sizeof *a);
+    if (a == NULL) return false;
+    *arr = a;
+    *cap = c;
+  }
+  (*arr)[(*n)++] = p;
+  return true;
+}
+
+static void stream_destroy(fh_stream *s) {
   /* its cached blocks become idle after the work queued so far */
   fh__cuda_alloc_stream_retired(s);
   if (fh__cuda_use_device(s->dev.index) == FH_OK) (void)cudaStreamDestroy(s->h);
@@ -176,6 +195,37 @@ void fh_stream_release(fh_stream *s) {
   fh_error_clear();
   free(s);
 }
+
+void fh__cuda_process_deferred_destroys(void) {
+  pthread_mutex_lock(&g_defer_mu);
+  fh_stream **ss = g_defer_streams;
+  size_t ns = g_ndefer_streams;
+  cudaEvent_t *es = g_defer_events;
+  size_t ne = g_ndefer_events;
+  g_defer_streams = NULL;
+  g_ndefer_streams = g_capdefer_streams = 0;
+  g_defer_events = NULL;
+  g_ndefer_events = g_capdefer_events = 0;
+  pthread_mutex_unlock(&g_defer_mu);
+  for (size_t i = 0; i < ns; ++i) stream_destroy(ss[i]);
+  for (size_t i = 0; i < ne; ++i) (void)cudaEventDestroy(es[i]);
+  (void)cudaGetLastError();
+  free(ss);
+  free(es);
+}
+
+void fh_stream_release(fh_stream *s) {
+  if (s == NULL || s->is_default || !fh_rc_release(&s->rc)) return;
+  if (fh__cuda_captures_active()) {
+    pthread_mutex_lock(&g_defer_mu);
+    /* if even the list cannot grow, the stream leaks: destroying it now could break the capture */
+    (void)defer_push((void ***)&g_defer_streams, &g_ndefer_streams, &g_capdefer_streams, s);
+    pthread_mutex_unlock(&g_defer_mu);
+    return;
+  }
+  stream_destroy(s);
+}
+
 
 fh_status fh_stream_default(fh_device dev, fh_stream **out) {
   fh_status st = fh_device_check(dev);
@@ -272,7 +322,13 @@ void fh_event_retain(fh_event *e) {
 void fh_event_release(fh_event *e) {
   if (e == NULL || !fh_rc_release(&e->rc)) return;
   if (e->ev != NULL) {
-    (void)cudaEventDestroy(e->ev); /* safe while pending: resources go when it completes */
+    bool deferred = false;
+    if (fh__cuda_captures_active()) {
+      pthread_mutex_lock(&g_defer_mu);
+      deferred = defer_push((void ***)&g_defer_events, &g_ndefer_events, &g_capdefer_events, (void *)e->ev);
+      pthread_mutex_unlock(&g_defer_mu);
+    }
+    if (!deferred) (void)cudaEventDestroy(e->ev); /* safe while pending: resources go when it completes */
     (void)cudaGetLastError();
   }
   free(e);

@@ -542,6 +542,7 @@ void fh_iter_collapse(fh_iter_shape *it, int64_t *s0, int64_t *s1, int64_t *s2, 
     if (keep_dim) *keep_dim = 0;
     return;
   }
+  if (it->ndim == 1 && it->shape[0] != 1 && keep_dim == NULL) return; /* nothing to collapse (hot path) */
   /* drop size-1 dims (except keep_dim), then merge adjacent dims */
   int64_t shape[FH_MAX_DIMS], st[3][FH_MAX_DIMS];
   int n = 0, newkeep = -1;

@@ -1,6 +1,13 @@
--- fh.cuda: devices, streams and events. Queries work without a GPU
+-- fh.cuda: devices, streams, events and memory. Queries work without a GPU
 -- (is_available() is false); everything else raises CudaError then.
+--
+-- Test aids (not API): fh.cuda._spin(ms, stream) enqueues a kernel that runs
+-- for `ms` milliseconds on `stream` (default: the current stream), to open
+-- race windows on purpose; fh.cuda._capture(fn, replays) runs fn while a
+-- fresh stream captures a CUDA graph into a capture-private pool, replays
+-- it and returns ok, fn's first result or error.
 local core = require "fhelium.core"
+local errors = require "fhelium.errors"
 local M = {}
 for k, v in pairs(core.cuda) do M[k] = v end
 
@@ -9,9 +16,10 @@ local function pack(...) return { n = select("#", ...), ... } end
 --- Run fn(...) with stream `s` current on its device; the previous current
 --- stream is restored when fn returns or raises. Returns fn's results.
 function M.with_stream(s, fn, ...)
-  local dev = s.device
-  local prev = core.cuda.current_stream(dev)
-  core.cuda.set_stream(s)
+  if type(fn) ~= "function" then
+    errors.raise("TypeError", "fh.cuda.with_stream: argument 2 (fn) expected a function, got " .. type(fn), nil, 2)
+  end
+  local prev = core.cuda._exchange_stream(s) -- checks s; makes it current; returns the old one
   local res = pack(pcall(fn, ...))
   core.cuda.set_stream(prev)
   if not res[1] then error(res[2], 0) end

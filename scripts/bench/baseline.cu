@@ -1,0 +1,132 @@
+/* fhelium_bench_baseline: the plain CUDA C side of scripts/bench/bench.lua.
+ * Prints "key value" lines:
+ *   eager_c_us        100 launches of the engine's add kernel (4096 float32,
+ *                     preallocated out) from a C loop through the same kernel
+ *                     function the launch boundary calls, then a synchronize:
+ *                     microseconds per loop (median)
+ *   eager_c_enqueue_us  the same, host time to enqueue the 100 launches
+ *   eager_raw_us      100 direct <<<>>> launches of an equivalent add kernel
+ *   h2d_pinned_gbs, d2h_pinned_gbs, h2d_pageable_gbs, d2h_pageable_gbs,
+ *   d2d_gbs           cudaMemcpyAsync of 256 MiB (bytes counted once), GB/s
+ * Built by CMake (target fhelium_bench_baseline) when CUDA is on. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fh/kernels.h"
+#include "fh/launch.h"
+
+#define CHECK(x)                                                                          \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                            \
+    }                                                                                     \
+  } while (0)
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+__global__ void raw_add(float *o, const float *a, const float *b, long long n) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    o[i] = __fadd_rn(a[i], b[i]);
+}
+
+#define REPS 200
+#define K 100
+
+int main(void) {
+  CHECK(cudaSetDevice(0));
+  const int n = 4096;
+  float *a, *b, *o;
+  CHECK(cudaMalloc((void **)&a, n * sizeof(float)));
+  CHECK(cudaMalloc((void **)&b, n * sizeof(float)));
+  CHECK(cudaMalloc((void **)&o, n * sizeof(float)));
+  CHECK(cudaMemset(a, 0, n * sizeof(float)));
+  CHECK(cudaMemset(b, 0, n * sizeof(float)));
+  fh_ew_args args;
+  memset(&args, 0, sizeof args);
+  args.it.ndim = 1;
+  args.it.numel = n;
+  args.it.shape[0] = n;
+  args.op = FH_OP_ADD;
+  args.dtype = FH_FLOAT32;
+  args.out.data = (char *)o;
+  args.a.data = (char *)a;
+  args.b.data = (char *)b;
+  args.out.stride[0] = args.a.stride[0] = args.b.stride[0] = 1;
+  fh_cuda_kernel_fn fn = fh__cuda_kernels[FH_K_BINARY];
+  double tot[REPS], enq[REPS], raw[REPS];
+  for (int r = -20; r < REPS; ++r) {
+    CHECK(cudaDeviceSynchronize());
+    double t0 = now_us();
+    for (int k = 0; k < K; ++k)
+      if (fn(&args, NULL) != FH_OK) {
+        fprintf(stderr, "kernel launch failed\n");
+        return 1;
+      }
+    double t1 = now_us();
+    CHECK(cudaStreamSynchronize(0));
+    double t2 = now_us();
+    if (r >= 0) tot[r] = t2 - t0, enq[r] = t1 - t0;
+  }
+  for (int r = -20; r < REPS; ++r) {
+    CHECK(cudaDeviceSynchronize());
+    double t0 = now_us();
+    for (int k = 0; k < K; ++k) raw_add<<<16, 256>>>(o, a, b, n);
+    CHECK(cudaStreamSynchronize(0));
+    if (r >= 0) raw[r] = now_us() - t0;
+  }
+  printf("eager_c_us %.3f\n", median(tot, REPS));
+  printf("eager_c_enqueue_us %.3f\n", median(enq, REPS));
+  printf("eager_raw_us %.3f\n", median(raw, REPS));
+
+  const size_t N = (size_t)256 << 20;
+  void *d, *d2, *hp, *hpage;
+  CHECK(cudaMalloc(&d, N));
+  CHECK(cudaMalloc(&d2, N));
+  CHECK(cudaHostAlloc(&hp, N, cudaHostAllocPortable));
+  hpage = malloc(N);
+  if (hpage == NULL) return 1;
+  memset(hpage, 1, N);
+  memset(hp, 1, N);
+  struct {
+    const char *name;
+    void *dst;
+    const void *src;
+    cudaMemcpyKind kind;
+  } cases[] = {
+      {"h2d_pinned_gbs", d, hp, cudaMemcpyHostToDevice},
+      {"d2h_pinned_gbs", hp, d, cudaMemcpyDeviceToHost},
+      {"h2d_pageable_gbs", d, hpage, cudaMemcpyHostToDevice},
+      {"d2h_pageable_gbs", hpage, d, cudaMemcpyDeviceToHost},
+      {"d2d_gbs", d2, d, cudaMemcpyDeviceToDevice},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    double t[9];
+    for (int r = -2; r < 9; ++r) {
+      CHECK(cudaDeviceSynchronize());
+      double t0 = now_us();
+      CHECK(cudaMemcpyAsync(cases[c].dst, cases[c].src, N, cases[c].kind, 0));
+      CHECK(cudaStreamSynchronize(0));
+      if (r >= 0) t[r] = now_us() - t0;
+    }
+    printf("%s %.2f\n", cases[c].name, (double)N / median(t, 9) / 1e3);
+  }
+  return 0;
+}
