@@ -516,6 +516,12 @@ static int l_value_tree_nbytes(lua_State *L) {
   return 1;
 }
 
+/* core._exec_fail_next_launches(n): test aid (fh__program_fail_next_launches) */
+static int l_fail_next_launches(lua_State *L) {
+  fh__program_fail_next_launches((int)fh__lua_checkint(L, 1, "_exec_fail_next_launches", "n", 0, 1000));
+  return 0;
+}
+
 static int l_clock(lua_State *L) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -953,6 +959,7 @@ void fh__lua_open_exec(lua_State *L) {
                                  {"value_tree_nbytes", l_value_tree_nbytes},
                                  {"program_new", l_program_new},
                                  {"exec_clock", l_clock},
+                                 {"_exec_fail_next_launches", l_fail_next_launches},
                                  {NULL, NULL}};
   fh__lua_setfuncs(L, fns);
 }

@@ -336,9 +336,16 @@ static fh_status check_ready(fh_program *p, const char *what) {
   return FH_OK;
 }
 
+static _Thread_local int tl_fail_launches;
+void fh__program_fail_next_launches(int n) { tl_fail_launches = n; }
+
 /* Launch on `s` after the previous launch; record the replay event. */
 static fh_status launch_on(fh_program *p, fh_stream *s) {
   fh_status st;
+  if (tl_fail_launches > 0) {
+    tl_fail_launches--;
+    return fh_error_set(FH_ERR_EXECUTION, "launch failed (failure injected by a test)");
+  }
   if (p->kind == FH_PROGRAM_HOST_GRAPH) {
     st = fh_tape_replay(p->tape);
     if (st == FH_OK) p->replays++;

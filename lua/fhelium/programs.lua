@@ -138,7 +138,7 @@ local function capture(kind, fn, opts)
     local args = fresh.value
     local res
     if cuda then
-      res = pack(pcall(cuda.with_stream, side, fn, unpack(args, 1, nargs)))
+      res = pack(pcall(cuda.with_stream, side, function() return fn(unpack(args, 1, nargs)) end))
     else
       res = pack(pcall(fn, unpack(args, 1, nargs)))
     end
@@ -212,6 +212,10 @@ function M.install(ex)
     metatable = core.Program_metatable,
   }
   ex.partial = require "fhelium.partial"
+  --- Test aid (not API): the next n program launches on this thread fail
+  --- with an ExecutionError before launching (to reach the "first replay"
+  --- failure path in specs).
+  ex._fail_next_launches = core._exec_fail_next_launches
 end
 
 return M

@@ -112,6 +112,10 @@ void fh_program_get_stats(const fh_program *p, fh_program_stats *out);
  * nothing while a capture runs on this thread). */
 void fh_exec_sweep(void);
 
+/* Test aid: the next `n` launches of any program on this thread fail with
+ * an ExecutionError before launching anything. */
+void fh__program_fail_next_launches(int n);
+
 /* Internal: the execution capture flag of the calling thread
  * (fh_exec_capturing, fh/buffer.h). */
 void fh__exec_set_capturing(bool on);
