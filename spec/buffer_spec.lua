@@ -250,6 +250,10 @@ describe("ReusableValueBuffer", function()
     end)
   end)
 
+  it("runs examples/double_buffering.lua (CUDA streams with a GPU, synchronous copies without)", function()
+    dofile("examples/double_buffering.lua")
+  end)
+
   describe("tree helpers", function()
     it("value_tree_nbytes sums the leaves' bytes", function()
       assert.equal(4 * 8 + 3 * 8, ex.value_tree_nbytes({ seq(4), { x = seq(3, 0, "int64") } }))
@@ -284,7 +288,7 @@ describe("ReusableValueBuffer", function()
         local buf = ex.ReusableValueBuffer.like(e, { device = target })
         local src = {
           a = seq(1000, 3), -- pageable
-          b = seq(12, 7):view({ 3, 4 }):transpose(1, 2):cuda(), -- CUDA (non-contiguous)
+          b = seq(12, 7):cuda():view({ 3, 4 }):transpose(1, 2), -- CUDA (non-contiguous)
           c = seq(5, 9, "int64"):pin_memory(), -- pinned
         }
         local h = buf:copy_from(src)
@@ -379,7 +383,7 @@ describe("ReusableValueBuffer", function()
     end)
 
     H.gpu_it("keeps CUDA target pointers stable across many payload replacements", function()
-      local buf = ex.ReusableValueBuffer.like({ seq(4096):cuda(), seq(6):view({ 2, 3 }):transpose(1, 2):cuda() })
+      local buf = ex.ReusableValueBuffer.like({ seq(4096):cuda(), seq(6):cuda():view({ 2, 3 }):transpose(1, 2) })
       local p1, p2 = buf.value[1]:data_ptr(), buf.value[2]:data_ptr()
       local s = fh.cuda.Stream()
       for k = 1, 100 do

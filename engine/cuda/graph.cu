@@ -133,8 +133,22 @@ static bool ancestors(cudaStream_t s, unsigned long long *id, nodeset *seen) {
   return ok;
 }
 
+/* Join fork `f` into the capture stream `s` (an event recorded on f, waited
+ * on by s), so that ending the capture releases every stream cleanly. */
+static void join(cudaStream_t s, cudaStream_t f) {
+  cudaEvent_t ev;
+  if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (cudaEventRecord(ev, f) == cudaSuccess) (void)cudaStreamWaitEvent(s, ev, 0);
+  (void)cudaEventDestroy(ev);
+  (void)cudaGetLastError();
+}
+
 /* Names the forks whose last captured work the capture stream does not
- * depend on into msg; returns how many. */
+ * depend on into msg, and joins them (the capture is discarded anyway);
+ * returns how many. */
 static int unjoined_forks(fh_stream *s, fh_stream *const *forks, int nforks, char *msg, size_t size) {
   if (nforks == 0) return 0;
   nodeset seen = {NULL, 0, 0};
@@ -157,6 +171,7 @@ static int unjoined_forks(fh_stream *s, fh_stream *const *forks, int nforks, cha
       bool joined = true;
       for (size_t i = 0; i < nd && joined; ++i) joined = set_has(&seen, deps[i]);
       if (joined) continue;
+      join((cudaStream_t)fh_stream_handle(s), h);
       char dn[FH_DEVICE_NAME_MAX];
       if (l < size)
         l += (size_t)snprintf(msg + l, size - l, "%sstream %llu (%s)", bad ? ", " : "",
