@@ -432,6 +432,55 @@ __global__ void rns_rows(__grid_constant__ const fh_rns_args a, int64_t rows, in
   }
 }
 
+/* Contiguous operands: a flat grid, one element per thread, the moduli in
+ * shared memory; limb of element i = (i / n) % limbs. IDX is uint32_t when
+ * every index fits (32-bit division is much cheaper). */
+template <int OP, typename IDX>
+__global__ void rns_flat(uint64_t *o, const uint64_t *x, const uint64_t *y,
+                         __grid_constant__ const fh_rns_args a, IDX total, IDX ncols, IDX limbs) {
+  __shared__ fh_modulus mods[FH_RNS_MAX_LIMBS];
+  for (int k = threadIdx.x; k < a.nmoduli; k += blockDim.x) mods[k] = a.mod[k];
+  __syncthreads();
+  for (IDX i = (IDX)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (IDX)gridDim.x * blockDim.x) {
+    const fh_modulus *m = &mods[(i / ncols) % limbs];
+    uint64_t u = x[i], res;
+    if (OP == FH_RNS_ADD) res = fh_mod_add(u, y[i], m->q);
+    else if (OP == FH_RNS_SUB) res = fh_mod_sub(u, y[i], m->q);
+    else if (OP == FH_RNS_MUL) res = fh_mod_mul(u, y[i], m);
+    else res = fh_mod_neg(u, m->q);
+    o[i] = res;
+  }
+}
+
+static bool rns_contiguous(const fh_rns_args *a, bool binary) {
+  /* after collapsing, the limb dimension and the last one remain; dims
+   * between them were merged into the last */
+  int last = a->it.ndim - 1;
+  if (a->limb_dim != last - 1) return false;
+  const fh_operand *ops[3] = {&a->out, &a->a, &a->b};
+  for (int k = 0; k < (binary ? 3 : 2); ++k) {
+    int64_t expect = 1;
+    for (int d = last; d >= 0; --d) {
+      if (a->it.shape[d] != 1 && ops[k]->stride[d] != expect) return false;
+      expect *= a->it.shape[d];
+    }
+  }
+  return true;
+}
+
+template <int OP>
+static void launch_rns_flat(const fh_rns_args *a, cudaStream_t h) {
+  int last = a->it.ndim - 1;
+  int64_t n = a->it.numel, ncols = a->it.shape[last], limbs = a->it.shape[a->limb_dim];
+  int blocks = (int)((n + THREADS - 1) / THREADS > 65535 * 8 ? 65535 * 8 : (n + THREADS - 1) / THREADS);
+  uint64_t *o = (uint64_t *)a->out.data;
+  const uint64_t *x = (const uint64_t *)a->a.data, *y = (const uint64_t *)a->b.data;
+  if (n + (int64_t)blocks * THREADS < ((int64_t)1 << 32))
+    rns_flat<OP, uint32_t><<<blocks, THREADS, 0, h>>>(o, x, y, *a, (uint32_t)n, (uint32_t)ncols, (uint32_t)limbs);
+  else
+    rns_flat<OP, uint64_t><<<blocks, THREADS, 0, h>>>(o, x, y, *a, (uint64_t)n, (uint64_t)ncols, (uint64_t)limbs);
+}
+
 static fh_status k_rns(const void *argp, void *stream) {
   const fh_rns_args *a = (const fh_rns_args *)argp;
   cudaStream_t h = (cudaStream_t)stream;
@@ -439,6 +488,15 @@ static fh_status k_rns(const void *argp, void *stream) {
   int64_t ncols = a->it.shape[last];
   int64_t rows = ncols ? a->it.numel / ncols : 0;
   if (rows == 0) return FH_OK;
+  if (rns_contiguous(a, a->op != FH_RNS_NEG)) {
+    switch (a->op) {
+      case FH_RNS_ADD: launch_rns_flat<FH_RNS_ADD>(a, h); break;
+      case FH_RNS_SUB: launch_rns_flat<FH_RNS_SUB>(a, h); break;
+      case FH_RNS_MUL: launch_rns_flat<FH_RNS_MUL>(a, h); break;
+      default: launch_rns_flat<FH_RNS_NEG>(a, h); break;
+    }
+    return launched("kernel 'rns'");
+  }
   int64_t lstride_inner = 1; /* rows per step of the limb index */
   for (int d = last - 1; d > a->limb_dim; --d) lstride_inner *= a->it.shape[d];
   /* about 2048 blocks in all; each thread takes several elements of a row */

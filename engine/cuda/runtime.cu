@@ -27,6 +27,9 @@ static int g_prio_least[FH_CUDA_MAX_DEVICES], g_prio_greatest[FH_CUDA_MAX_DEVICE
 static int g_sms[FH_CUDA_MAX_DEVICES];
 static atomic_uint_fast64_t g_stream_ids;
 
+/* Per-thread state. A thread's current streams hold one reference each; a
+ * thread that exits with a non-default stream current leaks that reference
+ * (the stream then lives until the process ends). */
 static thread_local int tl_device;         /* fhelium's current device */
 static thread_local int tl_runtime = -1;   /* the runtime's current device, -1 unknown */
 static thread_local fh_stream *tl_current[FH_CUDA_MAX_DEVICES]; /* NULL: the default stream */

@@ -6,8 +6,13 @@
  *                     microseconds per loop (median)
  *   eager_c_enqueue_us  the same, host time to enqueue the 100 launches
  *   eager_raw_us      100 direct <<<>>> launches of an equivalent add kernel
+ *   eager_boundary_us 100 fh_launch_submit calls (the launch boundary:
+ *                     record-stream of the 3 storages, then the kernel)
+ *   eager_engine_us   100 fh_binary calls on fh_tensor objects with out
+ *                     (the engine's validation, no Lua)
  *   h2d_pinned_gbs, d2h_pinned_gbs, h2d_pageable_gbs, d2h_pageable_gbs,
  *   d2d_gbs           cudaMemcpyAsync of 256 MiB (bytes counted once), GB/s
+ * With the argument "eager", only the eager measures.
  * Built by CMake (target fhelium_bench_baseline) when CUDA is on. */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -15,8 +20,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "fh/internal.h"
 #include "fh/kernels.h"
 #include "fh/launch.h"
+#include "fh/tensor.h"
 
 #define CHECK(x)                                                                          \
   do {                                                                                    \
@@ -50,7 +57,8 @@ __global__ void raw_add(float *o, const float *a, const float *b, long long n) {
 #define REPS 200
 #define K 100
 
-int main(void) {
+int main(int argc, char **argv) {
+  int eager_only = argc > 1 && strcmp(argv[1], "eager") == 0;
   CHECK(cudaSetDevice(0));
   const int n = 4096;
   float *a, *b, *o;
@@ -92,9 +100,47 @@ int main(void) {
     CHECK(cudaStreamSynchronize(0));
     if (r >= 0) raw[r] = now_us() - t0;
   }
+  /* the same through the launch boundary and through the engine operator */
+  fh_tensor_options to = {FH_FLOAT32, {FH_DEVICE_CUDA, 0}, false, false};
+  int64_t shape[1] = {n};
+  fh_tensor *ta, *tb, *tc;
+  if (fh_tensor_empty(1, shape, &to, &ta) || fh_tensor_empty(1, shape, &to, &tb) || fh_tensor_empty(1, shape, &to, &tc)) {
+    fprintf(stderr, "fh_tensor_empty: %s\n", fh_error_message());
+    return 1;
+  }
+  fh_ew_args targs = args;
+  targs.out.data = fh_tensor_data(tc);
+  targs.a.data = fh_tensor_data(ta);
+  targs.b.data = fh_tensor_data(tb);
+  fh_stream *cur;
+  if (fh_stream_current(fh_tensor_device(ta), &cur)) return 1;
+  fh_storage *uses[3] = {tc->storage, ta->storage, tb->storage};
+  double bnd[REPS], eng[REPS];
+  for (int r = -20; r < REPS; ++r) {
+    CHECK(cudaDeviceSynchronize());
+    double t0 = now_us();
+    for (int k = 0; k < K; ++k)
+      if (fh__submit(FH_K_BINARY, fh_tensor_device(ta), cur, &targs, sizeof targs, uses, 3) != FH_OK) return 1;
+    CHECK(cudaStreamSynchronize(0));
+    if (r >= 0) bnd[r] = now_us() - t0;
+  }
+  for (int r = -20; r < REPS; ++r) {
+    CHECK(cudaDeviceSynchronize());
+    double t0 = now_us();
+    for (int k = 0; k < K; ++k) {
+      fh_tensor *res;
+      if (fh_binary(FH_OP_ADD, ta, tb, NULL, false, tc, &res) != FH_OK) return 1;
+      fh_tensor_release(res);
+    }
+    CHECK(cudaStreamSynchronize(0));
+    if (r >= 0) eng[r] = now_us() - t0;
+  }
+  printf("eager_boundary_us %.3f\n", median(bnd, REPS));
+  printf("eager_engine_us %.3f\n", median(eng, REPS));
   printf("eager_c_us %.3f\n", median(tot, REPS));
   printf("eager_c_enqueue_us %.3f\n", median(enq, REPS));
   printf("eager_raw_us %.3f\n", median(raw, REPS));
+  if (eager_only) return 0;
 
   const size_t N = (size_t)256 << 20;
   void *d, *d2, *hp, *hpage;

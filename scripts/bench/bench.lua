@@ -32,25 +32,30 @@ local baseline_bin = arg[1] or (build .. "/fhelium_bench_baseline")
 local results, base = {}, {}
 
 -- ---- baseline ---------------------------------------------------------------
-do
-  local p = assert(io.popen(baseline_bin .. " 2>&1"))
+local function run_baseline(args)
+  local out = {}
+  local p = assert(io.popen(baseline_bin .. (args and (" " .. args) or "") .. " 2>&1"))
   for line in p:lines() do
     local k, v = line:match("^(%S+)%s+(%S+)$")
-    if k and tonumber(v) then base[k] = tonumber(v) else io.stderr:write("baseline: ", line, "\n") end
+    if k and tonumber(v) then out[k] = tonumber(v) else io.stderr:write("baseline: ", line, "\n") end
   end
   assert(p:close(), "the baseline program failed")
+  return out
 end
 
 local sync = fh.cuda.synchronize
 
 -- ---- eager dispatch: 100 adds of 4096 float32 into a preallocated out ----------
-do
-  local K, REPS = 100, 200
-  local a = fh.rand({ 4096 }, { device = "cuda" })
-  local b = fh.rand({ 4096 }, { device = "cuda" })
-  local out = fh.empty({ 4096 }, { device = "cuda" })
+-- Host timings on a shared machine drift, so the C baseline and the Lua loop
+-- run in alternating rounds and each side reports the median of its rounds.
+local K, REPS, ROUNDS = 100, 200, 3
+local a = fh.rand({ 4096 }, { device = "cuda" })
+local b = fh.rand({ 4096 }, { device = "cuda" })
+local out = fh.empty({ 4096 }, { device = "cuda" })
+local add = fh.add
+
+local function lua_round()
   local opts = { out = out }
-  local add = fh.add
   local tot, enq = {}, {}
   for r = -20, REPS do
     sync()
@@ -63,9 +68,43 @@ do
       tot[r], enq[r] = t2 - t0, t1 - t0
     end
   end
-  results.eager_lua_us = median(tot)
-  results.eager_lua_enqueue_us = median(enq)
+  return median(tot), median(enq)
+end
+
+do
+  local ctot, cenq, craw, cbnd, ceng, ltot, lenq = {}, {}, {}, {}, {}, {}, {}
+  for i = 1, ROUNDS do
+    local b0 = run_baseline("eager")
+    ctot[i], cenq[i], craw[i], cbnd[i], ceng[i] = b0.eager_c_us, b0.eager_c_enqueue_us, b0.eager_raw_us,
+      b0.eager_boundary_us, b0.eager_engine_us
+    ltot[i], lenq[i] = lua_round()
+  end
+  base.eager_c_us, base.eager_c_enqueue_us, base.eager_raw_us = median(ctot), median(cenq), median(craw)
+  base.eager_boundary_us, base.eager_engine_us = median(cbnd), median(ceng)
+  results.eager_lua_us, results.eager_lua_enqueue_us = median(ltot), median(lenq)
+  results.eager_rounds = {}
+  for i = 1, ROUNDS do results.eager_rounds[i] = ("%.2f"):format(ltot[i] / ctot[i]) end
   assert(fh.allclose(out, a + b), "the benchmark's adds computed a wrong result")
+  local inplace = {}
+  for r = -20, REPS do
+    sync()
+    local t0 = now_us()
+    for _ = 1, K do out:add_(b) end
+    sync()
+    if r >= 1 then inplace[r] = now_us() - t0 end
+  end
+  results.eager_inplace_us = median(inplace)
+  local ca, cb, cc = fh.ones({ 2 }), fh.ones({ 2 }), fh.empty({ 2 })
+  local copts, cpu = { out = cc }, {}
+  for r = -20, REPS do
+    local t0 = now_us()
+    for _ = 1, K do add(ca, cb, copts) end
+    if r >= 1 then cpu[r] = now_us() - t0 end
+  end
+  results.eager_cpu_us = median(cpu)
+end
+for k, v in pairs(run_baseline()) do
+  if not k:match("^eager") then base[k] = v end
 end
 
 -- ---- copies of 256 MiB ------------------------------------------------------------
@@ -145,6 +184,10 @@ end
 row("eager: 100 adds + sync (per loop)", results.eager_lua_us, base.eager_c_us, "us", "Lua/C <= 1.3")
 row("eager: enqueue 100 adds (host only)", results.eager_lua_enqueue_us, base.eager_c_enqueue_us, "us", "(info)")
 row("eager: raw <<<>>> loop, for reference", base.eager_raw_us, nil, "us")
+row("eager: C loop through the launch boundary", base.eager_boundary_us, base.eager_c_us, "us", "(breakdown)")
+row("eager: C loop of fh_binary (engine, no Lua)", base.eager_engine_us, base.eager_c_us, "us", "(breakdown)")
+row("eager: Lua loop of t:add_(b) (no options)", results.eager_inplace_us, base.eager_c_us, "us", "(breakdown)")
+row("eager: Lua fh.add out= on 2-element CPU tensors", results.eager_cpu_us, nil, "us", "(host cost only)")
 row("copy 256 MiB H2D pinned", results.h2d_pinned_gbs, base.h2d_pinned_gbs, "GB/s", ">= 0.95")
 row("copy 256 MiB D2H pinned", results.d2h_pinned_gbs, base.d2h_pinned_gbs, "GB/s", ">= 0.95")
 row("copy 256 MiB H2D pageable (staged)", results.h2d_pageable_gbs, base.h2d_pageable_gbs, "GB/s", ">= 2")
@@ -153,5 +196,6 @@ row("copy 256 MiB D2D", results.d2d_gbs, base.d2d_gbs, "GB/s", "(info)")
 row("rns.mul 2^21 uint64 vs 16 MiB D2D copy (r+w)", results.modmul_gbs, results.d2d_16mib_gbs, "GB/s", "(report)")
 row("rns.mul 2^21 uint64 vs 256 MiB D2D copy (r+w)", results.modmul_gbs, 2 * results.d2d_gbs, "GB/s", "(report)")
 row("rns.add 2^21 uint64 vs 16 MiB D2D copy (r+w)", results.modadd_gbs, results.d2d_16mib_gbs, "GB/s", "(info)")
+print(("eager Lua/C ratio per round: %s"):format(table.concat(results.eager_rounds, ", ")))
 print(("rns.mul 2^21 uint64: %.2f us per launch; rns.add %.2f us; 16 MiB D2D copy %.2f us"):format(
   results.modmul_us, results.modadd_us, results.d2d_16mib_us))
