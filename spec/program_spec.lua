@@ -515,9 +515,14 @@ describe("CudaGraphProgram", function()
     local p1 = ex.CudaGraphProgram.capture(step, { example_inputs = { seq(4096, 0, "cuda:0"), seq(4096, 0, "cuda:0") } })
     local p2 = ex.CudaGraphProgram.capture(step, { example_inputs = { seq(4096, 0, "cuda:0"), seq(4096, 0, "cuda:0") } })
     local s1, s2 = fh.cuda.Stream(), fh.cuda.Stream()
+    local in1, in2 = {}, {}
     for k = 1, 5 do
-      fh.cuda.with_stream(s1, function() spin(5, s1); p1:replay({ seq(4096, k, "cuda:0"), seq(4096, 1, "cuda:0") }) end)
-      fh.cuda.with_stream(s2, function() p2:replay({ seq(4096, -k, "cuda:0"), seq(4096, 2, "cuda:0") }) end)
+      in1[k] = { seq(4096, k, "cuda:0"), seq(4096, 1, "cuda:0") }
+      in2[k] = { seq(4096, -k, "cuda:0"), seq(4096, 2, "cuda:0") }
+    end
+    for k = 1, 5 do
+      fh.cuda.with_stream(s1, function() spin(5, s1); p1:replay(in1[k]) end)
+      fh.cuda.with_stream(s2, function() p2:replay(in2[k]) end)
     end
     s1:synchronize()
     s2:synchronize()
@@ -541,8 +546,10 @@ describe("CudaGraphProgram", function()
   H.gpu_it("close waits for pending replays and copies; GC of an unclosed program never frees early", function()
     local prog = ex.CudaGraphProgram.capture(step, { example_inputs = { seq(65536, 0, "cuda:0"), seq(65536, 0, "cuda:0") } })
     local s = fh.cuda.current_stream()
+    -- inputs first: creating a CUDA tensor from host data synchronizes the stream
+    local inputs = { seq(65536, 1, "cuda:0"), seq(65536, 1, "cuda:0") }
     spin(100, s)
-    prog:replay({ seq(65536, 1, "cuda:0"), seq(65536, 1, "cuda:0") })
+    prog:replay(inputs)
     local e = prog.replay_event
     assert.is_false(e:query())
     prog:close()
@@ -550,7 +557,7 @@ describe("CudaGraphProgram", function()
     local p2 = ex.CudaGraphProgram.capture(step, { example_inputs = { seq(65536, 0, "cuda:0"), seq(65536, 0, "cuda:0") } })
     local addr = p2.output.y:data_ptr()
     spin(200, s)
-    p2:replay({ seq(65536, 1, "cuda:0"), seq(65536, 1, "cuda:0") })
+    p2:replay(inputs)
     local e2 = p2.replay_event
     p2 = nil
     collectgarbage()

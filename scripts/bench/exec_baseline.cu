@@ -12,6 +12,10 @@
  *                          replayed 200 times back to back with
  *                          cudaGraphLaunch, then a synchronize: microseconds
  *                          per replay (k = 10, 100, 1000)
+ *   graph_K100_scattered_us  the K = 100 graph with each of its 101 buffers
+ *                          a separate cudaMalloc of 16 KiB (the layout of a
+ *                          capture pool whose blocks are one cudaMalloc each),
+ *                          to tell allocation layout from replay overhead
  *   capture_K1000_ms       stream capture of those 1000 launches
  *   instantiate_K1000_ms   cudaGraphInstantiate of that graph
  * Built by CMake (target fhelium_bench_exec_baseline) when CUDA is on. */
@@ -144,6 +148,37 @@ int main(void) {
     CHECK(cudaGraphExecDestroy(x));
     CHECK(cudaGraphDestroy(g));
     CHECK(cudaFree(buf));
+    CHECK(cudaFree(w));
+  }
+  /* ---- the K = 100 graph over separately allocated buffers ---- */
+  {
+    const int K = 100;
+    float *bufs[K + 1], *w;
+    for (int k = 0; k <= K; ++k) {
+      CHECK(cudaMalloc((void **)&bufs[k], n * sizeof(float)));
+      CHECK(cudaMemset(bufs[k], 0, n * sizeof(float)));
+    }
+    CHECK(cudaMalloc((void **)&w, n * sizeof(float)));
+    CHECK(cudaMemset(w, 0, n * sizeof(float)));
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int k = 0; k < K; ++k) add_launch(fn, bufs[k + 1], bufs[k], w, n, s);
+    cudaGraph_t g;
+    CHECK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t x;
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    double t[15];
+    for (int r = -3; r < 15; ++r) {
+      CHECK(cudaStreamSynchronize(s));
+      double t0 = now_us();
+      for (int i = 0; i < REPS; ++i) CHECK(cudaGraphLaunch(x, s));
+      CHECK(cudaStreamSynchronize(s));
+      if (r >= 0) t[r] = (now_us() - t0) / REPS;
+    }
+    printf("graph_K100_scattered_us %.3f\n", median(t, 15));
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphDestroy(g));
+    for (int k = 0; k <= K; ++k) CHECK(cudaFree(bufs[k]));
     CHECK(cudaFree(w));
   }
   CHECK(cudaStreamDestroy(s));
