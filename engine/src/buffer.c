@@ -469,6 +469,35 @@ fh_status fh_buffer_copy_from(fh_buffer *b, fh_tensor *const *src, fh_stream *st
   return FH_OK;
 }
 
+fh_status fh__buffer_copy_ordered(fh_buffer *b, fh_tensor *const *src, fh_stream *s, fh_event *wait) {
+  const char *fn = "replay";
+  fh_status st = fh_buffer_check_open(b, fn);
+  if (st == FH_OK) st = refuse_in_capture(fn);
+  if (st != FH_OK) return st;
+  bool cuda = b->dev.type == FH_DEVICE_CUDA;
+  if (cuda != (s != NULL)) return fh_error_set(FH_ERR_EXECUTION, "%s: internal stream mismatch", fn);
+  for (int64_t i = 0; i < b->n; ++i)
+    if ((st = fh_device_check(fh_tensor_device(src[i]))) != FH_OK) return st;
+  if (cuda) {
+    if ((st = fh_buffer_poll(b)) != FH_OK) return st;
+    if (wait != NULL && (st = fh_stream_wait_event(s, wait)) != FH_OK) return st;
+    if (b->ninflight > 0) {
+      fh_copy_handle *last = b->inflight[b->ninflight - 1];
+      if (last->stream != s && (st = fh_stream_wait_event(s, last->event)) != FH_OK) return st;
+    }
+  }
+  for (int64_t i = 0; i < b->n && st == FH_OK; ++i) {
+    /* the allocators guard the sources (record-stream; pageable sources are
+     * staged before this returns) until the copy has run */
+    st = fh_tensor_copy_(b->leaves[i], src[i], s, cuda);
+    if (st != FH_OK) {
+      char a[600];
+      fh_error_prefix("%s: copying %s", fn, fh_tree_sig_leaf_name(b->sig, i, "inputs", a, sizeof a));
+    }
+  }
+  return st;
+}
+
 fh_status fh_buffer_wait_for(fh_buffer *b, fh_copy_handle *h, fh_stream *stream) {
   const char *fn = "ReusableValueBuffer:wait_for";
   fh_status st = fh_buffer_check_open(b, fn);

@@ -392,9 +392,9 @@ fh_status fh_program_replay(fh_program *p, fh_tensor *const *src, bool synchroni
   if (st == FH_OK) st = replay_stream_of(p, &s);
   if (st != FH_OK) return st;
   fh_event *wait = p->replay_stream != NULL && p->replay_stream != s ? p->replay_event : NULL;
-  fh_copy_handle *h = NULL;
-  if ((st = fh_buffer_copy_from(p->inputs, src, s, true, &wait, 1, &h)) != FH_OK) return st;
-  fh_copy_handle_release(h);
+  /* no handle: the launch below follows the copy on `s`, and the replay
+   * event recorded after the launch covers both */
+  if ((st = fh__buffer_copy_ordered(p->inputs, src, s, wait)) != FH_OK) return st;
   /* the copy replaced the payload any outstanding handle prepared */
   p->outstanding = false;
   if ((st = launch_on(p, s)) != FH_OK) return st;

@@ -131,6 +131,12 @@ fh_status fh_leaves_clone(fh_tensor *const *leaves, int64_t n, fh_device dev, bo
 /* Sum of the leaves' nbytes. */
 size_t fh_leaves_nbytes(fh_tensor *const *leaves, int64_t n);
 
+/* Programs' replay(): copy `src` (validated) into `b` on `s` (NULL for a
+ * CPU buffer: synchronous) after `wait` (may be NULL) and after the
+ * buffer's last in-flight copy, without a handle or event: the caller
+ * orders later work on `s` and records the event that covers the copy. */
+fh_status fh__buffer_copy_ordered(fh_buffer *b, fh_tensor *const *src, fh_stream *s, fh_event *wait);
+
 /* Execution capture state of the calling thread (set by programs while a
  * capture runs): buffers refuse copies then, and completion checks (event
  * queries) are postponed. */
