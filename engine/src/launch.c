@@ -61,6 +61,12 @@ void fh_tape_end(fh_tape *t) {
 fh_tape *fh_tape_active(void) { return active_tape; }
 size_t fh_tape_length(const fh_tape *t) { return t->n; }
 
+size_t fh_tape_kept_bytes(const fh_tape *t) {
+  size_t n = 0;
+  for (size_t i = 0; i < t->nkept; ++i) n += t->kept[i]->nbytes;
+  return n;
+}
+
 static bool tape_keeps(const fh_tape *t, const fh_storage *s) {
   for (size_t i = t->nkept; i-- > 0;)
     if (t->kept[i] == s) return true;

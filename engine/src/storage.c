@@ -60,8 +60,17 @@ void fh_storage_release(fh_storage *s) {
   free(s);
 }
 
+static _Thread_local fh_storage_use_fn use_fn;
+static _Thread_local void *use_ctx;
+
+void fh__storage_observe_uses(fh_storage_use_fn fn, void *ctx) {
+  use_fn = fn;
+  use_ctx = fn ? ctx : NULL;
+}
+
 fh_status fh_storage_record_stream(fh_storage *s, fh_stream *stream) {
   if (stream == NULL) return FH_OK;
+  if (use_fn != NULL) use_fn(use_ctx, s, stream);
   if (s->device.type == FH_DEVICE_CUDA || (s->flags & FH_STORAGE_PINNED))
     return fh__cuda_storage_record_stream(s, stream);
   return FH_OK;

@@ -33,5 +33,8 @@ tuple_mt.__tostring = function(t)
   return "tuple(" .. table.concat(parts, ", ") .. ")"
 end
 
+-- buffers, copy handles and programs (lua/fhelium/programs.lua)
+require("fhelium.programs").install(ex)
+
 package.loaded["fhelium.execution"] = ex
 return ex

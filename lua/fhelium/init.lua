@@ -33,6 +33,9 @@ fh.cuda = require "fhelium.cuda"
 -- pretty printing (REPL and tostring) ---------------------------------------
 fh.pretty = require "fhelium.pretty"
 
+-- fh.partial(fn, ...): bind static arguments (used to capture programs)
+fh.partial = require "fhelium.partial"
+
 -- build and runtime information
 function fh.info() return core.info() end
 

@@ -76,6 +76,8 @@ fh_tape *fh_tape_active(void); /* borrowed; NULL when none */
 /* Run every recorded launch in order. */
 fh_status fh_tape_replay(fh_tape *t);
 size_t fh_tape_length(const fh_tape *t);
+/* Bytes of the storages the tape keeps (counted once each). */
+size_t fh_tape_kept_bytes(const fh_tape *t);
 
 /* Fails with CudaGraphCaptureError (stage "capture") when reading data of
  * `dev` on the host now would observe unfinished capture work: a host tape

@@ -51,6 +51,13 @@ void fh_storage_release(fh_storage *s);
  * for the block's home stream. */
 fh_status fh_storage_record_stream(fh_storage *s, fh_stream *stream);
 
+/* Use observer (capture bookkeeping, engine/src/program.c): while one is set
+ * on the calling thread, every fh_storage_record_stream call with a stream
+ * first passes the storage and the stream to `fn` (the observer retains what
+ * it keeps). NULL clears it. */
+typedef void (*fh_storage_use_fn)(void *ctx, fh_storage *s, fh_stream *stream);
+void fh__storage_observe_uses(fh_storage_use_fn fn, void *ctx);
+
 /* Bytes of pageable CPU memory currently held by storages (statistics). */
 size_t fh_cpu_allocated_bytes(void);
 

@@ -1,0 +1,965 @@
+/* Execution objects for Lua: ReusableValueBuffer, CopyHandle and programs
+ * (CudaGraphProgram / HostGraphProgram), thin over fh/buffer.h and
+ * fh/program.h. The capture orchestration (warmup, running the function,
+ * error stages) lives in lua/fhelium/programs.lua; replays run here, in C,
+ * because they are the hot path.
+ *
+ * Lua-side lifetimes (luv style). A CopyHandle of a pending CUDA copy keeps
+ * the exact Lua source leaves (tensor and value userdata) in its environment
+ * table, and sits in a registry table of pending handles, so the source
+ * objects survive even when the caller drops the tree, empties it, drops
+ * the handle and runs the GC. Completion checks (done(), synchronize(), the
+ * sweep run by every copy and replay) release them. The engine handle keeps
+ * its own references to the source tensors and target storages, so memory
+ * safety never depends on the Lua side.
+ *
+ * Program userdata keep the output tree (returned as the borrowed output,
+ * the same object on every replay) in their environment table. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "binding.h"
+#include "fh/buffer.h"
+#include "fh/program.h"
+
+#define FH_BUFFER_MT "fhelium.ReusableValueBuffer"
+#define FH_HANDLE_MT "fhelium.CopyHandle"
+#define FH_PROGRAM_MT "fhelium.Program"
+#define PENDING_KEY "fhelium.exec.pending"
+#define LEAFGUARD_MT "fhelium.exec.LeafGuard"
+
+typedef struct buffer_box { fh_buffer *b; } buffer_box;
+typedef struct handle_box { fh_copy_handle *h; } handle_box;
+typedef struct program_box {
+  fh_program *p;
+  fh_tree_sig *out_sig; /* NULL: no output tree (nil) */
+  int64_t nout;
+  fh_tensor **out_leaves; /* nout references */
+  int kind;               /* fh_program_kind */
+} program_box;
+
+/* ---- scratch and guards --------------------------------------------------------- */
+/* Borrowed-pointer scratch for validated leaves (never holds references;
+ * reused, so a Lua error cannot leak it). */
+static fh_tensor **scratch(lua_State *L, int64_t n) {
+  static _Thread_local fh_tensor **buf;
+  static _Thread_local int64_t cap;
+  if (n > cap) {
+    int64_t c = cap ? cap : 16;
+    while (c < n) c *= 2;
+    fh_tensor **b = realloc(buf, sizeof *b * (size_t)c);
+    if (b == NULL) fh__lua_raise(L, FH_ERR_MEMORY, "out of memory (leaf scratch)");
+    buf = b;
+    cap = c;
+  }
+  return buf;
+}
+
+/* A userdata owning `n` tensor references until released (so a Lua error
+ * between acquiring them and handing them over cannot leak them). */
+typedef struct leaf_guard {
+  int64_t n;
+  fh_tensor *t[1];
+} leaf_guard;
+
+static int guard_gc(lua_State *L) {
+  leaf_guard *g = lua_touserdata(L, 1);
+  for (int64_t i = 0; g && i < g->n; ++i)
+    if (g->t[i]) fh_tensor_release(g->t[i]);
+  if (g) g->n = 0;
+  return 0;
+}
+
+static leaf_guard *push_guard(lua_State *L, int64_t n) {
+  leaf_guard *g = lua_newuserdata(L, sizeof *g + sizeof(fh_tensor *) * (size_t)(n > 0 ? n : 1));
+  g->n = n;
+  memset(g->t, 0, sizeof(fh_tensor *) * (size_t)(n > 0 ? n : 1));
+  luaL_getmetatable(L, LEAFGUARD_MT);
+  lua_setmetatable(L, -2);
+  return g;
+}
+
+static void guard_release(leaf_guard *g) {
+  for (int64_t i = 0; i < g->n; ++i)
+    if (g->t[i]) fh_tensor_release(g->t[i]);
+  g->n = 0;
+}
+
+/* Push the tree of `sig` around the guard's tensors, then drop the guard's
+ * references (the tree holds its own). The guard stays on the stack below. */
+static void push_tree_from_guard(lua_State *L, const fh_tree_sig *sig, leaf_guard *g) {
+  fh__lua_tree_push(L, sig, g->t);
+  guard_release(g);
+}
+
+/* ---- option helpers ------------------------------------------------------------- */
+static bool opt_given(lua_State *L, int idx, const char *key) {
+  if (!lua_istable(L, idx)) return false;
+  lua_getfield(L, idx, key);
+  bool r = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  return r;
+}
+
+/* wait_for: an Event, a list of Events, or nil. Returns the count; events
+ * are borrowed (the options table keeps the boxes alive). */
+static int opt_events(lua_State *L, int idx, const char *fn, fh_event **out, int cap) {
+  if (!lua_istable(L, idx)) return 0;
+  lua_getfield(L, idx, "wait_for");
+  int top = lua_gettop(L), n = 0;
+  if (lua_isnil(L, top)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  fh_event_box *eb = fh__lua_testudata(L, top, FH_EVENT_MT);
+  if (eb != NULL) {
+    out[n++] = eb->e;
+  } else if (lua_istable(L, top) && fh__lua_totensor(L, top) == NULL) {
+    int len = (int)lua_objlen(L, top);
+    if (len > cap) fh__lua_raise(L, FH_ERR_VALUE, "%s: wait_for holds %d events (at most %d)", fn, len, cap);
+    for (int i = 1; i <= len; ++i) {
+      lua_rawgeti(L, top, i);
+      eb = fh__lua_testudata(L, -1, FH_EVENT_MT);
+      if (eb == NULL)
+        fh__lua_raise(L, FH_ERR_TYPE, "%s: wait_for[%d] expected an Event, got %s", fn, i, fh__lua_typename(L, -1));
+      out[n++] = eb->e;
+      lua_pop(L, 1);
+    }
+  } else {
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: option 'wait_for' expected an Event or a list of Events, got %s", fn,
+                  fh__lua_typename(L, top));
+  }
+  lua_pop(L, 1);
+  return n;
+}
+
+#define MAX_WAIT 64
+
+/* ---- pending handles (luv-style registry) ------------------------------------------ */
+static void push_pending(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, PENDING_KEY);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, PENDING_KEY);
+  }
+}
+
+/* Forget the Lua sources of the handle at idx (its copy completed). */
+static void drop_sources(lua_State *L, int idx) {
+  lua_getfenv(L, idx);
+  if (lua_istable(L, -1)) {
+    lua_pushnil(L);
+    lua_setfield(L, -2, "sources");
+  }
+  lua_pop(L, 1);
+  push_pending(L);
+  lua_pushvalue(L, idx);
+  lua_pushnil(L);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+/* Release the sources of every pending handle whose copy has completed, and
+ * finish parked programs. Never blocks; nothing happens during a capture. */
+static void sweep(lua_State *L) {
+  if (fh_exec_capturing()) return;
+  fh_exec_sweep();
+  push_pending(L);
+  int t = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    lua_pop(L, 1);
+    handle_box *hb = lua_touserdata(L, -1);
+    bool done = true;
+    if (hb && hb->h && fh_copy_handle_done(hb->h, &done) != FH_OK) {
+      fh_error_clear();
+      done = false;
+    }
+    if (done) drop_sources(L, lua_gettop(L)); /* removing the current key is allowed */
+  }
+  lua_pop(L, 1);
+}
+
+/* Collect the Lua leaf objects (tensor and value userdata) of the validated
+ * tree at idx into the table at tidx, guided by the signature. */
+static void collect_leaves(lua_State *L, const fh_tree_sig *s, int idx, int tidx, int *n) {
+  if (s->kind == FH_TREE_TENSOR || s->kind == FH_TREE_VALUE) {
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, tidx, ++*n);
+    return;
+  }
+  luaL_checkstack(L, 4, "fhelium tree");
+  for (int32_t i = 0; i < s->nchildren; ++i) {
+    if (s->kind == FH_TREE_DICT) {
+      lua_pushlstring(L, s->keys[i], s->key_lens[i]);
+      lua_rawget(L, idx);
+    } else {
+      lua_rawgeti(L, idx, i + 1);
+    }
+    collect_leaves(L, s->children[i], lua_gettop(L), tidx, n);
+    lua_pop(L, 1);
+  }
+}
+
+/* Push a CopyHandle for `h` (a new reference taken over). When its copy is
+ * pending, its environment keeps the source leaves of the tree at src_idx
+ * and the registry keeps the handle. */
+static void push_handle(lua_State *L, fh_copy_handle *h, const fh_tree_sig *sig, int src_idx) {
+  handle_box *hb = lua_newuserdata(L, sizeof *hb);
+  hb->h = h;
+  luaL_getmetatable(L, FH_HANDLE_MT);
+  lua_setmetatable(L, -2);
+  int hidx = lua_gettop(L);
+  lua_createtable(L, 0, 2);
+  if (!fh_copy_handle_released(h)) {
+    lua_createtable(L, (int)sig->nleaves, 0);
+    int n = 0;
+    collect_leaves(L, sig, src_idx, lua_gettop(L), &n);
+    lua_setfield(L, -2, "sources");
+  }
+  lua_setfenv(L, hidx);
+  if (!fh_copy_handle_released(h)) {
+    push_pending(L);
+    lua_pushvalue(L, hidx);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+  }
+}
+
+/* ---- ReusableValueBuffer -------------------------------------------------------- */
+static fh_buffer *checkbuffer(lua_State *L, int idx, const char *fn) {
+  buffer_box *b = fh__lua_testudata(L, idx, FH_BUFFER_MT);
+  if (b == NULL || b->b == NULL)
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: expected a ReusableValueBuffer, got %s", fn, fh__lua_typename(L, idx));
+  return b->b;
+}
+
+static fh_buffer *openbuffer(lua_State *L, int idx, const char *fn) {
+  fh_buffer *b = checkbuffer(L, idx, fn);
+  fh__lua_check(L, fh_buffer_check_open(b, fn));
+  return b;
+}
+
+static const char *const like_opts[] = {"device", "pin_memory", NULL};
+
+/* core.buffer_like(example, opts, root) */
+static int l_buffer_like(lua_State *L) {
+  const char *fn = "ReusableValueBuffer.like";
+  if (lua_isnoneornil(L, 1)) return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (example) is missing", fn);
+  fh__lua_checkopts(L, 2, fn, like_opts);
+  const char *root = luaL_optstring(L, 3, "example");
+  lua_settop(L, 3);
+  sweep(L);
+  bool has_dev = opt_given(L, 2, "device");
+  fh_device dev = fh__lua_optdevice(L, 2, "device", fh_cpu(), fn);
+  bool pin = fh__lua_optbool(L, 2, "pin_memory", 0, fn);
+  buffer_box *bb = lua_newuserdata(L, sizeof *bb);
+  bb->b = NULL;
+  luaL_getmetatable(L, FH_BUFFER_MT);
+  lua_setmetatable(L, -2);
+  fh_tree_sig *sig = NULL;
+  fh_tensor **leaves = NULL;
+  fh_status st = fh__lua_tree_build(L, 1, root, &sig, &leaves);
+  if (st == FH_OK) {
+    st = fh_buffer_new(sig, leaves, has_dev ? &dev : NULL, pin, root, &bb->b);
+    fh_tree_sig_release(sig);
+    free(leaves);
+  }
+  if (st != FH_OK) {
+    if (fh_error_status() != FH_ERR_TYPE) fh_error_prefix("%s", fn);
+    fh__lua_error(L);
+  }
+  return 1;
+}
+
+static int buf_gc(lua_State *L) {
+  buffer_box *b = fh__lua_testudata(L, 1, FH_BUFFER_MT);
+  if (b && b->b) {
+    fh_buffer_release(b->b);
+    b->b = NULL;
+  }
+  return 0;
+}
+
+static void push_device(lua_State *L, fh_device d) {
+  char n[FH_DEVICE_NAME_MAX];
+  lua_pushstring(L, fh_device_name(d, n));
+}
+
+/* Push buf.value: a new tree around the owned storages. */
+static void push_buffer_value(lua_State *L, fh_buffer *b) {
+  int64_t n = fh_buffer_nleaves(b);
+  leaf_guard *g = push_guard(L, n);
+  fh__lua_check(L, fh_buffer_leaves(b, g->t));
+  push_tree_from_guard(L, fh_buffer_signature(b), g);
+  lua_remove(L, -2);
+}
+
+static int buf_index(lua_State *L) {
+  const char *k = lua_tostring(L, 2);
+  if (k) {
+    lua_getfield(L, lua_upvalueindex(1), k);
+    if (!lua_isnil(L, -1)) return 1;
+    lua_pop(L, 1);
+  }
+  fh_buffer *b = checkbuffer(L, 1, "ReusableValueBuffer.__index");
+  if (k == NULL) return 0;
+  if (strcmp(k, "value") == 0) {
+    fh__lua_check(L, fh_buffer_check_open(b, "ReusableValueBuffer.value"));
+    push_buffer_value(L, b);
+    return 1;
+  }
+  static const char *const fields[] = {"signature", "device", "is_pinned", "nbytes", NULL};
+  for (int i = 0; fields[i]; ++i)
+    if (strcmp(k, fields[i]) == 0) {
+      char what[64];
+      snprintf(what, sizeof what, "ReusableValueBuffer.%s", k);
+      fh__lua_check(L, fh_buffer_check_open(b, what));
+      switch (i) {
+        case 0: fh__lua_push_treesig(L, fh_buffer_signature(b)); break;
+        case 1: push_device(L, fh_buffer_device(b)); break;
+        case 2: lua_pushboolean(L, fh_buffer_is_pinned(b)); break;
+        default: lua_pushnumber(L, (lua_Number)fh_buffer_nbytes(b)); break;
+      }
+      return 1;
+    }
+  return 0;
+}
+
+static int buf_newindex(lua_State *L) {
+  return fh__lua_raise(L, FH_ERR_TYPE, "ReusableValueBuffer: cannot set field '%s' (buffers are read-only)",
+                       lua_tostring(L, 2) ? lua_tostring(L, 2) : "?");
+}
+
+static const char *const copy_opts[] = {"stream", "non_blocking", "wait_for", NULL};
+
+static int buf_copy_from(lua_State *L) {
+  const char *fn = "ReusableValueBuffer:copy_from";
+  fh_buffer *b = openbuffer(L, 1, fn);
+  if (lua_isnone(L, 2)) return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (source) is missing", fn);
+  fh__lua_checkopts(L, 3, fn, copy_opts);
+  lua_settop(L, 3);
+  fh_stream *stream = fh__lua_optstream(L, 3, "stream", fn);
+  bool nb = fh__lua_optbool(L, 3, "non_blocking", 1, fn);
+  fh_event *wait[MAX_WAIT];
+  int nwait = opt_events(L, 3, fn, wait, MAX_WAIT);
+  sweep(L);
+  const fh_tree_sig *sig = fh_buffer_signature(b);
+  fh_tensor **leaves = scratch(L, sig->nleaves);
+  fh__lua_check(L, fh__lua_tree_validate(L, sig, 2, "source", FH_ERR_EXEC_INPUT, leaves));
+  fh_copy_handle *h;
+  fh__lua_check(L, fh_buffer_copy_from(b, leaves, stream, nb, wait, nwait, &h));
+  push_handle(L, h, sig, 2);
+  return 1;
+}
+
+static fh_copy_handle *checkhandle(lua_State *L, int idx, const char *fn, const char *arg) {
+  handle_box *h = fh__lua_testudata(L, idx, FH_HANDLE_MT);
+  if (h == NULL || h->h == NULL)
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %s expected a CopyHandle, got %s", fn, arg, fh__lua_typename(L, idx));
+  return h->h;
+}
+
+static int buf_wait_for(lua_State *L) {
+  const char *fn = "ReusableValueBuffer:wait_for";
+  fh_buffer *b = openbuffer(L, 1, fn);
+  fh_copy_handle *h = checkhandle(L, 2, fn, "1 (handle)");
+  fh_stream *s = lua_isnoneornil(L, 3) ? NULL : fh__lua_checkstream(L, 3, fn, "stream");
+  fh__lua_check(L, fh_buffer_wait_for(b, h, s));
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int buf_close(lua_State *L) {
+  fh_buffer *b = checkbuffer(L, 1, "ReusableValueBuffer:close");
+  fh__lua_check(L, fh_buffer_close(b));
+  sweep(L);
+  return 0;
+}
+
+static int buf_is_closed(lua_State *L) {
+  lua_pushboolean(L, fh_buffer_is_closed(checkbuffer(L, 1, "ReusableValueBuffer:is_closed")));
+  return 1;
+}
+
+static int buf_tostring(lua_State *L) {
+  fh_buffer *b = checkbuffer(L, 1, "ReusableValueBuffer.__tostring");
+  char d[FH_DEVICE_NAME_MAX];
+  if (fh_buffer_is_closed(b)) {
+    lua_pushliteral(L, "ReusableValueBuffer(closed)");
+    return 1;
+  }
+  lua_pushfstring(L, "ReusableValueBuffer(device=%s%s, leaves=%d, nbytes=%f)", fh_device_name(fh_buffer_device(b), d),
+                  fh_buffer_is_pinned(b) ? ", pinned" : "", (int)fh_buffer_nleaves(b),
+                  (lua_Number)fh_buffer_nbytes(b));
+  return 1;
+}
+
+/* ---- CopyHandle ------------------------------------------------------------------ */
+static int h_gc(lua_State *L) {
+  handle_box *h = fh__lua_testudata(L, 1, FH_HANDLE_MT);
+  if (h && h->h) {
+    fh_copy_handle_release(h->h);
+    h->h = NULL;
+  }
+  return 0;
+}
+
+static int h_done(lua_State *L) {
+  fh_copy_handle *h = checkhandle(L, 1, "CopyHandle:done", "self");
+  bool done;
+  fh__lua_check(L, fh_copy_handle_done(h, &done));
+  if (done) drop_sources(L, 1);
+  lua_pushboolean(L, done);
+  return 1;
+}
+
+static int h_wait_on(lua_State *L) {
+  const char *fn = "CopyHandle:wait_on";
+  fh_copy_handle *h = checkhandle(L, 1, fn, "self");
+  fh_stream *s = fh__lua_checkstream(L, 2, fn, "stream");
+  fh__lua_check(L, fh_copy_handle_wait_on(h, s));
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int h_synchronize(lua_State *L) {
+  fh_copy_handle *h = checkhandle(L, 1, "CopyHandle:synchronize", "self");
+  fh__lua_check(L, fh_copy_handle_synchronize(h));
+  drop_sources(L, 1);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int h_index(lua_State *L) {
+  const char *k = lua_tostring(L, 2);
+  if (k) {
+    lua_getfield(L, lua_upvalueindex(1), k);
+    if (!lua_isnil(L, -1)) return 1;
+    lua_pop(L, 1);
+  }
+  fh_copy_handle *h = checkhandle(L, 1, "CopyHandle.__index", "self");
+  if (k == NULL) return 0;
+  if (strcmp(k, "event") == 0) {
+    fh_event *e = fh_copy_handle_event(h);
+    if (e == NULL) return 0;
+    lua_getfenv(L, 1);
+    lua_getfield(L, -1, "event");
+    if (lua_isnil(L, -1)) {
+      lua_pop(L, 1);
+      fh__lua_push_event(L, e);
+      lua_pushvalue(L, -1);
+      lua_setfield(L, -3, "event");
+    }
+    return 1;
+  }
+  if (strcmp(k, "device") == 0) {
+    push_device(L, fh_copy_handle_device(h));
+    return 1;
+  }
+  if (strcmp(k, "bytes_copied") == 0) {
+    lua_pushnumber(L, (lua_Number)fh_copy_handle_bytes(h));
+    return 1;
+  }
+  return 0;
+}
+
+static int h_tostring(lua_State *L) {
+  fh_copy_handle *h = checkhandle(L, 1, "CopyHandle.__tostring", "self");
+  char d[FH_DEVICE_NAME_MAX];
+  lua_pushfstring(L, "CopyHandle(device=%s, bytes_copied=%f%s)", fh_device_name(fh_copy_handle_device(h), d),
+                  (lua_Number)fh_copy_handle_bytes(h), fh_copy_handle_released(h) ? ", complete" : "");
+  return 1;
+}
+
+/* ---- tree helpers ------------------------------------------------------------------- */
+static int l_pin_value_tree(lua_State *L) {
+  const char *fn = "ex.pin_value_tree";
+  if (lua_isnone(L, 1)) return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (tree) is missing", fn);
+  lua_settop(L, 1);
+  fh_tree_sig *sig = NULL;
+  fh_tensor **leaves = NULL;
+  fh__lua_check(L, fh__lua_tree_build(L, 1, "tree", &sig, &leaves));
+  /* sig and leaves into Lua-owned places before anything can raise */
+  fh__lua_push_treesig(L, sig);
+  fh_tree_sig_release(sig);
+  int64_t n = sig->nleaves;
+  fh_tensor **tmp = scratch(L, n);
+  memcpy(tmp, leaves, sizeof *tmp * (size_t)n);
+  free(leaves);
+  leaf_guard *g = push_guard(L, n);
+  fh_status st = fh_leaves_clone(tmp, n, fh_cpu(), true, g->t);
+  if (st != FH_OK) {
+    fh_error_prefix("%s", fn);
+    fh__lua_error(L);
+  }
+  push_tree_from_guard(L, sig, g);
+  return 1;
+}
+
+static int l_value_tree_nbytes(lua_State *L) {
+  if (lua_isnone(L, 1)) return fh__lua_raise(L, FH_ERR_TYPE, "ex.value_tree_nbytes: argument 1 (tree) is missing");
+  lua_settop(L, 1);
+  fh_tree_sig *sig = NULL;
+  fh_tensor **leaves = NULL;
+  fh__lua_check(L, fh__lua_tree_build(L, 1, "tree", &sig, &leaves));
+  size_t n = fh_leaves_nbytes(leaves, sig->nleaves);
+  fh_tree_sig_release(sig);
+  free(leaves);
+  lua_pushnumber(L, (lua_Number)n);
+  return 1;
+}
+
+/* core._exec_fail_next_launches(n): test aid (fh__program_fail_next_launches) */
+static int l_fail_next_launches(lua_State *L) {
+  fh__program_fail_next_launches((int)fh__lua_checkint(L, 1, "_exec_fail_next_launches", "n", 0, 1000));
+  return 0;
+}
+
+static int l_clock(lua_State *L) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  lua_pushnumber(L, (lua_Number)t.tv_sec + (lua_Number)t.tv_nsec * 1e-9);
+  return 1;
+}
+
+/* ---- programs -------------------------------------------------------------------------- */
+static program_box *checkprogbox(lua_State *L, int idx, const char *fn) {
+  program_box *b = fh__lua_testudata(L, idx, FH_PROGRAM_MT);
+  if (b == NULL || b->p == NULL)
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: expected a CudaGraphProgram or HostGraphProgram, got %s", fn,
+                  fh__lua_typename(L, idx));
+  return b;
+}
+
+static const char *prog_class(const program_box *b) {
+  return b->kind == FH_PROGRAM_CUDA_GRAPH ? "CudaGraphProgram" : "HostGraphProgram";
+}
+
+static program_box *openprog(lua_State *L, int idx, const char *method) {
+  program_box *b = checkprogbox(L, idx, method);
+  if (fh_program_is_closed(b->p)) {
+    char what[96];
+    snprintf(what, sizeof what, "%s%s", prog_class(b), method);
+    fh__lua_check(L, fh_program_check_open(b->p, what));
+  }
+  return b;
+}
+
+static void drop_output(program_box *b) {
+  for (int64_t i = 0; i < b->nout; ++i) fh_tensor_release(b->out_leaves[i]);
+  free(b->out_leaves);
+  b->out_leaves = NULL;
+  b->nout = 0;
+  if (b->out_sig) fh_tree_sig_release(b->out_sig);
+  b->out_sig = NULL;
+}
+
+/* core.program_new(kind, buffer) */
+static int l_program_new(lua_State *L) {
+  const char *k = luaL_checkstring(L, 1);
+  fh_program_kind kind = strcmp(k, "cuda") == 0 ? FH_PROGRAM_CUDA_GRAPH : FH_PROGRAM_HOST_GRAPH;
+  fh_buffer *buf = openbuffer(L, 2, "program inputs");
+  program_box *b = lua_newuserdata(L, sizeof *b);
+  memset(b, 0, sizeof *b);
+  b->kind = kind;
+  luaL_getmetatable(L, FH_PROGRAM_MT);
+  lua_setmetatable(L, -2);
+  lua_createtable(L, 0, 4);
+  lua_setfenv(L, -2);
+  fh__lua_check(L, fh_program_new(kind, buf, &b->p));
+  return 1;
+}
+
+static int p_gc(lua_State *L) {
+  program_box *b = fh__lua_testudata(L, 1, FH_PROGRAM_MT);
+  if (b && b->p) {
+    drop_output(b);
+    fh_program_release(b->p);
+    b->p = NULL;
+  }
+  return 0;
+}
+
+static int p_capture_begin(lua_State *L) {
+  program_box *b = openprog(L, 1, ":_capture_begin");
+  fh__lua_check(L, fh_program_capture_begin(b->p));
+  return 0;
+}
+
+static int p_capture_end(lua_State *L) {
+  program_box *b = openprog(L, 1, ":_capture_end");
+  fh__lua_check(L, fh_program_capture_end(b->p, lua_toboolean(L, 2)));
+  return 0;
+}
+
+static int p_instantiate(lua_State *L) {
+  program_box *b = openprog(L, 1, ":_instantiate");
+  fh__lua_check(L, fh_program_instantiate(b->p));
+  return 0;
+}
+
+/* p:_check_output(tree_or_nil, root): the tree's signature must build and
+ * every leaf must be on the program's device. Raises (TypeError, ValueError). */
+static void check_output(lua_State *L, program_box *b, int idx, const char *root, fh_tree_sig **sig_out,
+                         fh_tensor ***leaves_out) {
+  fh_tree_sig *sig = NULL;
+  fh_tensor **leaves = NULL;
+  fh__lua_check(L, fh__lua_tree_build(L, idx, root, &sig, &leaves));
+  fh_device dev = fh_program_device(b->p);
+  for (int64_t i = 0; i < sig->nleaves; ++i)
+    if (!fh_device_eq(fh_tensor_device(leaves[i]), dev)) {
+      char a[600], d1[FH_DEVICE_NAME_MAX], d2[FH_DEVICE_NAME_MAX];
+      fh_tree_sig_leaf_name(sig, i, root, a, sizeof a);
+      fh_device_name(fh_tensor_device(leaves[i]), d1);
+      fh_device_name(dev, d2);
+      fh_tree_sig_release(sig);
+      free(leaves);
+      fh__lua_raise(L, FH_ERR_VALUE, "%s is on %s but the program runs on %s (outputs must live on the capture device)",
+                    a, d1, d2);
+    }
+  if (sig_out) {
+    *sig_out = sig;
+    *leaves_out = leaves;
+  } else {
+    fh_tree_sig_release(sig);
+    free(leaves);
+  }
+}
+
+static int p_check_output(lua_State *L) {
+  program_box *b = openprog(L, 1, ":_check_output");
+  if (lua_isnoneornil(L, 2)) return 0;
+  check_output(L, b, 2, luaL_optstring(L, 3, "output"), NULL, NULL);
+  return 0;
+}
+
+/* p:_set_output(tree_or_nil): validate and keep the capture's output. */
+static int p_set_output(lua_State *L) {
+  program_box *b = openprog(L, 1, ":_set_output");
+  lua_settop(L, 2);
+  drop_output(b);
+  if (!lua_isnil(L, 2)) {
+    fh_tree_sig *sig;
+    fh_tensor **leaves;
+    check_output(L, b, 2, "output", &sig, &leaves);
+    for (int64_t i = 0; i < sig->nleaves; ++i) fh_tensor_retain(leaves[i]);
+    b->out_sig = sig;
+    b->out_leaves = leaves;
+    b->nout = sig->nleaves;
+  }
+  lua_getfenv(L, 1);
+  lua_pushvalue(L, 2);
+  lua_setfield(L, -2, "output");
+  return 0;
+}
+
+/* Push the output: the borrowed tree, or with copy_output a new tree over
+ * copies made on the replay stream after the launch. */
+static int push_output(lua_State *L, program_box *b, bool copy) {
+  if (b->out_sig == NULL) {
+    lua_pushnil(L);
+    return 1;
+  }
+  if (!copy) {
+    lua_getfenv(L, 1);
+    lua_getfield(L, -1, "output");
+    return 1;
+  }
+  leaf_guard *g = push_guard(L, b->nout);
+  fh_device dev = fh_program_device(b->p);
+  fh_stream *s = NULL;
+  if (dev.type == FH_DEVICE_CUDA) fh__lua_check(L, fh_stream_current(dev, &s));
+  for (int64_t i = 0; i < b->nout; ++i) {
+    fh__lua_check(L, fh_tensor_empty_like_layout(b->out_leaves[i], dev, false, &g->t[i]));
+    fh__lua_check(L, fh_tensor_copy_(g->t[i], b->out_leaves[i], s, true));
+  }
+  push_tree_from_guard(L, b->out_sig, g);
+  return 1;
+}
+
+static const char *const replay_opts[] = {"copy_output", "synchronize", NULL};
+static const char *const prepared_opts[] = {"copy_handle", "copy_output", "synchronize", NULL};
+
+static int p_replay(lua_State *L) {
+  program_box *b = openprog(L, 1, ":replay");
+  const char *fn = b->kind == FH_PROGRAM_CUDA_GRAPH ? "CudaGraphProgram:replay" : "HostGraphProgram:replay";
+  if (lua_isnone(L, 2)) return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (inputs) is missing", fn);
+  fh__lua_checkopts(L, 3, fn, replay_opts);
+  lua_settop(L, 3);
+  bool copy = fh__lua_optbool(L, 3, "copy_output", 0, fn);
+  bool sync = fh__lua_optbool(L, 3, "synchronize", 0, fn);
+  sweep(L);
+  fh_buffer *in = fh_program_inputs(b->p);
+  const fh_tree_sig *sig = fh_buffer_signature(in);
+  fh_tensor **leaves = scratch(L, sig->nleaves);
+  fh__lua_check(L, fh__lua_tree_validate(L, sig, 2, "inputs", FH_ERR_GRAPH_INPUT, leaves));
+  fh__lua_check(L, fh_program_replay(b->p, leaves, false));
+  push_output(L, b, copy);
+  if (sync) fh__lua_check(L, fh_program_synchronize(b->p));
+  return 1;
+}
+
+static int p_copy_inputs_from(lua_State *L) {
+  program_box *b = openprog(L, 1, ":copy_inputs_from");
+  const char *fn =
+      b->kind == FH_PROGRAM_CUDA_GRAPH ? "CudaGraphProgram:copy_inputs_from" : "HostGraphProgram:copy_inputs_from";
+  if (lua_isnone(L, 2)) return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (inputs) is missing", fn);
+  fh__lua_checkopts(L, 3, fn, copy_opts);
+  lua_settop(L, 3);
+  fh_stream *stream = fh__lua_optstream(L, 3, "stream", fn);
+  bool nb = fh__lua_optbool(L, 3, "non_blocking", 1, fn);
+  fh_event *wait[MAX_WAIT];
+  int nwait = opt_events(L, 3, fn, wait, MAX_WAIT);
+  sweep(L);
+  fh_buffer *in = fh_program_inputs(b->p);
+  const fh_tree_sig *sig = fh_buffer_signature(in);
+  fh_tensor **leaves = scratch(L, sig->nleaves);
+  fh__lua_check(L, fh__lua_tree_validate(L, sig, 2, "inputs", FH_ERR_GRAPH_INPUT, leaves));
+  fh_copy_handle *h;
+  fh_status st = fh_program_copy_inputs(b->p, leaves, stream, nb, wait, nwait, &h);
+  if (st != FH_OK) {
+    fh_error_prefix("%s", fn);
+    fh__lua_error(L);
+  }
+  push_handle(L, h, sig, 2);
+  return 1;
+}
+
+static int p_replay_prepared(lua_State *L) {
+  program_box *b = openprog(L, 1, ":replay_prepared");
+  const char *fn =
+      b->kind == FH_PROGRAM_CUDA_GRAPH ? "CudaGraphProgram:replay_prepared" : "HostGraphProgram:replay_prepared";
+  fh__lua_checkopts(L, 2, fn, prepared_opts);
+  lua_settop(L, 2);
+  fh_copy_handle *h = NULL;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "copy_handle");
+    if (!lua_isnil(L, -1)) {
+      handle_box *hb = fh__lua_testudata(L, -1, FH_HANDLE_MT);
+      if (hb == NULL || hb->h == NULL)
+        return fh__lua_raise(L, FH_ERR_TYPE, "%s: option 'copy_handle' expected a CopyHandle, got %s", fn,
+                             fh__lua_typename(L, -1));
+      h = hb->h;
+    }
+    lua_pop(L, 1);
+  }
+  bool copy = fh__lua_optbool(L, 2, "copy_output", 0, fn);
+  bool sync = fh__lua_optbool(L, 2, "synchronize", 0, fn);
+  sweep(L);
+  fh_status st = fh_program_replay_prepared(b->p, h, false);
+  if (st != FH_OK) {
+    if (strncmp(fh_error_message(), "replay_prepared", 15) == 0) {
+      char msg[FH_ERROR_MESSAGE_MAX];
+      fh_status k = fh_error_status();
+      snprintf(msg, sizeof msg, "%s", fh_error_message() + 15);
+      fh_error_set(k, "%s%s", fn, msg);
+    }
+    fh__lua_error(L);
+  }
+  push_output(L, b, copy);
+  if (sync) fh__lua_check(L, fh_program_synchronize(b->p));
+  return 1;
+}
+
+/* p:_launch(synchronize): the first replay, with the current inputs. */
+static int p_launch(lua_State *L) {
+  program_box *b = openprog(L, 1, ":_launch");
+  fh__lua_check(L, fh_program_launch(b->p, lua_toboolean(L, 2)));
+  return 0;
+}
+
+static int p_synchronize(lua_State *L) {
+  program_box *b = openprog(L, 1, ":synchronize");
+  fh__lua_check(L, fh_program_synchronize(b->p));
+  return 0;
+}
+
+static int p_close(lua_State *L) {
+  program_box *b = checkprogbox(L, 1, "Program:close");
+  fh__lua_check(L, fh_program_close(b->p));
+  drop_output(b);
+  lua_getfenv(L, 1);
+  lua_pushnil(L);
+  lua_setfield(L, -2, "output");
+  sweep(L);
+  return 0;
+}
+
+static int p_is_closed(lua_State *L) {
+  lua_pushboolean(L, fh_program_is_closed(checkprogbox(L, 1, "Program:is_closed")->p));
+  return 1;
+}
+
+/* p:_input_value(): the input buffer's value tree (what fn is captured on). */
+static int p_input_value(lua_State *L) {
+  program_box *b = openprog(L, 1, ":_input_value");
+  push_buffer_value(L, fh_program_inputs(b->p));
+  return 1;
+}
+
+static void setnum(lua_State *L, const char *k, double v) {
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, k);
+}
+
+static int p_index(lua_State *L) {
+  const char *k = lua_tostring(L, 2);
+  if (k) {
+    lua_getfield(L, lua_upvalueindex(1), k);
+    if (!lua_isnil(L, -1)) return 1;
+    lua_pop(L, 1);
+  }
+  program_box *b = checkprogbox(L, 1, "Program.__index");
+  if (k == NULL) return 0;
+  if (strcmp(k, "device") == 0) {
+    push_device(L, fh_program_device(b->p));
+    return 1;
+  }
+  if (strcmp(k, "kind") == 0) {
+    lua_pushstring(L, prog_class(b));
+    return 1;
+  }
+  if (strcmp(k, "side_stream") == 0) {
+    fh_stream *s = fh_program_side_stream(b->p);
+    if (s == NULL || fh_program_is_closed(b->p)) return 0;
+    fh__lua_push_stream(L, s);
+    return 1;
+  }
+  static const char *const fields[] = {"output", "stats", "input_signature", "input_nbytes", "replay_event", NULL};
+  int f = -1;
+  for (int i = 0; fields[i]; ++i)
+    if (strcmp(k, fields[i]) == 0) f = i;
+  if (f < 0) return 0;
+  char what[96];
+  snprintf(what, sizeof what, ".%s", k);
+  openprog(L, 1, what);
+  switch (f) {
+    case 0: return push_output(L, b, false);
+    case 1: {
+      fh_program_stats s;
+      fh_program_get_stats(b->p, &s);
+      lua_createtable(L, 0, 8);
+      lua_getfenv(L, 1);
+      lua_getfield(L, -1, "timing");
+      if (lua_istable(L, -1)) {
+        int t = lua_gettop(L);
+        lua_pushnil(L);
+        while (lua_next(L, t)) {
+          lua_pushvalue(L, -2);
+          lua_insert(L, -2);
+          lua_settable(L, t - 2);
+        }
+      }
+      lua_pop(L, 2);
+      setnum(L, "replays", (double)s.replays);
+      setnum(L, "node_count", (double)s.node_count);
+      setnum(L, "memory_allocated_bytes", (double)s.memory_allocated);
+      setnum(L, "memory_reserved_bytes", (double)s.memory_reserved);
+      return 1;
+    }
+    case 2: fh__lua_push_treesig(L, fh_buffer_signature(fh_program_inputs(b->p))); return 1;
+    case 3: lua_pushnumber(L, (lua_Number)fh_buffer_nbytes(fh_program_inputs(b->p))); return 1;
+    default: {
+      fh_event *e = fh_program_replay_event(b->p);
+      if (e == NULL) return 0;
+      fh__lua_push_event(L, e);
+      return 1;
+    }
+  }
+}
+
+static int p_newindex(lua_State *L) {
+  return fh__lua_raise(L, FH_ERR_TYPE, "programs are read-only (cannot set field '%s')",
+                       lua_tostring(L, 2) ? lua_tostring(L, 2) : "?");
+}
+
+/* p:_set_timing(tbl): the stage timings measured by the Lua orchestration */
+static int p_set_timing(lua_State *L) {
+  checkprogbox(L, 1, "Program:_set_timing");
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_getfenv(L, 1);
+  lua_pushvalue(L, 2);
+  lua_setfield(L, -2, "timing");
+  return 0;
+}
+
+static int p_tostring(lua_State *L) {
+  program_box *b = checkprogbox(L, 1, "Program.__tostring");
+  char d[FH_DEVICE_NAME_MAX];
+  if (fh_program_is_closed(b->p)) {
+    lua_pushfstring(L, "%s(closed)", prog_class(b));
+    return 1;
+  }
+  fh_program_stats s;
+  fh_program_get_stats(b->p, &s);
+  lua_pushfstring(L, "%s(device=%s, nodes=%d, replays=%d)", prog_class(b), fh_device_name(fh_program_device(b->p), d),
+                  (int)s.node_count, (int)s.replays);
+  return 1;
+}
+
+/* ---- registration ------------------------------------------------------------------------ */
+static void class_with_index(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta,
+                             lua_CFunction index) {
+  fh__lua_newclass(L, name, methods, meta);
+  lua_getfield(L, -1, "methods");
+  lua_pushcclosure(L, index, 1);
+  lua_setfield(L, -2, "__index");
+}
+
+void fh__lua_open_exec(lua_State *L) {
+  if (luaL_newmetatable(L, LEAFGUARD_MT)) {
+    lua_pushcfunction(L, guard_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+
+  static const luaL_Reg bmethods[] = {{"copy_from", buf_copy_from}, {"wait_for", buf_wait_for},
+                                      {"close", buf_close},         {"is_closed", buf_is_closed},
+                                      {NULL, NULL}};
+  static const luaL_Reg bmeta[] = {{"__gc", buf_gc}, {"__tostring", buf_tostring}, {"__newindex", buf_newindex},
+                                   {NULL, NULL}};
+  class_with_index(L, FH_BUFFER_MT, bmethods, bmeta, buf_index);
+  lua_setfield(L, -2, "ReusableValueBuffer_metatable");
+
+  static const luaL_Reg hmethods[] = {{"done", h_done}, {"wait_on", h_wait_on}, {"synchronize", h_synchronize},
+                                      {NULL, NULL}};
+  static const luaL_Reg hmeta[] = {{"__gc", h_gc}, {"__tostring", h_tostring}, {NULL, NULL}};
+  class_with_index(L, FH_HANDLE_MT, hmethods, hmeta, h_index);
+  lua_setfield(L, -2, "CopyHandle_metatable");
+
+  static const luaL_Reg pmethods[] = {{"replay", p_replay},
+                                      {"copy_inputs_from", p_copy_inputs_from},
+                                      {"replay_prepared", p_replay_prepared},
+                                      {"synchronize", p_synchronize},
+                                      {"close", p_close},
+                                      {"is_closed", p_is_closed},
+                                      {"_capture_begin", p_capture_begin},
+                                      {"_capture_end", p_capture_end},
+                                      {"_instantiate", p_instantiate},
+                                      {"_check_output", p_check_output},
+                                      {"_set_output", p_set_output},
+                                      {"_launch", p_launch},
+                                      {"_input_value", p_input_value},
+                                      {"_set_timing", p_set_timing},
+                                      {NULL, NULL}};
+  static const luaL_Reg pmeta[] = {{"__gc", p_gc}, {"__tostring", p_tostring}, {"__newindex", p_newindex},
+                                   {NULL, NULL}};
+  class_with_index(L, FH_PROGRAM_MT, pmethods, pmeta, p_index);
+  lua_setfield(L, -2, "Program_metatable");
+
+  static const luaL_Reg fns[] = {{"buffer_like", l_buffer_like},
+                                 {"pin_value_tree", l_pin_value_tree},
+                                 {"value_tree_nbytes", l_value_tree_nbytes},
+                                 {"program_new", l_program_new},
+                                 {"exec_clock", l_clock},
+                                 {"_exec_fail_next_launches", l_fail_next_launches},
+                                 {NULL, NULL}};
+  fh__lua_setfuncs(L, fns);
+}

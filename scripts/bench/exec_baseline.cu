@@ -1,0 +1,186 @@
+/* fhelium_bench_exec_baseline: the plain CUDA C side of
+ * scripts/bench/buffer_copy.lua and scripts/bench/graph.lua. Prints
+ * "key value" lines (medians; host wall clock):
+ *   memcpy_64mib_us        one cudaMemcpyAsync of 64 MiB, pinned host to
+ *                          device, then a synchronize
+ *   memcpy_4kib_host_us    host time of one cudaMemcpyAsync of 4 KiB pinned
+ *                          host to device plus one cudaEventRecord (enqueue
+ *                          only), per call, averaged over 1000 calls
+ *   graph_K<k>_us          a CUDA graph of k launches of the engine's add
+ *                          kernel (fh__cuda_kernels[FH_K_BINARY], 4096
+ *                          float32, out = in + w chained through k buffers),
+ *                          replayed 200 times back to back with
+ *                          cudaGraphLaunch, then a synchronize: microseconds
+ *                          per replay (k = 10, 100, 1000)
+ *   graph_K100_scattered_us  the K = 100 graph with each of its 101 buffers
+ *                          a separate cudaMalloc of 16 KiB (the layout of a
+ *                          capture pool whose blocks are one cudaMalloc each),
+ *                          to tell allocation layout from replay overhead
+ *   capture_K1000_ms       stream capture of those 1000 launches
+ *   instantiate_K1000_ms   cudaGraphInstantiate of that graph
+ * Built by CMake (target fhelium_bench_exec_baseline) when CUDA is on. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fh/kernels.h"
+#include "fh/launch.h"
+
+#define CHECK(x)                                                                          \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                            \
+    }                                                                                     \
+  } while (0)
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void add_launch(fh_cuda_kernel_fn fn, float *o, const float *a, const float *b, int n, cudaStream_t s) {
+  fh_ew_args args;
+  memset(&args, 0, sizeof args);
+  args.it.ndim = 1;
+  args.it.numel = n;
+  args.it.shape[0] = n;
+  args.op = FH_OP_ADD;
+  args.dtype = FH_FLOAT32;
+  args.out.data = (char *)o;
+  args.a.data = (char *)a;
+  args.b.data = (char *)b;
+  args.out.stride[0] = args.a.stride[0] = args.b.stride[0] = 1;
+  if (fn(&args, (void *)s) != FH_OK) {
+    fprintf(stderr, "kernel launch failed\n");
+    exit(1);
+  }
+}
+
+int main(void) {
+  CHECK(cudaSetDevice(0));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  /* ---- copies ---- */
+  {
+    const size_t N = (size_t)64 << 20;
+    void *d, *h;
+    CHECK(cudaMalloc(&d, N));
+    CHECK(cudaHostAlloc(&h, N, cudaHostAllocPortable));
+    memset(h, 1, N);
+    double t[21];
+    for (int r = -3; r < 21; ++r) {
+      CHECK(cudaStreamSynchronize(s));
+      double t0 = now_us();
+      CHECK(cudaMemcpyAsync(d, h, N, cudaMemcpyHostToDevice, s));
+      CHECK(cudaStreamSynchronize(s));
+      if (r >= 0) t[r] = now_us() - t0;
+    }
+    printf("memcpy_64mib_us %.3f\n", median(t, 21));
+    cudaEvent_t ev;
+    CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    double small[21];
+    for (int r = -3; r < 21; ++r) {
+      CHECK(cudaStreamSynchronize(s));
+      double t0 = now_us();
+      for (int i = 0; i < 1000; ++i) {
+        CHECK(cudaMemcpyAsync(d, h, 4096, cudaMemcpyHostToDevice, s));
+        CHECK(cudaEventRecord(ev, s));
+      }
+      double t1 = now_us();
+      if (r >= 0) small[r] = (t1 - t0) / 1000;
+    }
+    CHECK(cudaStreamSynchronize(s));
+    printf("memcpy_4kib_host_us %.3f\n", median(small, 21));
+    CHECK(cudaEventDestroy(ev));
+    CHECK(cudaFree(d));
+    CHECK(cudaFreeHost(h));
+  }
+
+  /* ---- graphs of chained adds ---- */
+  const int n = 4096, REPS = 200;
+  fh_cuda_kernel_fn fn = fh__cuda_kernels[FH_K_BINARY];
+  const int ks[3] = {10, 100, 1000};
+  for (int ki = 0; ki < 3; ++ki) {
+    int K = ks[ki];
+    float *buf, *w;
+    CHECK(cudaMalloc((void **)&buf, (size_t)(K + 1) * n * sizeof(float)));
+    CHECK(cudaMalloc((void **)&w, n * sizeof(float)));
+    CHECK(cudaMemset(buf, 0, (size_t)(K + 1) * n * sizeof(float)));
+    CHECK(cudaMemset(w, 0, n * sizeof(float)));
+    CHECK(cudaDeviceSynchronize());
+    double c0 = now_us();
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int k = 0; k < K; ++k) add_launch(fn, buf + (size_t)(k + 1) * n, buf + (size_t)k * n, w, n, s);
+    cudaGraph_t g;
+    CHECK(cudaStreamEndCapture(s, &g));
+    double c1 = now_us();
+    cudaGraphExec_t x;
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    double c2 = now_us();
+    if (K == 1000) {
+      printf("capture_K1000_ms %.3f\n", (c1 - c0) / 1e3);
+      printf("instantiate_K1000_ms %.3f\n", (c2 - c1) / 1e3);
+    }
+    double t[15];
+    for (int r = -3; r < 15; ++r) {
+      CHECK(cudaStreamSynchronize(s));
+      double t0 = now_us();
+      for (int i = 0; i < REPS; ++i) CHECK(cudaGraphLaunch(x, s));
+      CHECK(cudaStreamSynchronize(s));
+      if (r >= 0) t[r] = (now_us() - t0) / REPS;
+    }
+    printf("graph_K%d_us %.3f\n", K, median(t, 15));
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cudaFree(buf));
+    CHECK(cudaFree(w));
+  }
+  /* ---- the K = 100 graph over separately allocated buffers ---- */
+  {
+    const int K = 100;
+    float *bufs[K + 1], *w;
+    for (int k = 0; k <= K; ++k) {
+      CHECK(cudaMalloc((void **)&bufs[k], n * sizeof(float)));
+      CHECK(cudaMemset(bufs[k], 0, n * sizeof(float)));
+    }
+    CHECK(cudaMalloc((void **)&w, n * sizeof(float)));
+    CHECK(cudaMemset(w, 0, n * sizeof(float)));
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int k = 0; k < K; ++k) add_launch(fn, bufs[k + 1], bufs[k], w, n, s);
+    cudaGraph_t g;
+    CHECK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t x;
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    double t[15];
+    for (int r = -3; r < 15; ++r) {
+      CHECK(cudaStreamSynchronize(s));
+      double t0 = now_us();
+      for (int i = 0; i < REPS; ++i) CHECK(cudaGraphLaunch(x, s));
+      CHECK(cudaStreamSynchronize(s));
+      if (r >= 0) t[r] = (now_us() - t0) / REPS;
+    }
+    printf("graph_K100_scattered_us %.3f\n", median(t, 15));
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphDestroy(g));
+    for (int k = 0; k <= K; ++k) CHECK(cudaFree(bufs[k]));
+    CHECK(cudaFree(w));
+  }
+  CHECK(cudaStreamDestroy(s));
+  return 0;
+}

@@ -1,0 +1,148 @@
+-- scripts/bench/graph.lua: CudaGraphProgram replays against eager Lua and
+-- against raw cudaGraphLaunch of the same kernels (fhelium_bench_exec_baseline,
+-- built by CMake when CUDA is on), in one run, printing ratios. On a GPU
+-- machine after building:
+--   source scripts/env.sh && luajit scripts/bench/graph.lua [path/to/fhelium_bench_exec_baseline]
+-- The work: a chain of K = 10, 100, 1000 adds over 4096 float32
+-- (x = x + w, K times). Measures (medians, host wall clock, R back-to-back
+-- calls then one synchronize, divided by R):
+--   eager        the chain run eagerly from Lua (us per op)
+--   prepared     prog:replay_prepared() (us per replay, and per kernel)
+--   raw graph    cudaGraphLaunch of a graph of the same K kernels, captured
+--                in C (us per replay); target for K = 100: prepared / raw <= 1.05
+--   replay       prog:replay({x}) with a 4 KiB pinned input (a chain of 100
+--                adds over 1024 float32) against replay_prepared() of the same
+--                program; target: at most 5 us more per call
+--   capture      CudaGraphProgram.capture of the K = 1000 chain: capture +
+--                instantiate (stats.capture_seconds) against stream capture +
+--                cudaGraphInstantiate in C (reported)
+local ffi = require "ffi"
+local fh = require "fhelium"
+local ex = require "fhelium.execution"
+
+ffi.cdef [[
+typedef struct { long tv_sec; long tv_nsec; } fh_gb_timespec;
+int clock_gettime(int clk, fh_gb_timespec *t);
+]]
+local ts = ffi.new("fh_gb_timespec")
+local function now_us()
+  ffi.C.clock_gettime(1, ts)
+  return tonumber(ts.tv_sec) * 1e6 + tonumber(ts.tv_nsec) * 1e-3
+end
+local function median(v)
+  table.sort(v)
+  local n = #v
+  return n % 2 == 1 and v[(n + 1) / 2] or 0.5 * (v[n / 2] + v[n / 2 + 1])
+end
+
+if not fh.cuda.is_available() then
+  io.stderr:write("bench: no CUDA device: ", fh.cuda.unavailable_reason(), "\n")
+  os.exit(1)
+end
+
+local build = os.getenv("FHELIUM_BUILD") or "build"
+local base = {}
+do
+  local p = assert(io.popen((arg[1] or (build .. "/fhelium_bench_exec_baseline")) .. " 2>&1"))
+  for line in p:lines() do
+    local k, v = line:match("^(%S+)%s+(%S+)$")
+    if k and tonumber(v) then base[k] = tonumber(v) else io.stderr:write("baseline: ", line, "\n") end
+  end
+  assert(p:close(), "the baseline program failed")
+end
+
+local sync = fh.cuda.synchronize
+local rows = {}
+local function row(name, value, unit, baseline, ratio, target, ok)
+  rows[#rows + 1] = { name, value, unit, baseline or 0 / 0, ratio or 0 / 0, target or "report", ok }
+end
+
+local function chain(K)
+  return function(x, w)
+    for _ = 1, K do x = x + w end
+    return x
+  end
+end
+
+-- time `reps` rounds of `calls` calls of f, one synchronize per round: us per call
+local function time_calls(f, calls, rounds)
+  local t = {}
+  for r = -3, rounds do
+    sync()
+    local t0 = now_us()
+    for _ = 1, calls do f() end
+    sync()
+    if r >= 1 then t[r] = (now_us() - t0) / calls end
+  end
+  return median(t)
+end
+
+for _, K in ipairs({ 10, 100, 1000 }) do
+  local x = fh.rand({ 4096 }, { device = "cuda" })
+  local w = fh.rand({ 4096 }, { device = "cuda" })
+  local fn = chain(K)
+  local reps = math.max(4, math.floor(2000 / K))
+  local eager_us = time_calls(function() fn(x, w) end, reps, 9) / K
+  local prog = ex.CudaGraphProgram.capture(fn, { example_inputs = { x, w } })
+  assert(fh.allclose(prog.output, fn(x, w), { rtol = 1e-5, atol = 1e-5 }), "the replay differs from eager evaluation")
+  local prep_us = time_calls(function() prog:replay_prepared() end, 200, 15)
+  local raw = base["graph_K" .. K .. "_us"]
+  row(("K=%4d eager Lua, per op"):format(K), eager_us, "us", raw / K, eager_us / (raw / K), "report", true)
+  row(("K=%4d replay_prepared, per replay"):format(K), prep_us, "us", raw, prep_us / raw,
+    K == 100 and "<= 1.05" or "report", K ~= 100 or prep_us / raw <= 1.05)
+  row(("K=%4d replay_prepared, per kernel"):format(K), prep_us / K, "us", raw / K, prep_us / raw, "report", true)
+  if K == 100 and base.graph_K100_scattered_us then
+    row("K= 100 raw graph over 101 separate cudaMallocs, per replay", base.graph_K100_scattered_us, "us", raw,
+      base.graph_K100_scattered_us / raw, "report", true)
+  end
+  if K == 1000 then
+    local s = prog.stats
+    local c_ms = base.capture_K1000_ms + base.instantiate_K1000_ms
+    row("K=1000 capture + instantiate", s.capture_seconds * 1e3, "ms", c_ms, s.capture_seconds * 1e3 / c_ms, "report",
+      true)
+    row("K=1000 warmup (3 eager calls)", s.warmup_seconds * 1e3, "ms", nil, nil, "report", true)
+    row("K=1000 first replay (synchronized)", s.first_replay_seconds * 1e3, "ms", nil, nil, "report", true)
+    row(("K=1000 graph nodes %d, private pool %.1f MiB"):format(s.node_count, s.memory_reserved_bytes / 2 ^ 20), 0,
+      "", nil, nil, "report", s.node_count == 1000)
+  end
+  prog:close()
+end
+
+-- replay() with a 4 KiB input against replay_prepared() -------------------------------
+do
+  local w = fh.rand({ 1024 }, { device = "cuda" })
+  local fn = fh.partial(function(wt, x)
+    for _ = 1, 100 do x = x + wt end
+    return x
+  end, w)
+  local x = fh.rand({ 1024 }, { pin_memory = true })
+  local prog = ex.CudaGraphProgram.capture(fn, { example_inputs = { x:cuda() } })
+  local inputs = { x }
+  local replay_us = time_calls(function() prog:replay(inputs) end, 200, 15)
+  local prep_us = time_calls(function() prog:replay_prepared() end, 200, 15)
+  assert(fh.allclose(prog:replay(inputs, { synchronize = true }), fn(x:cuda()), { rtol = 1e-5, atol = 1e-5 }))
+  row("replay() with a 4 KiB input, per call", replay_us, "us", prep_us, replay_us / prep_us, "<= +5 us",
+    replay_us - prep_us <= 5)
+  -- host time only: enqueue cost of each path, GPU not waited for
+  local h = {}
+  for r = -3, 15 do
+    sync()
+    local t0 = now_us()
+    for _ = 1, 20 do prog:replay(inputs) end
+    local t1 = now_us()
+    for _ = 1, 20 do prog:replay_prepared() end
+    local t2 = now_us()
+    if r >= 1 then h[r] = { (t1 - t0) / 20, (t2 - t1) / 20 } end
+  end
+  local hr, hp = {}, {}
+  for i, v in ipairs(h) do hr[i], hp[i] = v[1], v[2] end
+  row("host time per call: replay() 4 KiB vs replay_prepared()", median(hr), "us", median(hp), median(hr) / median(hp),
+    "report", true)
+  prog:close()
+end
+
+print()
+print(("%-58s %12s %12s %8s %10s  %s"):format("measure", "fhelium", "baseline", "ratio", "target", "ok"))
+for _, r in ipairs(rows) do
+  print(("%-58s %9.3f %-2s %12.3f %8.3f %10s  %s"):format(r[1], r[2], r[3], r[4], r[5], r[6], r[7] and "yes" or "NO"))
+end
