@@ -223,3 +223,23 @@ describe("views", function()
     assert.equal(a:data_ptr() % 64, 0) -- storage is 64-byte aligned
   end)
 end)
+
+describe("expand", function()
+  local fh = require "fhelium"
+  local H = require "spec.helpers"
+  it("broadcasts size-1 and new leading dimensions with stride 0, sharing storage", function()
+    local t = fh.tensor({ { 1 }, { 2 } }, { dtype = "int32" })
+    local e = t:expand({ 3, 2, 4 })
+    assert.same({ 3, 2, 4 }, e.shape)
+    assert.same({ 0, 1, 0 }, e:stride())
+    assert.same({ { 1, 1, 1, 1 }, { 2, 2, 2, 2 } }, e:tolist()[3])
+    assert.equal(t:storage_ptr(), e:storage_ptr())
+    assert.same({ 2, 5 }, t:expand(-1, 5).shape)
+  end)
+  it("rejects sizes that cannot broadcast, too few sizes and -1 for new dimensions", function()
+    local t = fh.zeros({ 2, 1 })
+    H.expect_error("ValueError", "size 2 at dimension 1 cannot broadcast to 3", function() t:expand({ 3, 4 }) end)
+    H.expect_error("ValueError", "1 sizes given for a 2%-dimensional tensor", function() t:expand({ 4 }) end)
+    H.expect_error("ValueError", "%-1 is not allowed for new leading dimension 1", function() t:expand({ -1, 2, 1 }) end)
+  end)
+end)

@@ -603,6 +603,28 @@ static int t_reshape(lua_State *L) {
   return 1;
 }
 
+/* t:expand(shape): a read-only broadcast view (size-1 dimensions stretch with
+ * stride 0, new leading dimensions are added); -1 keeps a size. */
+static int t_expand(lua_State *L) {
+  fh_tensor *t = self(L, "Tensor:expand");
+  int64_t shape[FH_MAX_DIMS];
+  int n = fh__lua_checkshape(L, 2, shape, "Tensor:expand", 1);
+  if (n < t->ndim)
+    return fh__lua_raise(L, FH_ERR_VALUE, "Tensor:expand: %d sizes given for a %d-dimensional tensor (need at least %d)",
+                         n, t->ndim, t->ndim);
+  for (int i = 0; i < n; ++i) {
+    int src = i - (n - t->ndim);
+    if (shape[i] == -1) {
+      if (src < 0) return fh__lua_raise(L, FH_ERR_VALUE, "Tensor:expand: -1 is not allowed for new leading dimension %d", i + 1);
+      shape[i] = t->shape[src];
+    } else if (shape[i] < 0) {
+      return fh__lua_raise(L, FH_ERR_VALUE, "Tensor:expand: invalid size %lld at dimension %d", (long long)shape[i], i + 1);
+    }
+  }
+  PUSH_NEW(L, fh_tensor_expand(t, n, shape, out_));
+  return 1;
+}
+
 static int checkdim(lua_State *L, int idx, const fh_tensor *t, const char *fn) {
   if (lua_type(L, idx) != LUA_TNUMBER)
     fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %d (dim) expected an integer, got %s", fn, idx, fh__lua_typename(L, idx));
@@ -894,7 +916,7 @@ void fh__lua_open_tensor(lua_State *L) {
       {"storage_offset", t_storage_offset}, {"is_pinned", t_is_pinned}, {"is_contiguous", t_is_contiguous},
       {"requires_grad_", t_requires_grad_}, {"to", t_to}, {"cpu", t_cpu}, {"cuda", t_cuda},
       {"pin_memory", t_pin_memory}, {"clone", t_clone}, {"contiguous", t_contiguous}, {"copy_", t_copy_},
-      {"fill_", t_fill_}, {"view", t_view}, {"reshape", t_reshape}, {"transpose", t_transpose},
+      {"fill_", t_fill_}, {"view", t_view}, {"reshape", t_reshape}, {"expand", t_expand}, {"transpose", t_transpose},
       {"permute", t_permute}, {"narrow", t_narrow}, {"select", t_select}, {"_bytes", t_bytes},
       {"_item", t_item_number}, {"add_", t_add_}, {"sub_", t_sub_}, {"mul_", t_mul_}, {"div_", t_div_},
       {"neg_", t_neg_}, {NULL, NULL}};

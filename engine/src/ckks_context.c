@@ -367,7 +367,7 @@ static fh_status preset_primes(const fh_ckks_preset *p, uint64_t *q, uint64_t *p
   /* 60-bit primes, descending */
   uint64_t top = ((uint64_t)1 << 60) + 1;
   int found = 0, need = 1 + p->num_p_primes;
-  uint64_t big[16];
+  uint64_t big[16] = {0};
   for (uint64_t k = 1; found < need; ++k) {
     if (k * m >= ((uint64_t)1 << 59)) return fh_error_set(FH_ERR_GENERIC, "preset %s: ran out of 60-bit primes", p->name);
     uint64_t c = top - k * m;
