@@ -40,6 +40,10 @@ if not fh.cuda.is_available() then
   os.exit(1)
 end
 
+-- Run on a non-blocking stream, as the C baseline does: graph launches on
+-- the legacy default stream pay for its implicit synchronization.
+fh.cuda.set_stream(fh.cuda.Stream())
+
 local build = os.getenv("FHELIUM_BUILD") or "build"
 local base = {}
 do
