@@ -98,6 +98,7 @@ fh_device fh__lua_checkdevice(lua_State *L, int idx, const char *fn);
 void fh__lua_open_errors(lua_State *L);
 void fh__lua_open_tensor(lua_State *L);
 void fh__lua_open_cuda(lua_State *L);
+void fh__lua_open_ckks(lua_State *L); /* l_ckks.c */
 /* Set the functions of `l` into the table at -1 (LuaJIT's luaL_register
  * with a NULL name, spelled out). */
 void fh__lua_setfuncs(lua_State *L, const luaL_Reg *l);

@@ -449,6 +449,7 @@ __attribute__((visibility("default"))) int luaopen_fhelium_core(lua_State *L) {
   fh__lua_open_errors(L);
   fh__lua_open_tensor(L);
   fh__lua_open_cuda(L);
+  fh__lua_open_ckks(L);
   static const luaL_Reg fns[] = {{"info", l_info}, {NULL, NULL}};
   fh__lua_setfuncs(L, fns);
   lua_pushvalue(L, -1);
