@@ -114,7 +114,7 @@ static int l_find_primes(lua_State *L) {
 }
 
 static int l_is_prime(lua_State *L) {
-  lua_pushboolean(L, fh_ckks_is_prime(check_u64(L, 1, "_ckks.is_prime", "n")));
+  lua_pushboolean(L, fh_is_prime_u64(check_u64(L, 1, "_ckks.is_prime", "n")));
   return 1;
 }
 

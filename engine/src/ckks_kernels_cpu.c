@@ -202,7 +202,8 @@ fh_status fh__ckks_cpu_bconv(const void *argp) {
   const int64_t n = (int64_t)1 << a->log_n;
   const int ns = a->nsrc;
   const uint64_t *shat_inv = a->consts, *mat = a->consts + 2 * ns;
-  uint64_t y[FH_CKKS_MAX_PRIMES][BCONV_BLOCK];
+  uint64_t (*y)[BCONV_BLOCK] = malloc(sizeof *y * (size_t)(ns > 0 ? ns : 1));
+  if (y == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_bconv: out of memory");
   for (int64_t g = 0; g < a->ngroups; ++g) {
     const uint64_t *in = a->in + g * a->in_gs;
     uint64_t *out = a->out + g * a->out_gs;
@@ -234,6 +235,7 @@ fh_status fh__ckks_cpu_bconv(const void *argp) {
       }
     }
   }
+  free(y);
   return FH_OK;
 }
 
@@ -456,13 +458,15 @@ fh_status fh__ckks_cpu_decode(const void *argp) {
   const int64_t n = (int64_t)1 << a->log_n, slots = n / 2;
   const uint64_t m2 = 2 * (uint64_t)n;
   const int k = a->nlimbs;
+  const int nq = a->nq, first = nq - k;
   for (int l = 0; l < k; ++l)
-    if (a->prime[l] != l)
-      return fh_error_set(FH_ERR_EXECUTION, "ckks_decode: row %d is prime %d, expected the Q prefix", l, a->prime[l]);
+    if (a->prime[l] != first + l)
+      return fh_error_set(FH_ERR_EXECUTION, "ckks_decode: row %d is prime %d, expected %d (the active Q rows)", l,
+                          a->prime[l], first + l);
   /* Q and floor(Q/2) as big integers (k + 1 words) */
   uint64_t Q[FH_CKKS_MAX_PRIMES + 1] = {1}, H[FH_CKKS_MAX_PRIMES + 1];
   int lq = 1;
-  for (int l = 0; l < k; ++l) lq = big_muladd(Q, lq, a->primes[l].q, 0);
+  for (int l = 0; l < k; ++l) lq = big_muladd(Q, lq, a->primes[first + l].q, 0);
   for (int i = lq - 1, carry = 0; i >= 0; --i) {
     H[i] = (Q[i] >> 1) | ((uint64_t)carry << 63);
     carry = (int)(Q[i] & 1);
@@ -474,22 +478,23 @@ fh_status fh__ckks_cpu_decode(const void *argp) {
     for (int64_t i = 0; i < n; ++i) {
       double val;
       if (k == 1) {
-        uint64_t x = in[i], q = a->primes[0].q;
+        uint64_t x = in[i], q = a->primes[first].q;
         val = x > q / 2 ? -(double)(q - x) : (double)x;
       } else {
         uint64_t v[FH_CKKS_MAX_PRIMES], X[FH_CKKS_MAX_PRIMES + 1], D[FH_CKKS_MAX_PRIMES + 1];
-        /* Garner: x = v_0 + v_1 q_0 + v_2 q_0 q_1 + ... */
-        v[0] = in[i];
+        /* Garner over the reversed chain r_j = q_{nq-1-j} (row k-1-j):
+         * x = v_0 + v_1 r_0 + v_2 r_0 r_1 + ... */
+        v[0] = in[(int64_t)(k - 1) * n + i];
         for (int r = 1; r < k; ++r) {
-          const fh_modulus *m = &a->primes[r].bar;
-          const uint64_t *gr = a->garner + (int64_t)r * a->nq;
+          const fh_modulus *m = &a->primes[nq - 1 - r].bar;
+          const uint64_t *gr = a->garner + (int64_t)r * nq;
           uint64_t s = 0;
           for (int j = 0; j < r; ++j) s = fh_mod_add(s, fh_mod_mul(v[j], gr[j], m), m->q);
-          v[r] = fh_mod_mul(fh_mod_sub(in[(int64_t)r * n + i], s, m->q), gr[r], m);
+          v[r] = fh_mod_mul(fh_mod_sub(in[(int64_t)(k - 1 - r) * n + i], s, m->q), gr[r], m);
         }
         X[0] = v[k - 1];
         int lx = 1;
-        for (int r = k - 2; r >= 0; --r) lx = big_muladd(X, lx, a->primes[r].q, v[r]);
+        for (int r = k - 2; r >= 0; --r) lx = big_muladd(X, lx, a->primes[nq - 1 - r].q, v[r]);
         if (big_cmp(X, lx, H, lq) > 0) {
           big_sub(D, Q, lq, X, lx);
           val = -big_to_double(D, lq);

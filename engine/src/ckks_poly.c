@@ -290,10 +290,10 @@ fh_status fh_ckks_poly_automorph(fh_ckks_tables *tb, fh_tensor *t, const int *id
 }
 
 /* ---- encode / decode ----------------------------------------------------------------------- */
-/* log2 of the product of Q primes 0..nlimbs-1 */
+/* log2 of the product of the last nlimbs Q primes */
 static double log2_q(const fh_ckks_tables *tb, int nlimbs) {
   double s = 0;
-  for (int i = 0; i < nlimbs; ++i) s += log2((double)tb->primes[i]);
+  for (int i = tb->nq - nlimbs; i < tb->nq; ++i) s += log2((double)tb->primes[i]);
   return s;
 }
 
@@ -375,7 +375,7 @@ fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, 
     a.primes = tb->primes_dev;
     a.rot_group = tb->rot_group;
     a.ksi = tb->ksi;
-    for (int i = 0; i < nlimbs; ++i) a.prime[i] = i;
+    for (int i = 0; i < nlimbs; ++i) a.prime[i] = tb->nq - nlimbs + i;
     if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_ENCODE, &a, sizeof a);
   }
   fh_tensor_release(in);
@@ -435,7 +435,7 @@ fh_status fh_ckks_poly_decode(fh_ckks_tables *tb, fh_tensor *coeffs, double scal
     a.rot_group = tb->rot_group;
     a.ksi = tb->ksi;
     a.garner = tb->garner;
-    for (int i = 0; i < nlimbs; ++i) a.prime[i] = i;
+    for (int i = 0; i < nlimbs; ++i) a.prime[i] = tb->nq - nlimbs + i;
     if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_DECODE, &a, sizeof a);
   }
   fh_tensor_release(in);

@@ -6,48 +6,6 @@
 #include "fh/ckks_tables.h"
 
 /* ---- primes ----------------------------------------------------------------- */
-static uint64_t mulmod_u(uint64_t a, uint64_t b, uint64_t n) { return (uint64_t)(((unsigned __int128)a * b) % n); }
-
-static uint64_t powmod_u(uint64_t a, uint64_t e, uint64_t n) {
-  uint64_t r = 1 % n;
-  a %= n;
-  while (e) {
-    if (e & 1) r = mulmod_u(r, a, n);
-    a = mulmod_u(a, a, n);
-    e >>= 1;
-  }
-  return r;
-}
-
-bool fh_ckks_is_prime(uint64_t n) {
-  static const uint64_t bases[12] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37};
-  if (n < 2) return false;
-  for (int i = 0; i < 12; ++i) {
-    if (n == bases[i]) return true;
-    if (n % bases[i] == 0) return false;
-  }
-  uint64_t d = n - 1;
-  int s = 0;
-  while ((d & 1) == 0) {
-    d >>= 1;
-    ++s;
-  }
-  for (int i = 0; i < 12; ++i) {
-    uint64_t x = powmod_u(bases[i], d, n);
-    if (x == 1 || x == n - 1) continue;
-    bool composite = true;
-    for (int r = 1; r < s; ++r) {
-      x = mulmod_u(x, x, n);
-      if (x == n - 1) {
-        composite = false;
-        break;
-      }
-    }
-    if (composite) return false;
-  }
-  return true;
-}
-
 fh_status fh_ckks_find_primes(int bits, int log_n, int count, const uint64_t *exclude, int nexclude, uint64_t *out) {
   if (bits < 20 || bits > 61)
     return fh_error_set(FH_ERR_VALUE, "prime size must be between 20 and 61 bits, got %d", bits);
@@ -63,7 +21,7 @@ fh_status fh_ckks_find_primes(int bits, int log_n, int count, const uint64_t *ex
   for (; q > (1ULL << (bits - 1)) && found < count; q -= m) {
     bool skip = false;
     for (int i = 0; i < nexclude && !skip; ++i) skip = exclude[i] == q;
-    if (!skip && fh_ckks_is_prime(q)) out[found++] = q;
+    if (!skip && fh_is_prime_u64(q)) out[found++] = q;
   }
   if (found < count)
     return fh_error_set(FH_ERR_VALUE, "only %d %d-bit primes q = 1 mod 2^%d exist (after exclusions), %d requested",
@@ -73,7 +31,7 @@ fh_status fh_ckks_find_primes(int bits, int log_n, int count, const uint64_t *ex
 
 fh_status fh_ckks_min_root(uint64_t q, int log_n, uint64_t *out) {
   uint64_t m = 2ULL << log_n;
-  if (q < 3 || q >= (1ULL << 62) || (q - 1) % m != 0 || !fh_ckks_is_prime(q))
+  if (q < 3 || q >= (1ULL << 62) || (q - 1) % m != 0 || !fh_is_prime_u64(q))
     return fh_error_set(FH_ERR_VALUE, "%llu is not a prime q < 2^62 with q = 1 mod 2N = %llu", (unsigned long long)q,
                         (unsigned long long)m);
   fh_modulus md;
@@ -121,10 +79,13 @@ static int digit_hi(const fh_ckks_tables *t, int j) { /* exclusive */
   int h = (j + 1) * t->alpha;
   return h < t->nq ? h : t->nq;
 }
-/* active primes of digit j at a level with `la` active Q primes */
-static int digit_active(const fh_ckks_tables *t, int j, int la) {
-  int lo = digit_lo(t, j), hi = digit_hi(t, j);
-  if (hi > la) hi = la;
+/* first active prime of digit j at `level` and the count of active ones */
+static int digit_first(const fh_ckks_tables *t, int j, int level) {
+  int lo = digit_lo(t, j);
+  return lo > level ? lo : level;
+}
+static int digit_active(const fh_ckks_tables *t, int j, int level) {
+  int lo = digit_first(t, j, level), hi = digit_hi(t, j);
   return hi > lo ? hi - lo : 0;
 }
 
@@ -190,7 +151,7 @@ static fh_status validate(int log_n, const uint64_t *primes, int nq, int np) {
     if ((q - 1) % m != 0)
       return fh_error_set(FH_ERR_VALUE, "%s prime %d (%llu) is not 1 mod 2N = %llu (not NTT-friendly)", set, idx + 1,
                           (unsigned long long)q, (unsigned long long)m);
-    if (!fh_ckks_is_prime(q))
+    if (!fh_is_prime_u64(q))
       return fh_error_set(FH_ERR_VALUE, "%s prime %d (%llu) is not prime", set, idx + 1, (unsigned long long)q);
     for (int k = 0; k < i; ++k)
       if (primes[k] == q)
@@ -275,7 +236,7 @@ fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, 
     for (int l = 0; l < nq; ++l) {
       int la = nq - l;
       for (int j = 0; j < t->dnum; ++j) {
-        int ns = digit_active(t, j, la);
+        int ns = digit_active(t, j, l);
         if (ns == 0) continue;
         modup_off[l * t->dnum + j] = w;
         w += bconv_words(ns, la - ns + np);
@@ -350,14 +311,14 @@ fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, 
     ksi[2 * k + 1] = (double)sinl(ang);
   }
 
-  /* Garner constants */
+  /* Garner constants over the reversed chain r_k = q_{nq-1-k} */
   uint64_t *gar = base + lo.garner;
   for (int i = 0; i < nq; ++i) {
-    const fh_modulus *m = &t->host[i].bar;
+    const fh_modulus *m = &t->host[nq - 1 - i].bar;
     uint64_t prod = 1 % m->q;
     for (int mm = 0; mm < i; ++mm) {
       gar[(size_t)i * nq + mm] = prod;
-      prod = fh_mod_mul(prod, primes[mm] % m->q, m);
+      prod = fh_mod_mul(prod, primes[nq - 1 - mm] % m->q, m);
     }
     gar[(size_t)i * nq + i] = fh_mod_inv_prime(prod, m);
   }
@@ -373,27 +334,25 @@ fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, 
   for (int l = 0; l < nq && np > 0; ++l) {
     int la = nq - l;
     for (int j = 0; j < t->dnum; ++j) {
-      int ns = digit_active(t, j, la);
+      int ns = digit_active(t, j, l);
       if (ns == 0) continue;
-      int lo_j = digit_lo(t, j), nd = 0;
+      int lo_j = digit_first(t, j, l), nd = 0;
       for (int i = 0; i < ns; ++i) src[i] = lo_j + i;
-      for (int i = 0; i < la; ++i)
+      for (int i = l; i < nq; ++i)
         if (i < lo_j || i >= lo_j + ns) dst[nd++] = i;
       for (int k = 0; k < np; ++k) dst[nd++] = nq + k;
       fill_bconv(t, base + modup_off[l * t->dnum + j], src, ns, dst, nd);
     }
     for (int k = 0; k < np; ++k) src[k] = nq + k;
-    for (int i = 0; i < la; ++i) dst[i] = i;
+    for (int i = 0; i < la; ++i) dst[i] = l + i;
     fill_bconv(t, base + moddown_off[l], src, np, dst, la);
   }
-  for (int l = 0; l < nq; ++l) {
-    int la = nq - l;
-    if (la < 2) continue;
-    uint64_t qlast = primes[la - 1];
-    for (int i = 0; i < la - 1; ++i) {
+  for (int l = 0; l + 1 < nq; ++l) {
+    uint64_t qd = primes[l]; /* dropped by a rescale at level l */
+    for (int i = l + 1; i < nq; ++i) {
       const fh_modulus *m = &t->host[i].bar;
-      t->rescale_inv[(size_t)l * nq + i] = fh_mod_inv_prime(qlast % m->q, m);
-      t->rescale_half[(size_t)l * nq + i] = ((qlast - 1) / 2) % m->q;
+      t->rescale_inv[(size_t)l * nq + i] = fh_mod_inv_prime(qd % m->q, m);
+      t->rescale_half[(size_t)l * nq + i] = ((qd - 1) / 2) % m->q;
     }
   }
   if (np > 0) {
@@ -430,9 +389,8 @@ fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, 
   t->garner = d + lo.garner;
   t->ones = d + lo.ones;
   for (int l = 0; l < nq && np > 0; ++l) {
-    int la = nq - l;
     for (int j = 0; j < t->dnum; ++j)
-      t->modup[l * t->dnum + j] = digit_active(t, j, la) ? d + modup_off[l * t->dnum + j] : NULL;
+      t->modup[l * t->dnum + j] = digit_active(t, j, l) ? d + modup_off[l * t->dnum + j] : NULL;
     t->moddown[l] = d + moddown_off[l];
   }
   free(modup_off);

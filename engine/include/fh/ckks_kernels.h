@@ -42,6 +42,7 @@
 #ifndef FH_CKKS_KERNELS_H
 #define FH_CKKS_KERNELS_H
 
+#include "fh/ckks_context.h" /* FH_CKKS_MAX_PRIMES, FH_CKKS_MAX_LOG_N */
 #include "fh/launch.h"
 #include "fh/modarith.h"
 
@@ -49,11 +50,9 @@
 extern "C" {
 #endif
 
-/* Most primes (Q + P) in one context, and most rows in one launch's limb
- * list. */
-#define FH_CKKS_MAX_PRIMES 64
-#define FH_CKKS_MIN_LOG_N 3
-#define FH_CKKS_MAX_LOG_N 17
+/* FH_CKKS_MAX_PRIMES (fh/ckks_context.h) bounds the primes of a context and
+ * the rows of one launch's limb list. */
+#define FH_CKKS_MIN_LOG_N 1
 
 /* Kernel ids (after the built-in tensor kernels). */
 enum {
@@ -237,9 +236,11 @@ typedef struct fh_ckks_encode_args {
   int32_t prime[FH_CKKS_MAX_PRIMES];
 } fh_ckks_encode_args;
 
-/* Decoding: rows 0..nlimbs-1 of each group must be the context's first
- * nlimbs Q primes (prime[l] == l): each coefficient is reconstructed exactly
- * by Garner's mixed-radix CRT into a big integer, lifted to the centered
+/* Decoding: the rows of each group must be the context's last nlimbs Q
+ * primes in order (prime[l] == nq - nlimbs + l, the active rows of a level):
+ * each coefficient is reconstructed exactly by Garner's mixed-radix CRT
+ * (taking the primes from the last one down, so that every level's rows
+ * are a prefix of that order) into a big integer, lifted to the centered
  * range (-Q/2, Q/2], converted to double and divided by `scale`; the special
  * FFT then evaluates the slots. Output: complex pairs (out_complex) or the
  * real parts. `garner` is the context's Garner table (fh/ckks_tables.h);

@@ -37,11 +37,14 @@ fh_status fh_ckks_poly_ew(fh_ckks_tables *tb, int op, fh_tensor *a, fh_tensor *b
 fh_status fh_ckks_poly_automorph(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int nids, uint64_t galois,
                                  bool ntt_domain, fh_tensor **result);
 /* Encode messages msg [*, s] (float64 or complex128, s <= N/2, missing
- * slots zero) at `scale` into coefficient-domain rows over Q primes
- * 0..nlimbs-1: result [*, nlimbs, N]. ValueError for non-finite values or a
- * scaled magnitude that does not fit the modulus (|x| * scale >= Q/2). */
+ * slots zero) at `scale` into coefficient-domain rows over the last nlimbs
+ * Q primes (the active rows of level nq - nlimbs): result [*, nlimbs, N].
+ * ValueError for non-finite values or a scaled magnitude that does not fit
+ * the modulus (|x| * scale >= Q/2); the values are checked on the host when
+ * they are CPU data and no host capture is active (the kernel maps
+ * non-finite values to 0). */
 fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, int nlimbs, fh_tensor **result);
-/* Decode coefficient-domain rows [*, nlimbs, N] over Q primes 0..nlimbs-1:
+/* Decode coefficient-domain rows [*, nlimbs, N] over the last nlimbs Q primes:
  * result [*, N/2] complex128 (or float64 real parts). */
 fh_status fh_ckks_poly_decode(fh_ckks_tables *tb, fh_tensor *coeffs, double scale, bool complex_out,
                               fh_tensor **result);

@@ -4,14 +4,16 @@
  * Built once per (context, device) and cached by the engine; kernels read
  * them through the device addresses below.
  *
- * Prime chain. primes[0..nq-1] are the Q primes (q_0 first; level l keeps
- * q_0..q_{nq-1-l}), primes[nq..nq+np-1] the P (special) primes. Every prime
- * is an odd prime q = 1 mod 2N with q < 2^62.
+ * Prime chain (fh/ckks_context.h). primes[0..nq-1] are the Q primes
+ * (scale primes, then the base prime; level l keeps the suffix
+ * q_l..q_{nq-1}, and rescaling at level l drops q_l),
+ * primes[nq..nq+np-1] the P (special) primes. Every prime is an odd prime
+ * q = 1 mod 2N with q < 2^62.
  *
  * Hybrid key switching. The Q primes are split into dnum digits of
  * `alpha` consecutive primes (alpha = np, dnum = ceil(nq / np)); digit j
  * holds q_{j*alpha} .. q_{min((j+1)*alpha, nq) - 1}. At level l only the
- * digits' active primes count.
+ * digits' active primes (those >= l) count.
  *
  * Ownership: fh_ckks_tables_new returns a new reference (refcounted;
  * fh_ckks_tables_release). The storage stays alive while any tape or
@@ -26,10 +28,7 @@
 extern "C" {
 #endif
 
-/* ---- primes --------------------------------------------------------------- */
-/* Deterministic primality test for 64-bit integers (Miller-Rabin with the
- * first 12 prime bases). */
-bool fh_ckks_is_prime(uint64_t n);
+/* ---- primes (primality: fh_is_prime_u64, fh/ckks_context.h) --------------- */
 /* The `count` largest primes q < 2^bits with q = 1 mod 2^(log_n+1), in
  * descending order, skipping any in exclude[0..nexclude-1]. 20 <= bits <= 61.
  * ValueError when fewer exist. */
@@ -54,16 +53,19 @@ typedef struct fh_ckks_tables {
   const uint64_t *ntt;       /* [nprimes][4][N] */
   const uint64_t *rot_group; /* [N/2] */
   const double *ksi;         /* [2N+1][2] */
-  const uint64_t *garner;    /* [nq][nq]: row i: prod_{j<m} q_j mod q_i (m < i), [i][i] = (prod_{j<i} q_j)^-1 */
+  /* Garner table [nq][nq] over the reversed chain r_k = q_{nq-1-k}:
+   * [i][m] = prod_{k<m} r_k mod r_i (m < i), [i][i] = (prod_{k<i} r_k)^-1 mod r_i */
+  const uint64_t *garner;
   const uint64_t *ones;      /* base-conversion constants for a single source prime: (1, shoup(1)), then 1s */
   /* fast base conversion constants (fh_ckks_bconv_args.consts):
-   * modup[level * dnum + digit]: digit's active primes -> every other active Q prime, then all P primes;
-   * moddown[level]: P primes -> active Q primes. NULL where the digit has no active prime. */
+   * modup[level * dnum + digit]: the digit's active primes -> every other active Q prime (in chain
+   * order), then all P primes; moddown[level]: P primes -> active Q primes. NULL where the digit
+   * has no active prime. */
   const uint64_t **modup;
   const uint64_t **moddown;
-  /* host-side per-level constants: for the Q prime rows i < nq - level:
-   * rescale (dropping q_last = q_{nq-1-level}): q_last^-1 mod q_i and floor(q_last/2) mod q_i;
-   * mod-down: P^-1 mod q_i and floor(P/2) mod q_i; and floor(P/2) mod p_k. */
+  /* host-side per-level constants, [level][i] for the Q prime rows i > level:
+   * rescale at `level` (dropping q_level): q_level^-1 mod q_i and floor(q_level/2) mod q_i;
+   * mod-down: P^-1 mod q_i and floor(P/2) mod q_i (any level); and floor(P/2) mod p_k. */
   uint64_t *rescale_inv;  /* [nq][nq] (level-major) */
   uint64_t *rescale_half; /* [nq][nq] */
   uint64_t *p_inv;        /* [nq] */
