@@ -148,7 +148,13 @@ fh_status fh__ckks_cpu_ew(const void *argp) {
           break;
         case FH_CKKS_EW_SUB_ADD_MUL:
           /* x - y + k < 3q < 2^64; Shoup takes any 64-bit input */
-          for (int64_t j = 0; j < n; ++j) o[j] = fh_shoup_mul(x[j] + (q - y[j]) + k, c, cs, q);
+          if (z)
+            for (int64_t j = 0; j < n; ++j) o[j] = fh_mod_add(fh_shoup_mul(x[j] + (q - y[j]) + k, c, cs, q), z[j], q);
+          else
+            for (int64_t j = 0; j < n; ++j) o[j] = fh_shoup_mul(x[j] + (q - y[j]) + k, c, cs, q);
+          break;
+        case FH_CKKS_EW_ADD_MUL_CONST:
+          for (int64_t j = 0; j < n; ++j) o[j] = fh_mod_add(x[j], fh_shoup_mul(y[j], c, cs, q), q);
           break;
         case FH_CKKS_EW_TO_MONT:
           for (int64_t j = 0; j < n; ++j) o[j] = fh_mont_from_std(x[j], q, qi, pr->r2);

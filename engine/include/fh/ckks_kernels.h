@@ -113,7 +113,8 @@ typedef enum fh_ckks_ew_op {
   FH_CKKS_EW_MONT_MAC,      /* out = MM(a, b) + c_operand */
   FH_CKKS_EW_MUL_CONST,     /* out = a * c[l] (Shoup) */
   FH_CKKS_EW_ADD_CONST,     /* out = a + k[l] */
-  FH_CKKS_EW_SUB_ADD_MUL,   /* out = (a - b + k[l]) * c[l]  (rescale / mod-down finish) */
+  FH_CKKS_EW_SUB_ADD_MUL,   /* out = (a - b + k[l]) * c[l] (+ c operand when given): rescale / mod-down */
+  FH_CKKS_EW_ADD_MUL_CONST, /* out = a + b * c[l] (Shoup) */
   FH_CKKS_EW_TO_MONT,       /* out = a R mod q */
   FH_CKKS_EW_FROM_MONT,     /* out = a R^-1 mod q */
   FH_CKKS_EW_SIGNED,        /* out = int64 a reduced into [0, q) (a is int64 data, |a| < 2^63) */
