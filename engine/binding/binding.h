@@ -16,13 +16,19 @@
 
 #include "fh/launch.h"
 #include "fh/runtime.h"
+#include "fh/signature.h"
 #include "fh/tensor.h"
+#include "fh/values.h"
 
 #define FH_TENSOR_MT "fhelium.Tensor"
 #define FH_STREAM_MT "fhelium.Stream"
 #define FH_EVENT_MT "fhelium.Event"
 #define FH_GENERATOR_MT "fhelium.Generator"
 #define FH_ERROR_MT "fhelium.Error"
+#define FH_CONTEXT_MT "fhelium.CkksContext"
+#define FH_VALUE_MT "fhelium.Value"
+#define FH_SIGNATURE_MT "fhelium.Signature"
+#define FH_TUPLE_MT "fhelium.Tuple" /* metatable of ex.tuple tables */
 
 #if defined(__GNUC__)
 #define FH_NORETURN __attribute__((noreturn))
@@ -92,12 +98,51 @@ fh_dtype fh__lua_optdtype(lua_State *L, int idx, const char *key, fh_dtype def, 
 /* Device from a string argument. */
 fh_device fh__lua_checkdevice(lua_State *L, int idx, const char *fn);
 
+/* ---- CKKS contexts and values (l_values.c) ------------------------------ */
+typedef struct fh_context_box { fh_ckks_context *c; } fh_context_box;
+typedef struct fh_value_box { fh_value *v; } fh_value_box;
+fh_ckks_context *fh__lua_tocontext(lua_State *L, int idx); /* NULL if not a context */
+void fh__lua_push_context(lua_State *L, fh_ckks_context *c); /* retains */
+fh_value *fh__lua_tovalue(lua_State *L, int idx);           /* NULL if not a value */
+/* Push a value, taking over the caller's reference. */
+void fh__lua_push_value(lua_State *L, fh_value *v);
+
+/* ---- trees and signatures (l_signature.c) -------------------------------- */
+/* Trees (API.md "Execution: signatures"): tensors and values are leaves; a
+ * table with the tuple metatable is a tuple; a table whose keys are exactly
+ * 1..n a list (an empty table is an empty list); a table of string keys a
+ * dict; anything else a TypeError naming the path, cycles a TypeError and
+ * nesting deeper than FH_TREE_MAX_DEPTH a ValueError. None of these
+ * functions raises: they return a status (error recorded with its path). */
+
+/* Signature of the tree at idx (new reference) and, when `leaves` is not
+ * NULL, a malloc'd array of its sig->nleaves leaf tensors (borrowed from the
+ * tree, valid while the tree is alive; free() the array). */
+fh_status fh__lua_tree_build(lua_State *L, int idx, const char *root, fh_tree_sig **sig, fh_tensor ***leaves);
+/* Validate the tree at idx against `sig`: structure, tensor topology and
+ * exact state; the first mismatch is an error of `kind` (e.g.
+ * FH_ERR_EXEC_INPUT, FH_ERR_GRAPH_INPUT) whose message starts with the path
+ * and whose path field is set. Unsupported leaves and ambiguous tables are
+ * TypeErrors. `leaves` (capacity sig->nleaves, may be NULL) receives the
+ * candidate's leaf tensors (borrowed). Allocates nothing. */
+fh_status fh__lua_tree_validate(lua_State *L, const fh_tree_sig *sig, int idx, const char *root, fh_status kind,
+                                fh_tensor **leaves);
+/* Push a new tree with sig's structure around `leaves` (values rebuilt with
+ * fh_value_sig_build; tensors pushed as they are). Raises on failure. */
+void fh__lua_tree_push(lua_State *L, const fh_tree_sig *sig, fh_tensor *const *leaves);
+/* Signature userdata: push (retains) / check (any of the three classes
+ * that wraps a tree node; raises TypeError otherwise). */
+void fh__lua_push_treesig(lua_State *L, fh_tree_sig *s);
+fh_tree_sig *fh__lua_checktreesig(lua_State *L, int idx, const char *fn, const char *argname);
+
 /* ---- registration ------------------------------------------------------- */
 /* Each area registers its functions into the module table at -1 and its
  * metatables in the registry. Idempotent (busted may load twice). */
 void fh__lua_open_errors(lua_State *L);
 void fh__lua_open_tensor(lua_State *L);
 void fh__lua_open_cuda(lua_State *L);
+void fh__lua_open_values(lua_State *L);
+void fh__lua_open_signature(lua_State *L);
 void fh__lua_open_ckks(lua_State *L); /* l_ckks.c */
 /* Set the functions of `l` into the table at -1 (LuaJIT's luaL_register
  * with a NULL name, spelled out). */

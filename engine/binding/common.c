@@ -108,8 +108,12 @@ const char *fh__lua_typename(lua_State *L, int idx) {
   static const char *const known[][2] = {{FH_TENSOR_MT, "Tensor"},
                                          {FH_STREAM_MT, "Stream"},
                                          {FH_EVENT_MT, "Event"},
-                                         {FH_GENERATOR_MT, "Generator"}};
+                                         {FH_GENERATOR_MT, "Generator"},
+                                         {FH_CONTEXT_MT, "CkksContext"},
+                                         {FH_SIGNATURE_MT, "Signature"}};
   if (lua_type(L, idx) == LUA_TUSERDATA) {
+    fh_value *v = fh__lua_tovalue(L, idx);
+    if (v) return fh_value_type_name(fh_value_get_type(v));
     for (size_t i = 0; i < sizeof known / sizeof known[0]; ++i)
       if (fh__lua_testudata(L, idx, known[i][0])) return known[i][1];
     if (lua_getmetatable(L, idx)) {
@@ -449,6 +453,8 @@ __attribute__((visibility("default"))) int luaopen_fhelium_core(lua_State *L) {
   fh__lua_open_errors(L);
   fh__lua_open_tensor(L);
   fh__lua_open_cuda(L);
+  fh__lua_open_values(L);
+  fh__lua_open_signature(L);
   fh__lua_open_ckks(L);
   static const luaL_Reg fns[] = {{"info", l_info}, {NULL, NULL}};
   fh__lua_setfuncs(L, fns);

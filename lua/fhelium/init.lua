@@ -24,6 +24,9 @@ fh.rns = {
 fh.dtypes = { "bool", "uint8", "int32", "int64", "uint32", "uint64", "float32", "float64", "complex128" }
 fh.Tensor = tensor.Tensor
 
+-- CKKS contexts, values, envelopes, value files ------------------------------
+require("fhelium.values").install(fh)
+
 -- devices, streams, events ---------------------------------------------------
 fh.cuda = require "fhelium.cuda"
 

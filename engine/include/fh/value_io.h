@@ -1,0 +1,67 @@
+/* fhelium value files: trees of tensors and CKKS values in one safetensors
+ * file (fh/safetensors.h), with the envelope of every value in the
+ * header's "__metadata__" (whose values are strings, per safetensors):
+ *
+ *   "format":                 "fhelium"
+ *   "fhelium.schema_version": "1"
+ *   "fhelium.tree":           JSON of the tree, see below
+ *   "fhelium.contexts":       JSON {context_id: {"ring_degree": N,
+ *                             "default_scale": s, "q_primes": [...],
+ *                             "p_primes": [...]}} for every context used
+ *
+ * Tree JSON nodes:
+ *   {"kind": "tensor", "tensor": NAME, "dtype": D, "requires_grad": B}
+ *   {"kind": "value", "value_type": T, "schema_version": 1,
+ *    "context_id": ID, "metadata": {...}, "tensors": {"data": {"tensor":
+ *    NAME, "dtype": D, "requires_grad": B}}}
+ *   {"kind": "list" | "tuple", "items": [node, ...]}
+ *   {"kind": "dict", "keys": [k, ...], "items": [node, ...]}  (keys sorted)
+ * NAME is the safetensors entry holding the bytes: the node's tree path
+ * (e.g. `[2]["w"].data`; "data"/"message" for a single value, "tensor"
+ * for a single tensor). complex128 tensors are stored as F64 with a
+ * trailing dimension of 2 (re, im); D records the real dtype. Entries are
+ * contiguous copies in leaf order (fh/signature.h), so any strided tensor
+ * round-trips to a contiguous one with the same shape and values.
+ *
+ * Loading rebuilds every context from its parameters (its id must match,
+ * else the file is corrupt) or reuses the live one, and every value through
+ * fh_value_from_metadata with all fields required, so a loaded value passes
+ * the same validation as a constructed one. A safetensors file without
+ * fhelium metadata loads as a dict of its tensors. Every malformed input is
+ * a ValueError naming the problem (and the tree path where there is one).
+ *
+ * Writing a file is atomic: a temporary file in the target's directory
+ * (mode 0600), written, fsync'ed, then renamed over the target
+ * (overwrite=true) or hard-linked to it (overwrite=false: fails with a
+ * ValueError if the target exists, without replacing it). A tree containing
+ * a SecretKey is refused (ValueError naming its path) unless allow_secret.
+ *
+ * Ownership: serialize returns malloc'd bytes (free); the readers return a
+ * new signature reference and a malloc'd array of new tensor references
+ * (fh_value_io_free_leaves). */
+#ifndef FH_VALUE_IO_H
+#define FH_VALUE_IO_H
+
+#include "fh/signature.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FH_FILE_SCHEMA_VERSION 1
+
+/* `leaves` are the tree's tensors in leaf order (sig->nleaves of them). */
+fh_status fh_tree_serialize(const fh_tree_sig *sig, fh_tensor *const *leaves, bool allow_secret, unsigned char **bytes,
+                            size_t *nbytes);
+fh_status fh_tree_save(const fh_tree_sig *sig, fh_tensor *const *leaves, const char *path, bool overwrite,
+                       bool allow_secret);
+
+/* Tensors are created on `dev`. */
+fh_status fh_tree_deserialize(const void *bytes, size_t nbytes, fh_device dev, fh_tree_sig **sig, fh_tensor ***leaves);
+fh_status fh_tree_load(const char *path, fh_device dev, fh_tree_sig **sig, fh_tensor ***leaves);
+void fh_value_io_free_leaves(fh_tensor **leaves, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,37 @@
+-- fhelium.execution (also fh.execution): signatures of tensors, values and
+-- trees (API.md "Execution: signatures"). Signatures are engine objects
+-- (engine/src/signature.c); the tree walk and validation run in C
+-- (engine/binding/l_signature.c) because replay validation is a hot path.
+local core = require "fhelium.core"
+
+local ex = {}
+
+ex.TensorSignature = {
+  --- Shape, stride, dtype, layout and requires_grad of `t` (not its device).
+  from_tensor = core.tensor_signature,
+}
+ex.ValueSignature = {
+  --- Type, schema version, context id, exact state (metadata, sorted by
+  --- name) and the ordered signatures of the value's tensors.
+  from_value = core.value_signature,
+}
+ex.ValueTreeSignature = {
+  --- The signature of a tree of tensors and values: kind (tensor, value,
+  --- list, tuple, dict), children, sorted dict keys.
+  from_value = core.tree_signature,
+}
+
+--- ex.tuple(a, b, ...): a tuple container (a table with the tuple
+--- metatable; elements at 1..n, immutable, no nil).
+ex.tuple = core.tuple
+ex.is_tuple = core.is_tuple
+
+local tuple_mt = core.tuple_metatable
+tuple_mt.__tostring = function(t)
+  local parts = {}
+  for i = 1, #t do parts[i] = tostring(t[i]) end
+  return "tuple(" .. table.concat(parts, ", ") .. ")"
+end
+
+package.loaded["fhelium.execution"] = ex
+return ex
