@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "fh/ckks_engine.h"
 #include "fh/ckks_poly.h"
 #include "fh/ckks_random.h"
 
@@ -278,6 +279,8 @@ static int l_sample(lua_State *L) {
   return 1;
 }
 
+static void fh__lua_open_ckks_engine(lua_State *L);
+
 void fh__lua_open_ckks(lua_State *L) {
   static const luaL_Reg meta[] = {{"__gc", tables_gc}, {"__index", t_index}, {NULL, NULL}};
   luaL_newmetatable(L, FH_CKKS_TABLES_MT);
@@ -292,4 +295,356 @@ void fh__lua_open_ckks(lua_State *L) {
   lua_newtable(L);
   fh__lua_setfuncs(L, internal);
   lua_setfield(L, -2, "_ckks");
+  fh__lua_open_ckks_engine(L);
+}
+
+/* ======================================================================================
+ * fh.CkksEngine: the public engine binding (API.md "CKKS values and engine").
+ * The Lua layer (lua/fhelium/ckks.lua) converts messages (tables, numbers) to
+ * tensors and installs fh.CkksEngine; these methods take tensors and values.
+ * ====================================================================================== */
+#define FH_CKKS_ENGINE_MT "fhelium.CkksEngine"
+
+typedef struct engine_box {
+  fh_ckks_engine *e;
+} engine_box;
+
+static fh_ckks_engine *check_engine(lua_State *L, const char *fn) {
+  engine_box *b = fh__lua_testudata(L, 1, FH_CKKS_ENGINE_MT);
+  if (b == NULL || b->e == NULL)
+    fh__lua_raise(L, FH_ERR_TYPE, "CkksEngine:%s: expected a CkksEngine as self (call it with ':'), got %s", fn,
+                  fh__lua_typename(L, 1));
+  return b->e;
+}
+
+static int engine_gc(lua_State *L) {
+  engine_box *b = lua_touserdata(L, 1);
+  if (b && b->e) {
+    fh_ckks_engine_release(b->e);
+    b->e = NULL;
+  }
+  return 0;
+}
+
+/* A value argument (NULL allowed when `optional` and the argument is nil). */
+static fh_value *arg_value(lua_State *L, int idx, const char *fn, const char *name, bool optional) {
+  if (optional && lua_isnoneornil(L, idx)) return NULL;
+  fh_value *v = fh__lua_tovalue(L, idx);
+  if (v == NULL)
+    fh__lua_raise(L, FH_ERR_TYPE, "CkksEngine:%s: argument %d (%s) expected a CKKS value, got %s", fn, idx - 1, name,
+                  fh__lua_typename(L, idx));
+  return v;
+}
+
+static int push_result(lua_State *L, fh_status st, fh_value *v, const char *fn) {
+  if (st != FH_OK) {
+    fh_error_prefix("CkksEngine:%s", fn);
+    fh__lua_error(L);
+  }
+  fh__lua_push_value(L, v);
+  return 1;
+}
+
+static int bits_list(lua_State *L, int tidx, const char *key, int *out, const char *fn) {
+  lua_getfield(L, tidx, key);
+  if (!lua_istable(L, -1))
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s expected a list of prime bit sizes, got %s", fn, key, fh__lua_typename(L, -1));
+  int n = (int)lua_objlen(L, -1);
+  if (n > FH_CKKS_MAX_PRIMES) fh__lua_raise(L, FH_ERR_VALUE, "%s: %s lists more than %d sizes", fn, key, FH_CKKS_MAX_PRIMES);
+  for (int i = 0; i < n; ++i) {
+    lua_rawgeti(L, -1, i + 1);
+    out[i] = (int)fh__lua_checkint(L, lua_gettop(L), fn, key, 1, 62);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return n;
+}
+
+static const char *const param_keys[] = {"log_n", "q_bits", "p_bits", "scale", "allow_insecure", NULL};
+static const char *const engine_opts[] = {"device", "seed", NULL};
+
+/* fh.CkksEngine(preset_name | CkksContext | {log_n=, q_bits=, p_bits=, scale=, allow_insecure=}, {device=, seed=}) */
+static int l_engine(lua_State *L) {
+  const char *fn = "fh.CkksEngine";
+  fh__lua_checkopts(L, 2, fn, engine_opts);
+  fh_device dev = fh__lua_optdevice(L, 2, "device", fh_cpu(), fn);
+  uint64_t seed = 0;
+  bool seeded = false;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "seed");
+    if (!lua_isnil(L, -1)) {
+      seed = check_u64(L, lua_gettop(L), fn, "seed");
+      seeded = true;
+    }
+    lua_pop(L, 1);
+  }
+  fh_ckks_context *ctx = fh__lua_tocontext(L, 1);
+  bool own = false;
+  if (ctx == NULL && lua_type(L, 1) == LUA_TSTRING) {
+    fh__lua_check(L, fh_ckks_context_from_preset(lua_tostring(L, 1), &ctx));
+    own = true;
+  } else if (ctx == NULL && lua_istable(L, 1) && fh__lua_totensor(L, 1) == NULL) {
+    fh__lua_checkopts(L, 1, fn, param_keys);
+    lua_getfield(L, 1, "log_n");
+    if (lua_isnil(L, -1)) return fh__lua_raise(L, FH_ERR_VALUE, "%s: log_n is required", fn);
+    int log_n = (int)fh__lua_checkint(L, lua_gettop(L), fn, "log_n", 0, 64);
+    lua_pop(L, 1);
+    int qb[FH_CKKS_MAX_PRIMES], pb[FH_CKKS_MAX_PRIMES];
+    int nq = bits_list(L, 1, "q_bits", qb, fn), np = bits_list(L, 1, "p_bits", pb, fn);
+    lua_getfield(L, 1, "scale");
+    double scale = 0;
+    if (lua_isnil(L, -1)) scale = nq > 0 ? ldexp(1.0, qb[0]) : 1.0;
+    else if (lua_type(L, -1) == LUA_TNUMBER) scale = lua_tonumber(L, -1);
+    else return fh__lua_raise(L, FH_ERR_TYPE, "%s: scale expected a number, got %s", fn, fh__lua_typename(L, -1));
+    lua_pop(L, 1);
+    bool insecure = fh__lua_optbool(L, 1, "allow_insecure", 0, fn);
+    fh_status st = fh_ckks_context_from_bits(log_n, qb, nq, pb, np, scale, !insecure, &ctx);
+    if (st != FH_OK) {
+      fh_error_prefix("%s", fn);
+      fh__lua_error(L);
+    }
+    own = true;
+  } else if (ctx == NULL) {
+    return fh__lua_raise(L, FH_ERR_TYPE,
+                         "%s: argument 1 expected a preset name (fh.Preset.*), a CkksContext or a parameter table, got %s",
+                         fn, fh__lua_typename(L, 1));
+  }
+  engine_box *b = lua_newuserdata(L, sizeof *b);
+  b->e = NULL;
+  luaL_getmetatable(L, FH_CKKS_ENGINE_MT);
+  lua_setmetatable(L, -2);
+  fh_status st = fh_ckks_engine_new(ctx, dev, seeded ? &seed : NULL, &b->e);
+  if (own) fh_ckks_context_release(ctx);
+  if (st != FH_OK) {
+    fh_error_prefix("%s", fn);
+    fh__lua_error(L);
+  }
+  return 1;
+}
+
+static int e_index(lua_State *L) {
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    lua_pushvalue(L, 2);
+    lua_rawget(L, lua_upvalueindex(1));
+    if (!lua_isnil(L, -1)) return 1;
+    lua_pop(L, 1);
+  }
+  engine_box *b = fh__lua_testudata(L, 1, FH_CKKS_ENGINE_MT);
+  const char *k = lua_tostring(L, 2);
+  if (b == NULL || b->e == NULL || k == NULL) return 0;
+  char dev[FH_DEVICE_NAME_MAX];
+  if (strcmp(k, "context") == 0) fh__lua_push_context(L, fh_ckks_engine_context(b->e));
+  else if (strcmp(k, "device") == 0) lua_pushstring(L, fh_device_name(fh_ckks_engine_device(b->e), dev));
+  else if (strcmp(k, "seeded") == 0) lua_pushboolean(L, fh_ckks_engine_is_seeded(b->e));
+  else if (strcmp(k, "dnum") == 0) lua_pushinteger(L, fh_ckks_engine_dnum(b->e));
+  else if (strcmp(k, "num_slots") == 0) lua_pushnumber(L, (lua_Number)fh_ckks_engine_context(b->e)->num_slots);
+  else if (strcmp(k, "max_level") == 0) lua_pushinteger(L, fh_ckks_engine_context(b->e)->max_level);
+  else lua_pushnil(L);
+  return 1;
+}
+
+static int e_tostring(lua_State *L) {
+  engine_box *b = fh__lua_testudata(L, 1, FH_CKKS_ENGINE_MT);
+  if (b == NULL || b->e == NULL) {
+    lua_pushliteral(L, "CkksEngine(released)");
+    return 1;
+  }
+  const fh_ckks_context *c = fh_ckks_engine_context(b->e);
+  char dev[FH_DEVICE_NAME_MAX];
+  lua_pushfstring(L, "CkksEngine(%s, N=%d, slots=%d, max_level=%d, dnum=%d, device=%s%s)",
+                  c->preset[0] ? c->preset : "custom", (int)c->ring_degree, (int)c->num_slots, c->max_level,
+                  fh_ckks_engine_dnum(b->e), fh_device_name(fh_ckks_engine_device(b->e), dev),
+                  fh_ckks_engine_is_seeded(b->e) ? ", SEEDED: insecure" : "");
+  return 1;
+}
+
+/* ---- keys ------------------------------------------------------------------------------ */
+static int e_create_secret_key(lua_State *L) {
+  fh_ckks_engine *e = check_engine(L, "create_secret_key");
+  fh_value *v = NULL;
+  fh_status st_ = fh_ckks_create_secret_key(e, &v);
+  return push_result(L, st_, v, "create_secret_key");
+}
+static int e_create_public_key(lua_State *L) {
+  const char *fn = "create_public_key";
+  fh_ckks_engine *e = check_engine(L, fn);
+  fh_value *v = NULL;
+  fh_status st_ = fh_ckks_create_public_key(e, arg_value(L, 2, fn, "sk", false), &v);
+  return push_result(L, st_, v, fn);
+}
+static int e_create_relinearization_key(lua_State *L) {
+  const char *fn = "create_relinearization_key";
+  fh_ckks_engine *e = check_engine(L, fn);
+  fh_value *v = NULL;
+  fh_status st_ = fh_ckks_create_relinearization_key(e, arg_value(L, 2, fn, "sk", false), &v);
+  return push_result(L, st_, v, fn);
+}
+static int e_create_rotation_key(lua_State *L) {
+  const char *fn = "create_rotation_key";
+  fh_ckks_engine *e = check_engine(L, fn);
+  fh_value *sk = arg_value(L, 2, fn, "sk", false);
+  int64_t step = fh__lua_checkint(L, 3, "CkksEngine:create_rotation_key", "step", -((int64_t)1 << 40), (int64_t)1 << 40);
+  fh_value *v = NULL;
+  fh_status st_ = fh_ckks_create_rotation_key(e, sk, step, &v);
+  return push_result(L, st_, v, fn);
+}
+static int e_create_conjugation_key(lua_State *L) {
+  const char *fn = "create_conjugation_key";
+  fh_ckks_engine *e = check_engine(L, fn);
+  fh_value *v = NULL;
+  fh_status st_ = fh_ckks_create_conjugation_key(e, arg_value(L, 2, fn, "sk", false), &v);
+  return push_result(L, st_, v, fn);
+}
+
+/* ---- encoding: engine:_encode(tensor, level, scale) (the Lua layer handles options) ----- */
+static int e_encode(lua_State *L) {
+  const char *fn = "encode";
+  fh_ckks_engine *e = check_engine(L, fn);
+  fh_tensor *m = fh__lua_checktensor(L, 2, "CkksEngine:encode", "msg");
+  int level = (int)fh__lua_checkint(L, 3, "CkksEngine:encode", "level", INT32_MIN, INT32_MAX);
+  if (lua_type(L, 4) != LUA_TNUMBER)
+    return fh__lua_raise(L, FH_ERR_TYPE, "CkksEngine:encode: scale expected a number, got %s", fh__lua_typename(L, 4));
+  fh_value *v = NULL;
+  fh_status st_ = fh_ckks_encode(e, m, level, lua_tonumber(L, 4), &v);
+  return push_result(L, st_, v, fn);
+}
+
+static int e_decode(lua_State *L) {
+  const char *fn = "decode";
+  fh_ckks_engine *e = check_engine(L, fn);
+  fh_value *pt = arg_value(L, 2, fn, "pt", false);
+  bool is_real = lua_toboolean(L, 3);
+  fh_tensor_box *b = fh__lua_new_tensor_box(L);
+  fh_status st = fh_ckks_decode(e, pt, is_real, &b->t);
+  if (st != FH_OK) {
+    fh_error_prefix("CkksEngine:%s", fn);
+    fh__lua_error(L);
+  }
+  fh__lua_account(L, b->t);
+  return 1;
+}
+
+/* ---- generic value operations ---------------------------------------------------------------- */
+typedef fh_status (*op1_fn)(fh_ckks_engine *, const fh_value *, fh_value **);
+typedef fh_status (*op2_fn)(fh_ckks_engine *, const fh_value *, const fh_value *, fh_value **);
+
+static int op1(lua_State *L, const char *fn, const char *a, op1_fn f) {
+  fh_ckks_engine *e = check_engine(L, fn);
+  fh_value *x = arg_value(L, 2, fn, a, false), *v = NULL;
+  fh_status st_ = f(e, x, &v);
+  return push_result(L, st_, v, fn);
+}
+static int op2(lua_State *L, const char *fn, const char *a, const char *b, op2_fn f) {
+  fh_ckks_engine *e = check_engine(L, fn);
+  fh_value *x = arg_value(L, 2, fn, a, false), *y = arg_value(L, 3, fn, b, false), *v = NULL;
+  fh_status st_ = f(e, x, y, &v);
+  return push_result(L, st_, v, fn);
+}
+
+static int e_encode_plaintext(lua_State *L) { return op1(L, "encode_plaintext", "pt", fh_ckks_encode_plaintext); }
+static int e_encrypt(lua_State *L) { return op2(L, "encrypt", "pt", "pk", fh_ckks_encrypt); }
+static int e_encrypt_zero_like(lua_State *L) { return op2(L, "encrypt_zero_like", "like", "pk", fh_ckks_encrypt_zero_like); }
+static int e_decrypt(lua_State *L) { return op2(L, "decrypt", "ct", "sk", fh_ckks_decrypt); }
+static int e_add(lua_State *L) { return op2(L, "add", "a", "b", fh_ckks_add); }
+static int e_sub(lua_State *L) { return op2(L, "sub", "a", "b", fh_ckks_sub); }
+static int e_negate(lua_State *L) { return op1(L, "negate", "a", fh_ckks_negate); }
+static int e_add_plaintext(lua_State *L) { return op2(L, "add_plaintext", "ct", "pt", fh_ckks_add_plaintext); }
+static int e_sub_plaintext(lua_State *L) { return op2(L, "sub_plaintext", "ct", "pt", fh_ckks_sub_plaintext); }
+static int e_multiply(lua_State *L) { return op2(L, "multiply", "a", "b", fh_ckks_multiply); }
+static int e_relinearize(lua_State *L) { return op2(L, "relinearize", "ct", "rlk", fh_ckks_relinearize); }
+static int e_rescale(lua_State *L) { return op1(L, "rescale_to_next_level", "ct", fh_ckks_rescale_to_next_level); }
+static int e_multiply_plaintext(lua_State *L) {
+  return op2(L, "multiply_plaintext", "ct", "pt", fh_ckks_multiply_plaintext);
+}
+static int e_prepare(lua_State *L) {
+  return op1(L, "prepare_plaintext_for_multiplication", "pt", fh_ckks_prepare_plaintext_for_multiplication);
+}
+static int e_to_ntt(lua_State *L) { return op1(L, "coefficient_domain_to_ntt_domain", "value", fh_ckks_to_ntt); }
+static int e_to_coeff(lua_State *L) { return op1(L, "ntt_domain_to_coefficient_domain", "value", fh_ckks_to_coefficient); }
+static int e_rotate_with_key(lua_State *L) { return op2(L, "rotate_with_key", "ct", "rk", fh_ckks_rotate_with_key); }
+static int e_sum_batch(lua_State *L) { return op1(L, "sum_ciphertext_batch", "ct", fh_ckks_sum_ciphertext_batch); }
+
+static int e_rotate_by_step(lua_State *L) {
+  const char *fn = "rotate_by_step";
+  fh_ckks_engine *e = check_engine(L, fn);
+  fh_value *ct = arg_value(L, 2, fn, "ct", false);
+  int64_t r = fh__lua_checkint(L, 3, "CkksEngine:rotate_by_step", "r", -((int64_t)1 << 40), (int64_t)1 << 40);
+  fh_value *rk = arg_value(L, 4, fn, "rk", true), *v = NULL;
+  fh_status st_ = fh_ckks_rotate_by_step(e, ct, r, rk, &v);
+  return push_result(L, st_, v, fn);
+}
+
+static int e_conjugate(lua_State *L) {
+  const char *fn = "conjugate";
+  fh_ckks_engine *e = check_engine(L, fn);
+  fh_value *ct = arg_value(L, 2, fn, "ct", false), *ck = arg_value(L, 3, fn, "ck", true), *v = NULL;
+  fh_status st_ = fh_ckks_conjugate(e, ct, ck, &v);
+  return push_result(L, st_, v, fn);
+}
+
+static int e_stack_batch(lua_State *L) {
+  const char *fn = "stack_batch";
+  fh_ckks_engine *e = check_engine(L, fn);
+  if (!lua_istable(L, 2) || fh__lua_totensor(L, 2))
+    return fh__lua_raise(L, FH_ERR_TYPE, "CkksEngine:stack_batch: argument 1 expected a list of ciphertexts, got %s",
+                         fh__lua_typename(L, 2));
+  int n = (int)lua_objlen(L, 2);
+  if (n < 1) return fh__lua_raise(L, FH_ERR_VALUE, "CkksEngine:stack_batch: the list is empty");
+  if (n > 1 << 20) return fh__lua_raise(L, FH_ERR_VALUE, "CkksEngine:stack_batch: too many ciphertexts");
+  const fh_value **cts = lua_newuserdata(L, sizeof *cts * (size_t)n); /* freed by the GC */
+  for (int i = 0; i < n; ++i) {
+    lua_rawgeti(L, 2, i + 1);
+    fh_value *v = fh__lua_tovalue(L, -1);
+    if (v == NULL)
+      return fh__lua_raise(L, FH_ERR_TYPE, "CkksEngine:stack_batch: element %d expected a Ciphertext, got %s", i + 1,
+                           fh__lua_typename(L, -1));
+    cts[i] = v; /* kept alive by the list */
+    lua_pop(L, 1);
+  }
+  fh_value *v = NULL;
+  fh_status st_ = fh_ckks_stack_batch(e, (const fh_value *const *)cts, n, &v);
+  return push_result(L, st_, v, fn);
+}
+
+static void fh__lua_open_ckks_engine(lua_State *L) {
+  static const luaL_Reg methods[] = {
+      {"create_secret_key", e_create_secret_key},
+      {"create_public_key", e_create_public_key},
+      {"create_relinearization_key", e_create_relinearization_key},
+      {"create_rotation_key", e_create_rotation_key},
+      {"create_conjugation_key", e_create_conjugation_key},
+      {"_encode", e_encode},
+      {"_decode", e_decode},
+      {"encode_plaintext", e_encode_plaintext},
+      {"encrypt", e_encrypt},
+      {"encrypt_zero_like", e_encrypt_zero_like},
+      {"decrypt", e_decrypt},
+      {"add", e_add},
+      {"sub", e_sub},
+      {"negate", e_negate},
+      {"add_plaintext", e_add_plaintext},
+      {"sub_plaintext", e_sub_plaintext},
+      {"multiply", e_multiply},
+      {"relinearize", e_relinearize},
+      {"rescale_to_next_level", e_rescale},
+      {"multiply_plaintext", e_multiply_plaintext},
+      {"prepare_plaintext_for_multiplication", e_prepare},
+      {"coefficient_domain_to_ntt_domain", e_to_ntt},
+      {"ntt_domain_to_coefficient_domain", e_to_coeff},
+      {"rotate_by_step", e_rotate_by_step},
+      {"rotate_with_key", e_rotate_with_key},
+      {"conjugate", e_conjugate},
+      {"stack_batch", e_stack_batch},
+      {"sum_ciphertext_batch", e_sum_batch},
+      {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", engine_gc}, {"__tostring", e_tostring}, {NULL, NULL}};
+  fh__lua_newclass(L, FH_CKKS_ENGINE_MT, methods, meta);
+  lua_getfield(L, -1, "methods");
+  lua_pushcclosure(L, e_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_getfield(L, -1, "methods");
+  lua_setfield(L, -3, "CkksEngine_methods");
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_engine);
+  lua_setfield(L, -2, "CkksEngine");
 }

@@ -66,6 +66,55 @@ fh_status fh_ckks_context_tables(fh_ckks_context *ctx, fh_device dev, fh_ckks_ta
   return FH_OK;
 }
 
+/* ---- contexts from bit sizes --------------------------------------------------------- */
+fh_status fh_ckks_context_from_bits(int log_n, const int *q_bits, int nq, const int *p_bits, int np, double scale,
+                                    bool enforce_security, fh_ckks_context **out) {
+  if (log_n < FH_CKKS_MIN_LOG_N || log_n > FH_CKKS_MAX_LOG_N)
+    return fh_error_set(FH_ERR_VALUE, "log_n must be in [%d, %d], got %d", FH_CKKS_MIN_LOG_N, FH_CKKS_MAX_LOG_N, log_n);
+  if (nq < 2) return fh_error_set(FH_ERR_VALUE, "q_bits needs at least 2 sizes (scale primes, then the base prime)");
+  if (np < 1) return fh_error_set(FH_ERR_VALUE, "p_bits needs at least 1 size");
+  if (nq + np > FH_CKKS_MAX_PRIMES)
+    return fh_error_set(FH_ERR_VALUE, "at most %d primes in all, got %d", FH_CKKS_MAX_PRIMES, nq + np);
+  for (int i = 0; i < nq + np; ++i) {
+    int b = i < nq ? q_bits[i] : p_bits[i - nq];
+    if (b < 20 || b > 60)
+      return fh_error_set(FH_ERR_VALUE, "%s[%d] = %d: prime sizes must be between 20 and 60 bits",
+                          i < nq ? "q_bits" : "p_bits", i < nq ? i + 1 : i - nq + 1, b);
+  }
+  uint64_t m = 2ULL << log_n;
+  uint64_t primes[FH_CKKS_MAX_PRIMES];
+  int n = 0;
+  /* per bit size: the next candidate above / below 2^b (scale primes alternate,
+   * starting above) and the next one below for base and P primes */
+  uint64_t up[61] = {0}, down[61], low[61];
+  int nscale[61] = {0};
+  for (int b = 0; b <= 60; ++b) down[b] = low[b] = 1;
+  for (int i = 0; i < nq + np; ++i) {
+    int b = i < nq ? q_bits[i] : p_bits[i - nq];
+    bool scale_prime = i < nq - 1;
+    bool above = scale_prime && (nscale[b]++ % 2) == 0;
+    uint64_t q = 0;
+    while (q == 0) {
+      uint64_t c;
+      if (above) {
+        c = (1ULL << b) + 1 + (up[b]++) * m;
+      } else {
+        uint64_t *k = scale_prime ? &down[b] : &low[b];
+        if (*k * m >= (1ULL << (b - 1)))
+          return fh_error_set(FH_ERR_VALUE, "not enough %d-bit primes = 1 mod 2N for the requested chain", b);
+        c = (1ULL << b) + 1 - (*k)++ * m;
+      }
+      if (!fh_is_prime_u64(c)) continue;
+      bool used = false;
+      for (int k = 0; k < n && !used; ++k) used = primes[k] == c;
+      if (!used) q = c;
+    }
+    primes[n++] = q;
+  }
+  fh_ckks_context_spec spec = {(int64_t)1 << log_n, scale, nq, np, primes, primes + nq, enforce_security};
+  return fh_ckks_context_new(&spec, out);
+}
+
 /* ---- engine ----------------------------------------------------------------------- */
 fh_status fh_ckks_engine_new(fh_ckks_context *ctx, fh_device dev, const uint64_t *seed, fh_ckks_engine **out) {
   if (ctx == NULL) return fh_error_set(FH_ERR_VALUE, "CkksEngine: a context is required");
@@ -904,8 +953,22 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
       b.dst_row[i] = i;
     }
     if ((st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &b, sizeof b))) goto done;
-    if (ntt_out) st = fh__ckks_ntt(L, true, t, (int64_t)la * n, t, (int64_t)la * n, 2 * G, qp, la);
-    else st = fh__ckks_ntt(L, false, A, (int64_t)lk * n, A, (int64_t)lk * n, 2 * G, qp, la);
+    /* The rounding offset h = floor(P/2) is added to every coefficient, so
+     * it is not a constant in the NTT domain: for an NTT-domain result it is
+     * taken out of t before t's NTT (t - h), and the final step adds
+     * nothing; for a coefficient-domain result the final step adds h. */
+    if (ntt_out) {
+      fh_ckks_ew_args m;
+      fh__ckks_ew_init(L, &m, FH_CKKS_EW_ADD_CONST, 2 * G, qp, la);
+      m.out = t;
+      m.a = t;
+      m.out_gs = m.a_gs = (int64_t)la * n;
+      for (int i = 0; i < la; ++i) m.k[i] = fh_mod_neg(tb->p_half_q[level + i], tb->primes[level + i]);
+      if ((st = fh__ckks_submit(L, FH_K_CKKS_EW, &m, sizeof m))) goto done;
+      st = fh__ckks_ntt(L, true, t, (int64_t)la * n, t, (int64_t)la * n, 2 * G, qp, la);
+    } else {
+      st = fh__ckks_ntt(L, false, A, (int64_t)lk * n, A, (int64_t)lk * n, 2 * G, qp, la);
+    }
     if (st) goto done;
     uint64_t *outs[2] = {out0, out1};
     const uint64_t *adds[2] = {add0, add1};
@@ -921,9 +984,7 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
       f.c = adds[c];
       f.c_gs = add_gs;
       for (int i = 0; i < la; ++i) {
-        const fh_ckks_prime *pr = &tb->host[level + i];
-        uint64_t half = tb->p_half_q[level + i];
-        f.k[i] = ntt_out ? fh_mod_mul(half, pr->r1, &pr->bar) : half;
+        f.k[i] = ntt_out ? 0 : tb->p_half_q[level + i];
         fh__ckks_ew_set_const(L, &f, i, tb->p_inv[level + i]);
       }
       st = fh__ckks_submit(L, FH_K_CKKS_EW, &f, sizeof f);

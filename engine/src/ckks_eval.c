@@ -334,7 +334,19 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
       }
       st = fh__ckks_submit(&L, FH_K_CKKS_BCONV, &b, sizeof b);
     }
-    if (st == FH_OK && ntt) st = fh__ckks_ntt(&L, true, t, (int64_t)lo * n, t, (int64_t)lo * n, G, p + 1, lo);
+    /* the offset h went into every coefficient: an NTT-domain result takes
+     * it out of t before t's NTT (see fh__ckks_keyswitch) */
+    if (st == FH_OK && ntt) {
+      fh_ckks_ew_args m;
+      fh__ckks_ew_init(&L, &m, FH_CKKS_EW_ADD_CONST, G, p + 1, lo);
+      m.out = t;
+      m.a = t;
+      m.out_gs = m.a_gs = (int64_t)lo * n;
+      for (int i = 0; i < lo; ++i)
+        m.k[i] = fh_mod_neg(tb->rescale_half[(size_t)level * nq + level + 1 + i], ctx->primes[level + 1 + i]);
+      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &m, sizeof m);
+      if (st == FH_OK) st = fh__ckks_ntt(&L, true, t, (int64_t)lo * n, t, (int64_t)lo * n, G, p + 1, lo);
+    }
     if (st == FH_OK) {
       fh_ckks_ew_args f;
       fh__ckks_ew_init(&L, &f, FH_CKKS_EW_SUB_ADD_MUL, G, p + 1, lo);
@@ -346,9 +358,7 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
       f.b_gs = (int64_t)lo * n;
       for (int i = 0; i < lo; ++i) {
         int pid = level + 1 + i;
-        const fh_ckks_prime *pr = &tb->host[pid];
-        uint64_t half = tb->rescale_half[(size_t)level * nq + pid];
-        f.k[i] = ntt ? fh_mod_mul(half, pr->r1, &pr->bar) : half;
+        f.k[i] = ntt ? 0 : tb->rescale_half[(size_t)level * nq + pid];
         fh__ckks_ew_set_const(&L, &f, i, tb->rescale_inv[(size_t)level * nq + pid]);
       }
       st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);

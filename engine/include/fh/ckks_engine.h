@@ -71,6 +71,17 @@ fh_ckks_tables *fh_ckks_engine_tables(const fh_ckks_engine *e);
  * context (freed with it). Borrowed: valid while `ctx` lives. */
 fh_status fh_ckks_context_tables(fh_ckks_context *ctx, fh_device dev, fh_ckks_tables **out);
 
+/* A context from explicit bit sizes: Q primes in chain order (scale primes,
+ * then the base prime, last) and P primes, N = 2^log_n. Scale primes are
+ * the NTT-friendly primes nearest to 2^b, alternating above and below
+ * (their product tracks the scale over many rescales); the base prime and
+ * the P primes are the largest NTT-friendly primes below 2^b. All distinct.
+ * Bit sizes in [20, 60]. With `enforce_security` the context must fit the
+ * 128-bit budget of the HE standard for N (fh_ckks_security_budget_bits);
+ * ValueError otherwise. New reference. */
+fh_status fh_ckks_context_from_bits(int log_n, const int *q_bits, int nq, const int *p_bits, int np, double scale,
+                                    bool enforce_security, fh_ckks_context **out);
+
 /* ---- keys ------------------------------------------------------------------ */
 fh_status fh_ckks_create_secret_key(fh_ckks_engine *e, fh_value **out);
 fh_status fh_ckks_create_public_key(fh_ckks_engine *e, const fh_value *sk, fh_value **out);
