@@ -353,7 +353,7 @@ static int bits_list(lua_State *L, int tidx, const char *key, int *out, const ch
   if (n > FH_CKKS_MAX_PRIMES) fh__lua_raise(L, FH_ERR_VALUE, "%s: %s lists more than %d sizes", fn, key, FH_CKKS_MAX_PRIMES);
   for (int i = 0; i < n; ++i) {
     lua_rawgeti(L, -1, i + 1);
-    out[i] = (int)fh__lua_checkint(L, lua_gettop(L), fn, key, 1, 62);
+    out[i] = (int)fh__lua_checkint(L, lua_gettop(L), fn, key, 0, 1024); /* the engine checks the range */
     lua_pop(L, 1);
   }
   lua_pop(L, 1);

@@ -69,14 +69,14 @@ static fh_status ct_binop(fh_ckks_engine *e, const char *op, int ewop, const fh_
                           fh_value **out) {
   fh_status st;
   if ((st = fh__ckks_need_ct(e, op, "a", a)) || (st = fh__ckks_need_ct(e, op, "b", b))) return st;
-  if (a->state.level != b->state.level) return level_mismatch(op, "a", a->state.level, "b", b->state.level);
-  if (!fh__ckks_scales_match(a->state.scale, b->state.scale))
-    return scale_mismatch(op, "a", a->state.scale, "b", b->state.scale);
-  if (a->state.polynomial_domain != b->state.polynomial_domain)
-    return domain_mismatch(op, "a", a->state.polynomial_domain, "b", b->state.polynomial_domain);
   if (a->state.num_components != b->state.num_components)
     return fh_error_set(FH_ERR_STATE, "%s: num_components mismatch: a has %d, b has %d", op, a->state.num_components,
                         b->state.num_components);
+  if (a->state.polynomial_domain != b->state.polynomial_domain)
+    return domain_mismatch(op, "a", a->state.polynomial_domain, "b", b->state.polynomial_domain);
+  if (a->state.level != b->state.level) return level_mismatch(op, "a", a->state.level, "b", b->state.level);
+  if (!fh__ckks_scales_match(a->state.scale, b->state.scale))
+    return scale_mismatch(op, "a", a->state.scale, "b", b->state.scale);
   fh__ckks_geo ga, gb;
   fh__ckks_geo_of(a, &ga);
   fh__ckks_geo_of(b, &gb);
