@@ -61,22 +61,32 @@ void fh_ckks_rng_free(fh_ckks_rng *r) {
 
 bool fh_ckks_rng_is_seeded(const fh_ckks_rng *r) { return r->seeded; }
 
+/* Consumed keystream stays in the buffer until the next refill overwrites
+ * it (fh_ckks_rng_free zeroes the whole record). */
 void fh_ckks_rng_bytes(fh_ckks_rng *r, void *buf, size_t n) {
   unsigned char *p = buf;
   while (n > 0) {
     if (r->pos == RNG_BUF) refill(r);
     size_t take = RNG_BUF - r->pos < n ? RNG_BUF - r->pos : n;
     memcpy(p, r->buf + r->pos, take);
-    sodium_memzero(r->buf + r->pos, take);
     r->pos += take;
     p += take;
     n -= take;
   }
 }
 
+/* little-endian word from the keystream (RNG_BUF is a multiple of 8 and
+ * pos stays 8-aligned when only words are drawn) */
 uint64_t fh_ckks_rng_u64(fh_ckks_rng *r) {
-  unsigned char b[8];
-  fh_ckks_rng_bytes(r, b, 8);
+  if (r->pos + 8 > RNG_BUF) {
+    unsigned char b[8];
+    fh_ckks_rng_bytes(r, b, 8);
+    uint64_t x = 0;
+    for (int i = 0; i < 8; ++i) x |= (uint64_t)b[i] << (8 * i);
+    return x;
+  }
+  const unsigned char *b = r->buf + r->pos;
+  r->pos += 8;
   uint64_t x = 0;
   for (int i = 0; i < 8; ++i) x |= (uint64_t)b[i] << (8 * i);
   return x;
@@ -124,9 +134,11 @@ static void cdt_build(void) {
 
 void fh_ckks_sample_gaussian(fh_ckks_rng *r, int64_t *out, size_t n) {
   pthread_once(&cdt_once, cdt_build);
+  uint64_t signs = 0;
   for (size_t i = 0; i < n; ++i) {
+    if (i % 64 == 0) signs = fh_ckks_rng_u64(r); /* one sign bit per sample */
     uint64_t u = fh_ckks_rng_u64(r);
-    uint64_t sign = fh_ckks_rng_u64(r) & 1;
+    uint64_t sign = (signs >> (i % 64)) & 1;
     int64_t k = 0;
     for (int j = 0; j < FH_CKKS_GAUSS_BOUND; ++j) k += u >= cdt[j];
     /* |x| = 0 has one sign: the sign bit is used but changes nothing */
