@@ -201,6 +201,30 @@ describe("ckks negacyclic NTT", function()
     end
   end)
 
+  -- Every preset prime: at the preset's own N for 8192 and 16384 slots, and
+  -- for 32768 and 65536 slots with FHELIUM_SLOW=1 (otherwise at N = 2^12:
+  -- a prime = 1 mod 2N is NTT-friendly for every smaller power of two too).
+  it("round-trips random inputs for every preset prime", function()
+    local slow = os.getenv("FHELIUM_SLOW") == "1"
+    for _, p in ipairs(fh.core.ckks_presets()) do
+      local ctx = fh.CkksContext(p.name)
+      local primes = ctx.primes
+      local log_n = math.floor(math.log(p.ring_degree) / math.log(2) + 0.5)
+      if log_n > 15 and not slow then log_n = 12 end
+      local n = 2 ^ log_n
+      local tb = C.tables(log_n, u64(primes, #primes), ctx.num_q_primes)
+      local ids = {}
+      local t = fh.zeros({ #primes, n }, { dtype = "uint64" })
+      for i, q in ipairs(primes) do
+        ids[i] = i - 1
+        t:select(1, i):copy_(random_residues(q, n, seed + i))
+      end
+      local f = C.ntt(tb, t, ids)
+      assert.is_false(fh.equal(f, t))
+      assert.is_true(fh.equal(C.intt(tb, f, ids), t), p.name)
+    end
+  end)
+
   local function setup(log_n)
     local primes = { C.find_primes(40, log_n, 1):tolist()[1], C.find_primes(60, log_n, 1):tolist()[1] }
     return primes, C.tables(log_n, u64(primes, 2), 2)

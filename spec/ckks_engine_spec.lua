@@ -327,6 +327,43 @@ describe("ckks evaluator (custom N=2^10)", function()
   end)
 end)
 
+describe("ckks on presets", function()
+  local seed = H.seed("ckks presets")
+
+  local function quick_start(preset)
+    local g = fh.Generator(seed)
+    local e = fh.CkksEngine(preset, { seed = seed })
+    local sk = e:create_secret_key()
+    local pk = e:create_public_key(sk)
+    local rlk = e:create_relinearization_key(sk)
+    local S = e.context.num_slots
+    local x, y = real_msg(g, { S }), real_msg(g, { S })
+    local cx = e:encrypt_message(x, pk)
+    local xn = e:coefficient_domain_to_ntt_domain(cx)
+    local cy = e:encrypt_message(y, pk)
+    local yn = e:coefficient_domain_to_ntt_domain(cy)
+    local p = e:rescale_to_next_level(e:relinearize(e:multiply(xn, yn), rlk))
+    -- the README tolerance is for scale 2^40; noise scales inversely with the scale
+    local tol = TOL * 2 ^ 40 / e.context.default_scale
+    close(e:decrypt_message(p, sk, { is_real = true }), x * y, tol)
+    e:create_rotation_key(sk, -5)
+    close(e:decrypt_message(e:rotate_by_step(xn, -5), sk, { is_real = true }), roll(x, -5), tol)
+  end
+
+  it("runs the quick-start sequence and a rotation on the 8192-slot preset", function()
+    quick_start(fh.Preset.slots8192_scale40_levels7_int64)
+  end)
+
+  if os.getenv("FHELIUM_SLOW") == "1" then
+    for _, name in ipairs { "slots16384_scale40_levels16_int64", "slots32768_scale40_levels34_int64",
+      "slots16384_scale50_levels12_int64", "slots8192_scale30_levels9_int64" } do
+      it("runs the quick-start sequence on " .. name .. " (FHELIUM_SLOW)", function() quick_start(fh.Preset[name]) end)
+    end
+  else
+    pending("larger presets run with FHELIUM_SLOW=1")
+  end
+end)
+
 describe("ckks evaluator with two P primes (partial digits at every level)", function()
   local seed = H.seed("ckks two P primes")
   local g = fh.Generator(seed)
@@ -434,6 +471,83 @@ describe("ckks preconditions", function()
   it("stack_batch checks every element", function()
     state_error("level", e.stack_batch, e, { c0, c1 })
     H.expect_error("ValueError", "batch shapes differ", e.stack_batch, e, { c0, e:encrypt_message(real_msg(g, { 2, 512 }), pk) })
+  end)
+end)
+
+describe("ckks operations behind the launch boundary", function()
+  local seed = H.seed("ckks capture")
+  local g = fh.Generator(seed)
+  local e = small_engine({ seed = seed })
+  local sk = e:create_secret_key()
+  local pk = e:create_public_key(sk)
+  local rlk = e:create_relinearization_key(sk)
+  e:create_rotation_key(sk, 1)
+  local C = fh.core._ckks
+
+  it("records the evaluator as launches on a host tape and replays it on new data in place", function()
+    local x, y = real_msg(g, { 512 }), real_msg(g, { 512 })
+    local xn = e:coefficient_domain_to_ntt_domain(e:encrypt_message(x, pk))
+    local yn = e:coefficient_domain_to_ntt_domain(e:encrypt_message(y, pk))
+    local out, rot
+    local before = launches()
+    local tape = C.capture(function()
+      out = e:rescale_to_next_level(e:relinearize(e:multiply(xn, yn), rlk))
+      rot = e:rotate_by_step(e:ntt_domain_to_coefficient_domain(xn), 1)
+    end)
+    assert.equal(before, launches()) -- recorded, not run
+    assert.is_true(#tape > 10)
+    tape:replay()
+    close(e:decrypt_message(out, sk, { is_real = true }), x * y)
+    close(e:decrypt_message(rot, sk, { is_real = true }), roll(x, 1))
+    -- new inputs copied into the captured input tensors, then replay
+    local x2 = real_msg(g, { 512 })
+    xn.data:copy_(e:coefficient_domain_to_ntt_domain(e:encrypt_message(x2, pk)).data)
+    tape:replay()
+    close(e:decrypt_message(out, sk, { is_real = true }), x2 * y)
+    close(e:decrypt_message(rot, sk, { is_real = true }), roll(x2, 1))
+  end)
+
+  it("refuses to draw randomness during a capture", function()
+    local err = H.expect_error("CudaGraphCaptureError", "encrypt draws fresh randomness", C.capture, function()
+      e:encrypt_message({ 1, 2 }, pk)
+    end)
+    assert.equal("capture", err.stage)
+    H.expect_error("CudaGraphCaptureError", "create_secret_key", C.capture, function() e:create_secret_key() end)
+    H.expect_error("CudaGraphCaptureError", "create_rotation_key", C.capture, function()
+      e:create_rotation_key(sk, 2)
+    end)
+  end)
+end)
+
+describe("ckks argument errors", function()
+  local e = small_engine({ seed = 11 })
+  local sk = e:create_secret_key()
+  local pk = e:create_public_key(sk)
+  local ct = e:encrypt_message({ 0.5 }, pk)
+
+  it("names wrong value types and non-values", function()
+    H.expect_error("TypeError", "expected a Ciphertext, got a PublicKey", e.add, e, ct, pk)
+    H.expect_error("TypeError", "argument 2 %(b%) expected a CKKS value, got number", e.add, e, ct, 1)
+    H.expect_error("TypeError", "like expected a Ciphertext or an RNS Plaintext, got a SecretKey", e.encrypt_zero_like,
+      e, sk, pk)
+    H.expect_error("TypeError", "expected a RotationKey, got a SecretKey", e.rotate_with_key, e, ct, sk)
+    H.expect_error("TypeError", "expected a ConjugationKey, got a PublicKey", e.conjugate, e, ct, pk)
+    H.expect_error("TypeError", "expected a PublicKey, got a SecretKey", e.encrypt, e, e:encode({ 1 }), sk)
+    H.expect_error("TypeError", "expected a SecretKey, got a PublicKey", e.decrypt, e, ct, pk)
+    H.expect_error("TypeError", "expected a CkksEngine as self", e.add, ct, ct)
+  end)
+
+  it("checks lists, steps, options and messages", function()
+    H.expect_error("ValueError", "the list is empty", e.stack_batch, e, {})
+    H.expect_error("TypeError", "element 2 expected a Ciphertext", e.stack_batch, e, { ct, 3 })
+    H.expect_error("ValueError", "step 512 is 0 modulo num_slots 512", e.create_rotation_key, e, sk, 512)
+    H.expect_error("ValueError", "unknown option 'real'", e.decrypt_message, e, ct, sk, { real = true })
+    H.expect_error("TypeError", "is_real expected a boolean", e.decrypt_message, e, ct, sk, { is_real = 1 })
+    H.expect_error("TypeError", "the message must be a number, a list or a tensor", e.encode, e, "x")
+    H.expect_error("ValueError", "the message is empty", e.encode, e, {})
+    H.expect_error("StateError", "representation of the plaintext is slots", e.coefficient_domain_to_ntt_domain, e,
+      fh.Plaintext { message = fh.zeros({ 4 }, { dtype = "float64" }), level = 0, scale = 2 ^ 40 })
+    H.expect_error("ValueError", "not finite", e.encode, e, { 0 / 0 })
   end)
 end)
 

@@ -279,9 +279,63 @@ static int l_sample(lua_State *L) {
   return 1;
 }
 
+/* _ckks.capture(fn) -> tape: runs fn() with a host tape active on this
+ * thread (CPU launches are recorded, not run) and returns the tape;
+ * tape:replay() runs the recorded launches, #tape / tape:length() counts
+ * them. Test-only: the execution layer's HostGraphProgram is the public
+ * form of this. */
+#define FH_CKKS_TAPE_MT "fhelium._CkksTape"
+typedef struct tape_box {
+  fh_tape *t;
+} tape_box;
+
+static int tape_gc(lua_State *L) {
+  tape_box *b = lua_touserdata(L, 1);
+  if (b && b->t) {
+    fh_tape_free(b->t);
+    b->t = NULL;
+  }
+  return 0;
+}
+
+static fh_tape *check_tape(lua_State *L, const char *fn) {
+  tape_box *b = fh__lua_testudata(L, 1, FH_CKKS_TAPE_MT);
+  if (b == NULL || b->t == NULL) fh__lua_raise(L, FH_ERR_TYPE, "%s: expected a tape", fn);
+  return b->t;
+}
+
+static int tape_replay(lua_State *L) {
+  fh__lua_check(L, fh_tape_replay(check_tape(L, "tape:replay")));
+  return 0;
+}
+
+static int tape_length(lua_State *L) {
+  lua_pushnumber(L, (lua_Number)fh_tape_length(check_tape(L, "tape:length")));
+  return 1;
+}
+
+static int l_capture(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  tape_box *b = lua_newuserdata(L, sizeof *b);
+  b->t = NULL;
+  luaL_getmetatable(L, FH_CKKS_TAPE_MT);
+  lua_setmetatable(L, -2);
+  fh__lua_check(L, fh_tape_new(&b->t));
+  fh__lua_check(L, fh_tape_begin(b->t));
+  lua_pushvalue(L, 1);
+  int rc = lua_pcall(L, 0, 0, 0);
+  fh_tape_end(b->t);
+  if (rc != 0) return lua_error(L); /* the tape box is garbage and frees the tape */
+  return 1;
+}
+
 static void fh__lua_open_ckks_engine(lua_State *L);
 
 void fh__lua_open_ckks(lua_State *L) {
+  static const luaL_Reg tape_methods[] = {{"replay", tape_replay}, {"length", tape_length}, {NULL, NULL}};
+  static const luaL_Reg tape_meta[] = {{"__gc", tape_gc}, {"__len", tape_length}, {NULL, NULL}};
+  fh__lua_newclass(L, FH_CKKS_TAPE_MT, tape_methods, tape_meta);
+  lua_pop(L, 1);
   static const luaL_Reg meta[] = {{"__gc", tables_gc}, {"__index", t_index}, {NULL, NULL}};
   luaL_newmetatable(L, FH_CKKS_TABLES_MT);
   lua_pushstring(L, "CkksTables");
@@ -291,7 +345,8 @@ void fh__lua_open_ckks(lua_State *L) {
   static const luaL_Reg internal[] = {
       {"find_primes", l_find_primes}, {"is_prime", l_is_prime}, {"tables", l_tables}, {"ntt", l_ntt},
       {"intt", l_intt},               {"ew", l_ew},             {"automorph", l_automorph},
-      {"encode", l_encode},           {"decode", l_decode},     {"sample", l_sample}, {NULL, NULL}};
+      {"encode", l_encode},           {"decode", l_decode},     {"sample", l_sample},
+      {"capture", l_capture},         {NULL, NULL}};
   lua_newtable(L);
   fh__lua_setfuncs(L, internal);
   lua_setfield(L, -2, "_ckks");

@@ -24,9 +24,13 @@ void fh__ckks_use(fh__ckks_launcher *L, const fh_tensor *t) {
   for (int i = 0; i < L->nuses; ++i)
     if (L->uses[i] == t->storage) return;
   if (L->nuses < FH_CKKS_MAX_USES) L->uses[L->nuses++] = t->storage;
+  else L->overflow = true;
 }
 
 fh_status fh__ckks_submit(fh__ckks_launcher *L, int kernel, const void *args, size_t size) {
+  if (L->overflow) /* a launch must list every storage it touches (tapes retain them) */
+    return fh_error_set(FH_ERR_EXECUTION, "internal error: a CKKS operation uses more than %d storages",
+                        FH_CKKS_MAX_USES);
   return fh__submit(kernel, L->dev, L->stream, args, size, L->uses, L->nuses);
 }
 

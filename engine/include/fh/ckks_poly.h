@@ -57,6 +57,7 @@ typedef struct fh__ckks_launcher {
   fh_stream *stream; /* borrowed; NULL on the CPU */
   fh_storage *uses[FH_CKKS_MAX_USES];
   int nuses;
+  bool overflow; /* more storages than FH_CKKS_MAX_USES: submits fail (an engine bug) */
 } fh__ckks_launcher;
 fh_status fh__ckks_launcher_init(fh__ckks_launcher *L, fh_ckks_tables *tb);
 /* Add a tensor's storage to the uses (ignored when already there). */
