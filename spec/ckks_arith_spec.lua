@@ -170,7 +170,7 @@ describe("ckks negacyclic NTT", function()
   local seed = H.seed("ckks ntt")
 
   it("round-trips random inputs for 30/40/50/60-bit primes at several N", function()
-    for _, log_n in ipairs { 3, 4, 10, 12, 13 } do
+    for _, log_n in ipairs { 1, 2, 3, 4, 10, 12, 13 } do
       local primes = {}
       for _, bits in ipairs { 30, 40, 50, 60 } do
         for _, p in ipairs(C.find_primes(bits, log_n, 2):tolist()) do primes[#primes + 1] = p end
@@ -376,6 +376,19 @@ describe("ckks encoding", function()
     local z = fh.randn({ 32 }, { generator = g, dtype = "float64" }) * (2 ^ 20)
     local d = C.decode(tb, C.encode(tb, z, 2 ^ 50, 3), 2 ^ 50, false)
     assert.is_true(rel_err(d, z) < 1e-12)
+  end)
+
+  it("decodes values beyond 128 bits exactly (multi-word CRT path)", function()
+    local log_n = 5
+    local primes = C.find_primes(60, log_n, 4):tolist()
+    local tb = C.tables(log_n, u64(primes, 4), 4)
+    local g = fh.Generator(seed + 2)
+    local z = fh.randn({ 16 }, { generator = g, dtype = "float64" }) * (2 ^ 90)
+    -- 4 limbs: coefficients ~2^130, beyond the 128-bit fast path; 3 limbs: ~2^100, inside it
+    for _, case in ipairs { { 4, z }, { 3, z * 2 ^ -30 } } do
+      local d = C.decode(tb, C.encode(tb, case[2], 2 ^ 40, case[1]), 2 ^ 40, false)
+      assert.is_true(rel_err(d, case[2]) < 1e-12, "limbs " .. case[1])
+    end
   end)
 
   it("zero-pads short messages and rejects oversized, non-finite or too-large ones", function()

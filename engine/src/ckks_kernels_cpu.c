@@ -36,11 +36,13 @@ static void ntt_forward_row(uint64_t *a, const uint64_t *in, int log_n, const fh
       a[j + t] = x - y + q2;
     }
   }
-  for (int64_t m = 2; m < n; m <<= 1) {
+  /* middle stages (t >= 2) */
+  int64_t m = 2;
+  for (; t > 2; m <<= 1) {
     t >>= 1;
     for (int64_t i = 0; i < m; ++i) {
       const uint64_t W = w[m + i], Ws = ws[m + i];
-      uint64_t *x = a + 2 * i * t, *y = x + t;
+      uint64_t *restrict x = a + 2 * i * t, *restrict y = x + t;
       for (int64_t j = 0; j < t; ++j) {
         uint64_t u = x[j];
         u -= (u >= q2) ? q2 : 0;                              /* [0, 2q) */
@@ -50,11 +52,28 @@ static void ntt_forward_row(uint64_t *a, const uint64_t *in, int log_n, const fh
       }
     }
   }
-  for (int64_t j = 0; j < n; ++j) {
-    uint64_t u = a[j];
-    u -= (u >= q2) ? q2 : 0;
-    u -= (u >= q) ? q : 0;
-    a[j] = u;
+  /* last stage (t = 1, m = N/2) fused with the final reduction to [0, q) */
+  if (m < n) {
+    for (int64_t i = 0; i < m; ++i) {
+      const uint64_t W = w[m + i], Ws = ws[m + i];
+      uint64_t u = a[2 * i];
+      u -= (u >= q2) ? q2 : 0;
+      uint64_t v = fh_shoup_mul_lazy(a[2 * i + 1], W, Ws, q);
+      uint64_t x = u + v, y = u - v + q2;
+      x -= (x >= q2) ? q2 : 0;
+      x -= (x >= q) ? q : 0;
+      y -= (y >= q2) ? q2 : 0;
+      y -= (y >= q) ? q : 0;
+      a[2 * i] = x;
+      a[2 * i + 1] = y;
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      uint64_t u = a[j];
+      u -= (u >= q2) ? q2 : 0;
+      u -= (u >= q) ? q : 0;
+      a[j] = u;
+    }
   }
 }
 
@@ -64,12 +83,25 @@ static void ntt_inverse_row(uint64_t *a, const uint64_t *in, int log_n, const fh
   const uint64_t q = p->q, q2 = 2 * q;
   const uint64_t *w = tw + 2 * n, *ws = tw + 3 * n;
   if (a != in) memcpy(a, in, sizeof(uint64_t) * (size_t)n);
-  int64_t t = 1;
-  for (int64_t m = n; m > 2; m >>= 1) {
+  int64_t t = 1, m = n;
+  /* first stage (t = 1): adjacent pairs */
+  if (m > 2) {
+    int64_t h = m >> 1;
+    for (int64_t i = 0; i < h; ++i) {
+      uint64_t u = a[2 * i], v = a[2 * i + 1];
+      uint64_t s = u + v;
+      s -= (s >= q2) ? q2 : 0;
+      a[2 * i] = s;
+      a[2 * i + 1] = fh_shoup_mul_lazy(u - v + q2, w[h + i], ws[h + i], q);
+    }
+    t = 2;
+    m >>= 1;
+  }
+  for (; m > 2; m >>= 1) {
     int64_t h = m >> 1;
     for (int64_t i = 0; i < h; ++i) {
       const uint64_t W = w[h + i], Ws = ws[h + i];
-      uint64_t *x = a + 2 * i * t, *y = x + t;
+      uint64_t *restrict x = a + 2 * i * t, *restrict y = x + t;
       for (int64_t j = 0; j < t; ++j) {
         uint64_t u = x[j], v = y[j]; /* [0, 2q) */
         uint64_t s = u + v;
@@ -477,16 +509,60 @@ fh_status fh__ckks_cpu_decode(const void *argp) {
     H[i] = (Q[i] >> 1) | ((uint64_t)carry << 63);
     carry = (int)(Q[i] & 1);
   }
+  /* Fast path: the first r primes of the reversed chain whose product Q'
+   * stays below 2^126 give the centred value x' modulo Q' in 128-bit
+   * arithmetic; when x' agrees with every other active residue, x' is the
+   * centred representative modulo Q (CRT uniqueness, |x'| < Q'/2 <= Q/2),
+   * so typical plaintexts cost O(k) per coefficient. Otherwise the full
+   * multi-word reconstruction below runs. */
+  int r_fast = 0;
+  unsigned __int128 qf = 1;
+  while (r_fast < k && r_fast < 8) {
+    uint64_t q = a->primes[nq - 1 - r_fast].q;
+    if (qf > (((unsigned __int128)1) << 126) / q) break;
+    qf *= q;
+    ++r_fast;
+  }
   const double inv_scale = 1.0 / a->scale;
   for (int64_t g = 0; g < a->ngroups; ++g) {
     const uint64_t *in = a->in + g * a->in_gs;
     double *w = a->work + g * a->work_gs;
     for (int64_t i = 0; i < n; ++i) {
       double val;
+      bool done = false;
       if (k == 1) {
         uint64_t x = in[i], q = a->primes[first].q;
         val = x > q / 2 ? -(double)(q - x) : (double)x;
-      } else {
+        done = true;
+      } else if (r_fast >= 2) {
+        /* Garner over r_fast primes into 128 bits */
+        uint64_t v[8];
+        unsigned __int128 x = in[(int64_t)(k - 1) * n + i], prod = a->primes[nq - 1].q;
+        v[0] = (uint64_t)x;
+        for (int r = 1; r < r_fast; ++r) {
+          const fh_modulus *m = &a->primes[nq - 1 - r].bar;
+          const uint64_t *gr = a->garner + (int64_t)r * nq;
+          uint64_t s = 0;
+          for (int j = 0; j < r; ++j) s = fh_mod_add(s, fh_mod_mul(v[j], gr[j], m), m->q);
+          v[r] = fh_mod_mul(fh_mod_sub(in[(int64_t)(k - 1 - r) * n + i], s, m->q), gr[r], m);
+          x += (unsigned __int128)v[r] * prod;
+          prod *= m->q;
+        }
+        bool neg = x > qf / 2;
+        unsigned __int128 mag = neg ? qf - x : x;
+        bool ok = true;
+        for (int r = r_fast; r < k && ok; ++r) {
+          const fh_modulus *m = &a->primes[nq - 1 - r].bar;
+          uint64_t res = fh_barrett128((uint64_t)mag, (uint64_t)(mag >> 64), m);
+          if (neg) res = fh_mod_neg(res, m->q);
+          ok = res == in[(int64_t)(k - 1 - r) * n + i];
+        }
+        if (ok) {
+          val = neg ? -(double)mag : (double)mag;
+          done = true;
+        }
+      }
+      if (!done) {
         uint64_t v[FH_CKKS_MAX_PRIMES], X[FH_CKKS_MAX_PRIMES + 1], D[FH_CKKS_MAX_PRIMES + 1];
         /* Garner over the reversed chain r_j = q_{nq-1-j} (row k-1-j):
          * x = v_0 + v_1 r_0 + v_2 r_0 r_1 + ... */
