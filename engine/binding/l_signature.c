@@ -62,6 +62,7 @@ static const char *what_of(lua_State *L, int idx) {
     case LUA_TNIL: return "nil";
     case LUA_TTHREAD: return "a coroutine";
     case LUA_TLIGHTUSERDATA: return "a light userdata";
+    case 10: return "a cdata"; /* LuaJIT's FFI objects */
     default: return NULL;
   }
 }
@@ -125,11 +126,11 @@ static fh_status classify(walk *w, int idx, tinfo *ti) {
       return werr(w, FH_ERR_TYPE, "ambiguous table: a key is %s (lists use keys 1..n, dicts string keys)", tn);
     }
   }
+  if (tuple && nstr) return werr(w, FH_ERR_TYPE, "a tuple holds only positional elements");
   if (nint && nstr)
     return werr(w, FH_ERR_TYPE, "ambiguous table: it mixes list indices and string keys");
   if (nint && maxk != (double)nint)
     return werr(w, FH_ERR_TYPE, "ambiguous table: its integer keys are not exactly 1..n (holes)");
-  if (tuple && nstr) return werr(w, FH_ERR_TYPE, "a tuple holds only positional elements");
   ti->kind = tuple ? FH_TREE_TUPLE : nstr ? FH_TREE_DICT : FH_TREE_LIST;
   ti->n = nint + nstr;
   return FH_OK;

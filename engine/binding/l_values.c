@@ -108,7 +108,10 @@ static int l_context(lua_State *L) {
 }
 
 static int l_context_lookup(lua_State *L) {
-  const char *id = luaL_checkstring(L, 1);
+  if (lua_type(L, 1) != LUA_TSTRING)
+    return fh__lua_raise(L, FH_ERR_TYPE, "fh.context_lookup: argument 1 (id) expected a string, got %s",
+                         fh__lua_typename(L, 1));
+  const char *id = lua_tostring(L, 1);
   fh_context_box *b = new_context_box(L);
   fh__lua_check(L, fh_ckks_context_lookup(id, &b->c));
   return 1;
@@ -271,6 +274,43 @@ static int ctx_index(lua_State *L) {
 static int ctx_newindex(lua_State *L) {
   return fh__lua_raise(L, FH_ERR_TYPE, "a CkksContext is immutable (cannot assign field '%s')",
                        lua_tostring(L, 2) ? lua_tostring(L, 2) : "?");
+}
+
+/* core._ext_probe(ctx): exercises fh_ckks_context_ext for the specs. The
+ * builder for the last slot nests a build of the slot before it (the lock
+ * is recursive); each built object counts its builds and, when the context
+ * dies, its frees. Returns (builds, frees, same_pointer_as_last_call). */
+static int probe_builds, probe_frees;
+static void *probe_last;
+static void probe_free(void *p) {
+  ++probe_frees;
+  free(p);
+}
+static fh_status probe_build_inner(const fh_ckks_context *c, void *arg, void **out) {
+  (void)c;
+  (void)arg;
+  ++probe_builds;
+  *out = malloc(1);
+  return *out ? FH_OK : fh_error_set(FH_ERR_MEMORY, "out of memory");
+}
+static fh_status probe_build_outer(const fh_ckks_context *c, void *arg, void **out) {
+  void *inner;
+  fh_status st = fh_ckks_context_ext((fh_ckks_context *)c, FH_CKKS_EXT_SLOTS - 2, probe_build_inner, probe_free, arg,
+                                     &inner);
+  if (st != FH_OK) return st;
+  return probe_build_inner(c, arg, out);
+}
+static int l_ext_probe(lua_State *L) {
+  fh_ckks_context *c = checkcontext(L, 1, "core._ext_probe");
+  void *p;
+  if (!lua_isnoneornil(L, 2)) /* look up a slot without a builder */
+    fh__lua_check(L, fh_ckks_context_ext(c, (int)lua_tointeger(L, 2), NULL, NULL, NULL, &p));
+  fh__lua_check(L, fh_ckks_context_ext(c, FH_CKKS_EXT_SLOTS - 1, probe_build_outer, probe_free, NULL, &p));
+  lua_pushinteger(L, probe_builds);
+  lua_pushinteger(L, probe_frees);
+  lua_pushboolean(L, p == probe_last);
+  probe_last = p;
+  return 3;
 }
 
 /* ---- values ------------------------------------------------------------------ */
@@ -455,7 +495,8 @@ static int l_value_ctor(lua_State *L) {
     fh_tensor_options o = fh_tensor_options_default();
     o.dtype = FH_FLOAT64;
     fh_tensor_box *tb = fh__lua_new_tensor_box(L);
-    fh__lua_check(L, fh_tensor_from_host(&x, 0, NULL, &o, &tb->t));
+    int64_t no_dims[1] = {0};
+    fh__lua_check(L, fh_tensor_from_host(&x, 0, no_dims, &o, &tb->t));
     t = tb->t;
   }
   if (t == NULL)
@@ -904,6 +945,7 @@ void fh__lua_open_values(lua_State *L) {
                                  {"ckks_security_budget_bits", l_security_budget},
                                  {"is_prime", l_is_prime},
                                  {"is_value", l_is_value},
+                                 {"_ext_probe", l_ext_probe},
                                  {"envelope", l_envelope},
                                  {"from_envelope", l_from_envelope},
                                  {"save", l_save},

@@ -91,7 +91,16 @@ static int32_t product_bits(const uint64_t *p, int n) {
 
 /* ---- registry ------------------------------------------------------------- */
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t ext_lock = PTHREAD_MUTEX_INITIALIZER;
+/* recursive: a builder may look up another slot of the same context */
+static pthread_mutex_t ext_lock;
+static pthread_once_t ext_once = PTHREAD_ONCE_INIT;
+static void ext_lock_init(void) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&ext_lock, &a);
+  pthread_mutexattr_destroy(&a);
+}
 typedef struct reg_entry {
   fh_ckks_context *ctx;
   struct reg_entry *next;
@@ -306,6 +315,7 @@ fh_status fh_ckks_context_ext(fh_ckks_context *c, int slot, fh_ckks_ext_build_fn
                               void *arg, void **out) {
   if (slot < 0 || slot >= FH_CKKS_EXT_SLOTS)
     return fh_error_set(FH_ERR_VALUE, "context extension slot %d outside [0, %d)", slot, FH_CKKS_EXT_SLOTS);
+  pthread_once(&ext_once, ext_lock_init);
   pthread_mutex_lock(&ext_lock);
   void *p = c->ext[slot];
   fh_status st = FH_OK;

@@ -20,6 +20,13 @@
 #define KEY_CONTEXTS "fhelium.contexts"
 
 /* ---- small helpers ---------------------------------------------------------- */
+/* The string of a JSON string without embedded NUL bytes, else NULL. */
+static const char *jstr(const json_t *j) {
+  if (!json_is_string(j)) return NULL;
+  const char *s = json_string_value(j);
+  return strlen(s) == json_string_length(j) ? s : NULL;
+}
+
 static char *str_concat(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
   char *s = malloc(la + lb + 1);
@@ -457,7 +464,7 @@ static fh_status dec_tensor(dec *d, json_t *j, const char *role, fh_tensor **out
   if (!json_is_object(j)) BAD(d, "%s is not an object", role);
   json_t *jn = json_object_get(j, "tensor"), *jd = json_object_get(j, "dtype"), *jg = json_object_get(j, "requires_grad");
   size_t expect = 2 + (json_object_get(j, "kind") ? 1 : 0) + (jg ? 1 : 0);
-  if (!json_is_string(jn) || !json_is_string(jd) || (jg && !json_is_boolean(jg)) || json_object_size(j) != expect)
+  if (!jstr(jn) || !jstr(jd) || (jg && !json_is_boolean(jg)) || json_object_size(j) != expect)
     BAD(d, "%s must be {\"tensor\": name, \"dtype\": dtype, \"requires_grad\": flag}", role);
   const char *name = json_string_value(jn);
   const fh_st_tensor *e = fh_st_header_find(d->h, name);
@@ -556,13 +563,13 @@ static fh_status dec_value(dec *d, json_t *j, fh_tree_sig **out) {
   if (json_object_size(j) != 6) BAD(d, "value node has unknown keys");
   json_t *jt = json_object_get(j, "value_type"), *jv = json_object_get(j, "schema_version");
   json_t *jc = json_object_get(j, "context_id"), *jm = json_object_get(j, "metadata"), *js = json_object_get(j, "tensors");
-  if (!json_is_string(jt)) BAD(d, "value_type is not a string");
+  if (!jstr(jt)) BAD(d, "value_type is not a string");
   fh_value_type type;
   if (fh_value_type_parse(json_string_value(jt), &type) != FH_OK)
     BAD(d, "unknown value type '%.64s'", json_string_value(jt));
   if (!json_is_integer(jv) || json_integer_value(jv) != FH_VALUE_SCHEMA_VERSION)
     BAD(d, "unsupported value schema_version (this fhelium reads %d)", FH_VALUE_SCHEMA_VERSION);
-  if (!json_is_string(jc)) BAD(d, "context_id is not a string");
+  if (!jstr(jc)) BAD(d, "context_id is not a string");
   if (!json_is_object(jm)) BAD(d, "metadata is not an object");
   if (!json_is_object(js) || json_object_size(js) < 1 || json_object_size(js) > FH_VALUE_MAX_TENSORS)
     BAD(d, "tensors must be an object of 1 to %d tensors", FH_VALUE_MAX_TENSORS);
@@ -582,7 +589,7 @@ static fh_status dec_value(dec *d, json_t *j, fh_tree_sig **out) {
     } else if (json_is_real(v)) {
       e->kind = FH_META_REAL;
       e->r = json_real_value(v);
-    } else if (json_is_string(v)) {
+    } else if (jstr(v)) {
       e->kind = FH_META_STRING;
       e->s = json_string_value(v);
     } else if (json_is_array(v)) {
@@ -635,7 +642,7 @@ static fh_status dec_node(dec *d, json_t *j, int depth, fh_tree_sig **out) {
   if (depth > FH_TREE_MAX_DEPTH) BAD(d, "tree nesting deeper than %d levels", FH_TREE_MAX_DEPTH);
   if (!json_is_object(j)) BAD(d, "tree node is not an object");
   json_t *jk = json_object_get(j, "kind");
-  if (!json_is_string(jk)) BAD(d, "tree node has no kind");
+  if (!jstr(jk)) BAD(d, "tree node has no kind");
   const char *kind = json_string_value(jk);
   fh_status st;
   if (strcmp(kind, "tensor") == 0) {
@@ -800,7 +807,9 @@ static fh_status decode(dec *d, fh_tree_sig **sig, fh_tensor ***leaves) {
     }
   }
   d->contexts = ctxs;
-  tree = json_loads(tree_s, JSON_REJECT_DUPLICATES, &jerr);
+  /* dict keys may hold NUL bytes (Lua strings do); every other string is
+   * checked with jstr */
+  tree = json_loads(tree_s, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
   if (tree == NULL) {
     st = fh_error_set(FH_ERR_VALUE, "corrupt value file: %s is not valid JSON (%.120s)", KEY_TREE, jerr.text);
     goto done;

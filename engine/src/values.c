@@ -579,6 +579,7 @@ fh_status fh_value_from_metadata(fh_ckks_context *ctx, fh_value_type type, const
   if ((e = find_entry(entries, n, "level"))) {
     if ((s = entry_int(e, tn, INT32_MIN, INT32_MAX, &iv))) return s;
     st.level = (int32_t)iv;
+    if (st.level < 0) return fh_error_set(FH_ERR_VALUE, "%s: level must be >= 0, got %d", tn, st.level);
   } else if (type == FH_PLAINTEXT || type == FH_CIPHERTEXT) {
     st.level = 0;
   }

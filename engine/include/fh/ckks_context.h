@@ -121,7 +121,8 @@ fh_status fh_ckks_context_prime_ids(const fh_ckks_context *c, int32_t level, fh_
 
 /* Per-context extension data in `slot`: the existing pointer, or the one
  * `build(ctx, arg, &p)` creates (called at most once per slot, under a
- * lock); `free_fn` (may be NULL) releases it when the context is destroyed.
+ * process-wide recursive lock, so a builder may use other slots);
+ * `free_fn` (may be NULL) releases it when the context is destroyed.
  * Borrowed: valid while the caller holds a reference to the context. */
 fh_status fh_ckks_context_ext(fh_ckks_context *c, int slot, fh_ckks_ext_build_fn build, fh_ckks_ext_free_fn free_fn,
                               void *arg, void **out);
