@@ -93,7 +93,21 @@ describe("fh.CkksEngine construction", function()
       { log_n = 10, q_bits = { 40, 70 }, p_bits = { 60 }, allow_insecure = true })
     H.expect_error("ValueError", "unknown preset", fh.CkksEngine, "slots1-nope")
     H.expect_error("TypeError", "expected a preset name", fh.CkksEngine, 42)
+    H.expect_error("ValueError", "seed must be non%-negative", fh.CkksEngine, fh.Preset.slots8192_scale40_levels7_int64,
+      { seed = -1LL })
+    H.expect_error("ValueError", "seed must be a non%-negative integer", fh.CkksEngine,
+      fh.Preset.slots8192_scale40_levels7_int64, { seed = 1.5 })
+    H.expect_error("ValueError", "log_n is required", fh.CkksEngine, { q_bits = { 40, 60 }, p_bits = { 60 } })
+    H.expect_error("ValueError", "q_bits needs at least 2 sizes", fh.CkksEngine,
+      { log_n = 10, q_bits = { 40 }, p_bits = { 60 }, allow_insecure = true })
   end)
+
+  if not H.has_gpu then
+    it("reports a CUDA device without CUDA as a CudaError", function()
+      H.expect_error("CudaError", "no CUDA device", fh.CkksEngine, fh.Preset.slots8192_scale40_levels7_int64,
+        { device = "cuda" })
+    end)
+  end
 end)
 
 describe("ckks encoding", function()
