@@ -795,13 +795,14 @@ fh_status fh_ckks_decrypt(fh_ckks_engine *e, const fh_value *ct, const fh_value 
     const uint64_t *c1 = c + B * gs, *c2 = c + 2 * B * gs;
     if (st == FH_OK && !ntt) { /* NTT of c1 (and c2) */
       int64_t tshape[3] = {g.comps - 1, B * g.la, n};
-      if ((st = fh__ckks_temp(&L, 3, tshape, &t)) == FH_OK)
+      if ((st = fh__ckks_temp(&L, 3, tshape, &t)) == FH_OK) {
         st = fh__ckks_ntt(&L, true, fh__ckks_ptr(t), gs, c1, gs, (g.comps - 1) * B, p, g.la);
-      c1 = fh__ckks_ptr(t);
-      c2 = c1 + B * gs;
+        c1 = fh__ckks_ptr(t);
+        c2 = c1 + B * gs;
+      }
     }
-    uint64_t *o = fh__ckks_ptr(data);
     if (st == FH_OK) {
+      uint64_t *o = fh__ckks_ptr(data);
       fh_ckks_ew_args a;
       fh__ckks_ew_init(&L, &a, ntt ? FH_CKKS_EW_MONT_MAC : FH_CKKS_EW_MONT_MUL, B, p, g.la);
       a.out = o;

@@ -100,20 +100,20 @@ end
 local info = fh.info()
 print(("fhelium %s, CKKS CPU kernels, device %s, build %s"):format(info.version, opts.device, info.build_type or "?"))
 local head = ("%-14s"):format("operation")
-for _, s in ipairs(columns) do head = head .. ("%16s"):format(("slots %d (ms)"):format(s)) end
+for _, s in ipairs(columns) do head = head .. ("%18s"):format(("slots %d (ms)"):format(s)) end
 print(head)
 print(("-"):rep(#head))
 for _, op in ipairs(ops) do
   local line = ("%-14s"):format(op)
-  for _, s in ipairs(columns) do line = line .. ("%16.3f"):format(results[s][op][1]) end
+  for _, s in ipairs(columns) do line = line .. ("%18.3f"):format(results[s][op][1]) end
   print(line)
 end
 print(("-"):rep(#head))
 local foot = ("%-14s"):format("Q limbs/dnum")
-for _, s in ipairs(columns) do foot = foot .. ("%16s"):format(("%d / %d"):format(results[s].limbs, results[s].dnum)) end
+for _, s in ipairs(columns) do foot = foot .. ("%18s"):format(("%d / %d"):format(results[s].limbs, results[s].dnum)) end
 print(foot)
 local chk = ("%-14s"):format("x*x max error")
-for _, s in ipairs(columns) do chk = chk .. ("%16.2e"):format(results[s].check) end
+for _, s in ipairs(columns) do chk = chk .. ("%18.2e"):format(results[s].check) end
 print(chk)
 print("ntt/intt: a level-0 ciphertext (2 components x all Q limbs); add/multiply/rotate on NTT-domain inputs;")
 print("relinearize: 3 -> 2 components at level 0; rescale: one level; decrypt: decrypt + decode to float64.")
