@@ -483,6 +483,20 @@ describe("ckks preconditions", function()
     state_error("polynomial_domain", e.stack_batch, e, { c0, n0 })
   end)
 
+  it("coefficient-domain Montgomery plaintexts: decoded and converted, refused as operands", function()
+    local C = fh.core._ckks
+    local ctx = e.context
+    local tb = C.tables(ctx.log_n, fh.tensor(ctx.primes, { dtype = "uint64" }), ctx.num_q_primes)
+    local pt = e:encode(x)
+    local mont = C.ew(tb, "to_mont", pt.prime_ids, pt.data)
+    local pm = fh.Plaintext { context = ctx, data = mont, level = 0, scale = 2 ^ 40,
+      polynomial_domain = "coefficient", residue_representation = "montgomery" }
+    close(e:decode(pm, { is_real = true }), x, 1e-9)
+    close(e:decode(e:coefficient_domain_to_ntt_domain(pm), { is_real = true }), x, 1e-9)
+    state_error("residue_representation", e.add_plaintext, e, c0, pm)
+    state_error("residue_representation", e.encrypt, e, pm, pk)
+  end)
+
   it("stack_batch checks every element", function()
     state_error("level", e.stack_batch, e, { c0, c1 })
     H.expect_error("ValueError", "batch shapes differ", e.stack_batch, e, { c0, e:encrypt_message(real_msg(g, { 2, 512 }), pk) })
