@@ -397,6 +397,9 @@ static int push_result(lua_State *L, fh_status st, fh_value *v, const char *fn) 
     fh__lua_error(L);
   }
   fh__lua_push_value(L, v);
+  /* count the value's fresh storage toward the GC soft limit: a loop of
+   * evaluator calls would otherwise grow C memory that Lua cannot see */
+  fh__lua_account(L, fh_value_data(v));
   return 1;
 }
 
