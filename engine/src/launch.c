@@ -1,5 +1,6 @@
 /* The launch boundary and host capture tapes. */
 #include "fh/launch.h"
+#include "fh/ckks_kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,8 @@ static const char *const builtin_names[FH_K_BUILTIN_END] = {
 
 const char *fh_kernel_name(int kernel) {
   if (kernel >= 0 && kernel < FH_K_BUILTIN_END) return builtin_names[kernel];
-  return "ckks";
+  const char *ckks = fh__ckks_kernel_name(kernel);
+  return ckks ? ckks : "ckks";
 }
 
 typedef struct tape_entry {

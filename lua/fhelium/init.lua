@@ -27,6 +27,9 @@ fh.Tensor = tensor.Tensor
 -- CKKS contexts, values, envelopes, value files ------------------------------
 require("fhelium.values").install(fh)
 
+-- CKKS engine (keys, encoding, encryption, evaluator) ------------------------
+require("fhelium.ckks").install(fh)
+
 -- devices, streams, events ---------------------------------------------------
 fh.cuda = require "fhelium.cuda"
 

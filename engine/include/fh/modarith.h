@@ -1,6 +1,9 @@
 /* 64-bit modular arithmetic shared by host C and CUDA device code (moduli
  * 2 <= q < 2^62). Every function is a pure inline; CPU and GPU compute the
- * same formulas, so results are bit-identical.
+ * same formulas, so results are bit-identical. Three reductions:
+ * Barrett (general products), Shoup (products by a precomputed constant:
+ * NTT twiddles, per-limb scalars) and Montgomery (products of two
+ * variables in the NTT domain, whose values are Montgomery residues).
  *
  * Barrett reduction: ratio = floor(2^128 / q) as two words. For x < 2^128,
  * t = floor(x * ratio / 2^128) (computed from the high partial products)
@@ -72,5 +75,73 @@ FH_HD uint64_t fh_mod_sub(uint64_t a, uint64_t b, uint64_t q) {
   return a >= b ? a - b : a + q - b;
 }
 FH_HD uint64_t fh_mod_neg(uint64_t a, uint64_t q) { return a == 0 ? 0 : q - a; }
+
+/* ---- Shoup multiplication by a known constant ---------------------------
+ * For a constant w < q, w' = floor(w * 2^64 / q) (fh_shoup_precompute).
+ * For any x < 2^64, r = x*w - floor(x*w'/2^64)*q (mod 2^64) satisfies
+ * r = x*w mod q + {0 or q}, so r < 2q ("lazy"); one conditional subtraction
+ * makes it exact. Needs q < 2^63. */
+static inline uint64_t fh_shoup_precompute(uint64_t w, uint64_t q) {
+  return (uint64_t)(((unsigned __int128)w << 64) / q);
+}
+FH_HD uint64_t fh_shoup_mul_lazy(uint64_t x, uint64_t w, uint64_t wp, uint64_t q) {
+  return x * w - fh_mulhi64(x, wp) * q;
+}
+FH_HD uint64_t fh_shoup_mul(uint64_t x, uint64_t w, uint64_t wp, uint64_t q) {
+  uint64_t r = fh_shoup_mul_lazy(x, w, wp, q);
+  return r >= q ? r - q : r;
+}
+
+/* ---- Montgomery multiplication, R = 2^64 --------------------------------
+ * For odd q < 2^63 and qinv = q^-1 mod 2^64 (fh_mont_qinv), a product
+ * T = a*b < q*2^64 (true when one operand is < q, the other any 64-bit
+ * value) is reduced as
+ *   m = lo(T) * qinv mod 2^64;  u = hi(T) - hi(m*q)
+ * Since m*q == T mod 2^64, the low words cancel exactly, so
+ * u = (T - m*q) / 2^64 lies in (-q, q) and u (+ q when negative) is
+ * T * R^-1 mod q, exact and in [0, q).
+ * The Montgomery form of a is a*R mod q: fh_mont_from_std(a) = MM(a, R^2),
+ * fh_mont_to_std(a) = MM(a, 1). MM(aR, bR) = abR: products of Montgomery
+ * residues stay Montgomery residues. Addition and subtraction are the same
+ * in both forms. */
+static inline uint64_t fh_mont_qinv(uint64_t q) {
+  /* Newton iteration: each step doubles the number of correct low bits
+   * (q*q == 1 mod 8 for odd q gives 3 bits to start). */
+  uint64_t x = q;
+  for (int i = 0; i < 5; ++i) x *= 2 - q * x;
+  return x;
+}
+/* R mod q and R^2 mod q. */
+static inline uint64_t fh_mont_r1(uint64_t q) { return (uint64_t)((((unsigned __int128)1) << 64) % q); }
+static inline uint64_t fh_mont_r2(uint64_t q) {
+  unsigned __int128 r = fh_mont_r1(q);
+  return (uint64_t)((r * r) % q);
+}
+FH_HD uint64_t fh_mont_reduce(uint64_t lo, uint64_t hi, uint64_t q, uint64_t qinv) {
+  uint64_t m = lo * qinv;
+  uint64_t mh = fh_mulhi64(m, q);
+  return hi >= mh ? hi - mh : hi - mh + q;
+}
+FH_HD uint64_t fh_mont_mul(uint64_t a, uint64_t b, uint64_t q, uint64_t qinv) {
+  return fh_mont_reduce(a * b, fh_mulhi64(a, b), q, qinv);
+}
+FH_HD uint64_t fh_mont_from_std(uint64_t a, uint64_t q, uint64_t qinv, uint64_t r2) {
+  return fh_mont_mul(a, r2, q, qinv);
+}
+FH_HD uint64_t fh_mont_to_std(uint64_t a, uint64_t q, uint64_t qinv) { return fh_mont_reduce(a, 0, q, qinv); }
+
+/* ---- host helpers ---------------------------------------------------------- */
+/* a^e mod q (Barrett). */
+static inline uint64_t fh_mod_pow(uint64_t a, uint64_t e, const fh_modulus *m) {
+  uint64_t r = 1 % m->q, b = a % m->q;
+  while (e) {
+    if (e & 1) r = fh_mod_mul(r, b, m);
+    b = fh_mod_mul(b, b, m);
+    e >>= 1;
+  }
+  return r;
+}
+/* a^-1 mod q for prime q (Fermat); 0 when a == 0 mod q. */
+static inline uint64_t fh_mod_inv_prime(uint64_t a, const fh_modulus *m) { return fh_mod_pow(a, m->q - 2, m); }
 
 #endif

@@ -1,0 +1,281 @@
+/* CKKS kernels: ids, argument blocks and the per-prime constant record,
+ * shared by the CPU back end (engine/src/ckks_kernels_cpu.c) and a CUDA back
+ * end (engine/cuda/, a later issue). The evaluator (engine/src/ckks_*.c)
+ * validates, allocates, fills one of these blocks and submits it through the
+ * launch boundary (fh/launch.h); it never calls a kernel directly, so a CUDA
+ * implementation of an id drops in without touching the evaluator.
+ *
+ * Argument blocks are plain data: device addresses (of tensors and of the
+ * context's constant tables, fh/ckks_tables.h), sizes, strides and small
+ * per-limb constants. They are copied into host tapes and CUDA graphs, so
+ * they hold no host-only pointers and no references.
+ *
+ * Data layout. An RNS polynomial batch is a set of `ngroups` groups of
+ * `nlimbs` contiguous rows of N = 2^log_n uint64 coefficients each: row
+ * (g, l) of operand X starts at X + g * X_gs + l * N (strides in elements).
+ * Row l is reduced modulo the context prime prime[l] (an index into the
+ * context's prime list: Q primes first, then P primes). A ciphertext
+ * [component, *batch, limb, N] is ngroups = component * batch groups with
+ * group stride nlimbs * N, or one launch per component.
+ *
+ * Residue conventions (FHElium's invariant). Coefficient-domain rows hold
+ * standard residues in [0, q). NTT-domain rows hold Montgomery residues
+ * (a * 2^64 mod q) of the evaluations, in the bit-reversed order of the
+ * forward transform below. The conversion happens inside the transforms:
+ *   FH_K_CKKS_NTT   standard coefficients -> Montgomery evaluations (the
+ *                   multiplication by R = 2^64 is fused into the first
+ *                   butterfly stage: its two Shoup constants are R and
+ *                   psi_rev[1] * R instead of 1 and psi_rev[1]);
+ *   FH_K_CKKS_INTT  Montgomery evaluations -> standard coefficients (the
+ *                   final scaling uses N^-1 * R^-1 instead of N^-1).
+ * Every other kernel preserves the representation of its inputs:
+ * additions are the same in both forms, products of two NTT-domain values
+ * use Montgomery multiplication (MM(aR, bR) = abR), products by a known
+ * constant use Shoup multiplication (representation-agnostic).
+ *
+ * NTT ordering. The forward transform is the iterative Cooley-Tukey
+ * negacyclic NTT with twiddles psi_rev[k] = psi^bitrev(k) (psi the
+ * context's primitive 2N-th root of unity); its output slot i holds
+ * a(psi^(2 * bitrev(i) + 1)) (times R). The inverse is Gentleman-Sande with
+ * psi^-bitrev(k). Harvey's lazy butterflies keep values in [0, 4q) inside
+ * the forward and [0, 2q) inside the inverse; outputs are fully reduced. */
+#ifndef FH_CKKS_KERNELS_H
+#define FH_CKKS_KERNELS_H
+
+#include "fh/ckks_context.h" /* FH_CKKS_MAX_PRIMES, FH_CKKS_MAX_LOG_N */
+#include "fh/launch.h"
+#include "fh/modarith.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* FH_CKKS_MAX_PRIMES (fh/ckks_context.h) bounds the primes of a context and
+ * the rows of one launch's limb list. */
+#define FH_CKKS_MIN_LOG_N 1
+
+/* Kernel ids (after the built-in tensor kernels). */
+enum {
+  FH_K_CKKS_NTT = FH_K_BUILTIN_END, /* fh_ckks_ntt_args: forward, standard -> Montgomery */
+  FH_K_CKKS_INTT,                   /* fh_ckks_ntt_args: inverse, Montgomery -> standard */
+  FH_K_CKKS_EW,                     /* fh_ckks_ew_args: element-wise modular arithmetic */
+  FH_K_CKKS_TENSOR,                 /* fh_ckks_tensor_args: (a0,a1) x (b0,b1) -> (d0,d1,d2) */
+  FH_K_CKKS_BCONV,                  /* fh_ckks_bconv_args: fast base conversion */
+  FH_K_CKKS_KS_INNER,               /* fh_ckks_ks_args: key-switching inner product */
+  FH_K_CKKS_AUTOMORPH,              /* fh_ckks_automorph_args: X -> X^g */
+  FH_K_CKKS_ENCODE,                 /* fh_ckks_encode_args: slots -> RNS coefficients */
+  FH_K_CKKS_DECODE,                 /* fh_ckks_decode_args: RNS coefficients -> slots */
+  FH_K_CKKS_END
+};
+/* Name of a CKKS kernel id ("ckks_ntt", ...); NULL for other ids. */
+const char *fh__ckks_kernel_name(int kernel);
+
+/* Constants of one prime (host-computed, stored in the context tables). */
+typedef struct fh_ckks_prime {
+  uint64_t q;
+  uint64_t qinv;                       /* q^-1 mod 2^64 (Montgomery) */
+  uint64_t r1, r1_shoup;               /* R mod q (R = 2^64) and its Shoup companion */
+  uint64_t r2;                         /* R^2 mod q */
+  uint64_t w1r, w1r_shoup;             /* psi_rev[1] * R mod q (fused first forward stage) */
+  uint64_t ninv_rinv, ninv_rinv_shoup; /* N^-1 * R^-1 mod q (last inverse stage, first output half) */
+  uint64_t iw1s, iw1s_shoup;           /* psi^-bitrev(1) * N^-1 * R^-1 mod q (second output half) */
+  uint64_t psi;                        /* the primitive 2N-th root of unity (the smallest) */
+  uint64_t psi_inv;
+  fh_modulus bar;                      /* Barrett constants */
+} fh_ckks_prime;
+
+/* ---- NTT / INTT ------------------------------------------------------------
+ * out may equal in (in place). ntt points at the context's twiddle table:
+ * per prime p, 4 rows of N words at ntt + p * 4N:
+ *   [0] psi_rev[k] = psi^bitrev(k)      [1] Shoup companions of [0]
+ *   [2] ipsi_rev[k] = psi^-bitrev(k)    [3] Shoup companions of [2] */
+typedef struct fh_ckks_ntt_args {
+  uint64_t *out;
+  const uint64_t *in;
+  int64_t out_gs, in_gs;
+  int64_t ngroups;
+  int32_t nlimbs, log_n;
+  const fh_ckks_prime *primes;
+  const uint64_t *ntt;
+  int32_t prime[FH_CKKS_MAX_PRIMES];
+} fh_ckks_ntt_args;
+
+/* ---- element-wise ------------------------------------------------------------
+ * Per row l with modulus q = primes[prime[l]].q; k[l], c[l] are per-limb
+ * constants (< q) with Shoup companions k_shoup[l], c_shoup[l]; a broadcast
+ * operand has group stride 0. Inputs are reduced (< q). */
+typedef enum fh_ckks_ew_op {
+  FH_CKKS_EW_COPY = 0,      /* out = a */
+  FH_CKKS_EW_ADD,           /* out = a + b */
+  FH_CKKS_EW_SUB,           /* out = a - b */
+  FH_CKKS_EW_NEG,           /* out = -a */
+  FH_CKKS_EW_MONT_MUL,      /* out = MM(a, b) = a b R^-1 */
+  FH_CKKS_EW_MONT_MAC,      /* out = MM(a, b) + c_operand */
+  FH_CKKS_EW_MUL_CONST,     /* out = a * c[l] (Shoup) */
+  FH_CKKS_EW_ADD_CONST,     /* out = a + k[l] */
+  FH_CKKS_EW_SUB_ADD_MUL,   /* out = (a - b + k[l]) * c[l] (+ c operand when given): rescale / mod-down */
+  FH_CKKS_EW_ADD_MUL_CONST, /* out = a + b * c[l] (Shoup) */
+  FH_CKKS_EW_TO_MONT,       /* out = a R mod q */
+  FH_CKKS_EW_FROM_MONT,     /* out = a R^-1 mod q */
+  FH_CKKS_EW_SIGNED,        /* out = int64 a reduced into [0, q) (a is int64 data, |a| < 2^63) */
+  FH_CKKS_EW_OP_COUNT
+} fh_ckks_ew_op;
+
+typedef struct fh_ckks_ew_args {
+  int32_t op; /* fh_ckks_ew_op */
+  int32_t nlimbs, log_n;
+  int64_t ngroups;
+  uint64_t *out;
+  const uint64_t *a, *b, *c; /* b, c NULL when unused */
+  int64_t out_gs, a_gs, b_gs, c_gs;
+  int64_t a_ls; /* a's limb stride (N normally; 0 broadcasts one row over the limbs) */
+  const fh_ckks_prime *primes;
+  int32_t prime[FH_CKKS_MAX_PRIMES];
+  uint64_t k[FH_CKKS_MAX_PRIMES];
+  uint64_t c_const[FH_CKKS_MAX_PRIMES], c_shoup[FH_CKKS_MAX_PRIMES];
+} fh_ckks_ew_args;
+
+/* ---- ciphertext tensor product (NTT domain) ----------------------------------
+ * d0 = a0 b0, d1 = a0 b1 + a1 b0, d2 = a1 b1 (Montgomery products). Component
+ * c of X is at X + c * X_cs; groups as above. */
+typedef struct fh_ckks_tensor_args {
+  uint64_t *out;
+  const uint64_t *a, *b;
+  int64_t out_cs, a_cs, b_cs;
+  int64_t out_gs, a_gs, b_gs;
+  int64_t ngroups;
+  int32_t nlimbs, log_n;
+  const fh_ckks_prime *primes;
+  int32_t prime[FH_CKKS_MAX_PRIMES];
+} fh_ckks_tensor_args;
+
+/* ---- fast base conversion (coefficient domain, standard residues) -------------
+ * From source primes S = (s_0..s_{ns-1}) (rows in + src_row[i] * N) to target
+ * primes T (rows out + dst_row[j] * N):
+ *   y_j = sum_i [x_i * shat_inv_i]_{s_i} * (Shat_i mod t_j)  mod t_j,
+ * Shat_i = prod_{k != i} s_k. The result is x + u * S for some integer
+ * 0 <= u < ns (no correction). `consts` points at the table entry for this
+ * (S, T) pair: ns pairs (shat_inv_i, Shoup companion), then the ndst x ns
+ * matrix (Shat_i mod t_j) row by row (j major). With copy_src, source row i
+ * is also copied to out + src_out_row[i] * N (mod-up writes the digit's own
+ * rows and the converted rows in one pass). */
+typedef struct fh_ckks_bconv_args {
+  uint64_t *out;
+  const uint64_t *in;
+  int64_t out_gs, in_gs;
+  int64_t ngroups;
+  int32_t nsrc, ndst, log_n;
+  const fh_ckks_prime *primes;
+  const uint64_t *consts;
+  int32_t src_prime[FH_CKKS_MAX_PRIMES], src_row[FH_CKKS_MAX_PRIMES];
+  int32_t dst_prime[FH_CKKS_MAX_PRIMES], dst_row[FH_CKKS_MAX_PRIMES];
+  int32_t copy_src;
+  int32_t src_out_row[FH_CKKS_MAX_PRIMES];
+} fh_ckks_bconv_args;
+
+/* ---- key-switching inner product (NTT domain, Montgomery) ---------------------
+ * out[c][l] = sum_{j < ndigits} digits[j][l] * key[j][c][key_row[l]] for c = 0, 1,
+ * over nlimbs rows per group. digits: row (g, j, l) at
+ * digits + g * digits_gs + j * digit_stride + l * N; key row (j, c, r) at
+ * key + j * key_ds + c * key_cs + r * N (shared by every group); out row
+ * (g, c, l) at out + g * out_gs + c * out_cs + l * N. */
+typedef struct fh_ckks_ks_args {
+  uint64_t *out;
+  const uint64_t *digits;
+  const uint64_t *key;
+  int64_t out_gs, out_cs;
+  int64_t digits_gs, digit_stride;
+  int64_t key_ds, key_cs;
+  int64_t ngroups;
+  int32_t ndigits, nlimbs, log_n;
+  const fh_ckks_prime *primes;
+  int32_t prime[FH_CKKS_MAX_PRIMES];
+  int32_t key_row[FH_CKKS_MAX_PRIMES];
+} fh_ckks_ks_args;
+
+/* ---- automorphism X -> X^g (g odd, taken mod 2N) ------------------------------
+ * Coefficient domain: out[(i g) mod N] = (-1)^floor(i g / N mod 2) in[i].
+ * NTT domain: a permutation of the evaluations: out slot of point
+ * psi^(2k+1) takes the input slot of point psi^(g(2k+1)) (bit-reversed
+ * slots). out must not alias in. */
+typedef struct fh_ckks_automorph_args {
+  uint64_t *out;
+  const uint64_t *in;
+  int64_t out_gs, in_gs;
+  int64_t ngroups;
+  int32_t nlimbs, log_n;
+  int32_t ntt_domain;
+  uint64_t galois; /* g, odd, < 2N */
+  const fh_ckks_prime *primes;
+  int32_t prime[FH_CKKS_MAX_PRIMES];
+} fh_ckks_automorph_args;
+
+/* ---- encoding and decoding (canonical embedding) -------------------------------
+ * Slots: num_slots = N/2 complex values z_j = m(zeta^(5^j)), zeta =
+ * exp(i pi / N). Encoding takes `nslots_in` <= N/2 input values per group
+ * (complex pairs of doubles, or reals when !in_complex; missing slots are
+ * zero), computes the real polynomial m with m(zeta^(5^j)) = z_j by the
+ * inverse special FFT, multiplies by `scale`, rounds to the nearest integer
+ * and reduces into each row's prime (exactly, for any finite magnitude).
+ * Coefficient i of m is Re(w_i) and coefficient i + N/2 is Im(w_i), where
+ * w is the special-FFT vector. `work` is scratch of N doubles per group.
+ * rot_group[j] = 5^j mod 2N (N/2 entries); ksi[2k], ksi[2k+1] = cos, sin of
+ * 2 pi k / 2N for k <= 2N. */
+typedef struct fh_ckks_encode_args {
+  uint64_t *out;
+  const double *in;
+  double *work;
+  int64_t out_gs, in_gs, work_gs;
+  int64_t ngroups;
+  int64_t nslots_in;
+  int32_t in_complex;
+  int32_t nlimbs, log_n;
+  double scale;
+  const fh_ckks_prime *primes;
+  const uint64_t *rot_group;
+  const double *ksi;
+  int32_t prime[FH_CKKS_MAX_PRIMES];
+} fh_ckks_encode_args;
+
+/* Decoding: the rows of each group must be the context's last nlimbs Q
+ * primes in order (prime[l] == nq - nlimbs + l, the active rows of a level):
+ * each coefficient is reconstructed exactly by Garner's mixed-radix CRT
+ * (taking the primes from the last one down, so that every level's rows
+ * are a prefix of that order) into a big integer, lifted to the centered
+ * range (-Q/2, Q/2], converted to double and divided by `scale`; the special
+ * FFT then evaluates the slots. Output: complex pairs (out_complex) or the
+ * real parts. `garner` is the context's Garner table (fh/ckks_tables.h);
+ * `work` is scratch of N doubles per group. */
+typedef struct fh_ckks_decode_args {
+  double *out;
+  const uint64_t *in;
+  double *work;
+  int64_t out_gs, in_gs, work_gs;
+  int64_t ngroups;
+  int32_t out_complex;
+  int32_t nlimbs, log_n;
+  int32_t nq; /* number of Q primes in the context (row length of the Garner table) */
+  double scale;
+  const fh_ckks_prime *primes;
+  const uint64_t *rot_group;
+  const double *ksi;
+  const uint64_t *garner;
+  int32_t prime[FH_CKKS_MAX_PRIMES];
+} fh_ckks_decode_args;
+
+/* CPU implementations (engine/src/ckks_kernels_cpu.c), entered in
+ * fh__cpu_kernels. */
+fh_status fh__ckks_cpu_ntt(const void *args);
+fh_status fh__ckks_cpu_intt(const void *args);
+fh_status fh__ckks_cpu_ew(const void *args);
+fh_status fh__ckks_cpu_tensor(const void *args);
+fh_status fh__ckks_cpu_bconv(const void *args);
+fh_status fh__ckks_cpu_ks_inner(const void *args);
+fh_status fh__ckks_cpu_automorph(const void *args);
+fh_status fh__ckks_cpu_encode(const void *args);
+fh_status fh__ckks_cpu_decode(const void *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,81 @@
+/* Polynomial-level CKKS operators over raw uint64 tensors with explicit
+ * prime lists: the layer between the kernels and the evaluator. Each
+ * validates on the host (dtype, shape [*, limb, N], device, prime ids),
+ * allocates its result, then submits launches through the launch boundary
+ * on the current stream of the tables' device.
+ *
+ * prime ids are 0-based indices into the tables' chain (Q primes, then P
+ * primes); row l of the limb dimension is reduced modulo prime ids[l].
+ *
+ * Ownership: every fh_tensor ** result receives a new reference; on failure
+ * it is untouched and nothing was written.
+ *
+ * The launcher (fh__ckks_launcher) is the evaluator's internal helper: it
+ * carries the tables, device and stream of one operation and the storages
+ * the operation touches, which every launch lists as its uses (so host
+ * tapes retain them and CUDA record-stream protects them). */
+#ifndef FH_CKKS_POLY_H
+#define FH_CKKS_POLY_H
+
+#include "fh/ckks_tables.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Forward (standard -> Montgomery evaluations) or inverse NTT. */
+fh_status fh_ckks_poly_ntt(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int nids, bool forward,
+                           fh_tensor **result);
+/* Element-wise op (fh_ckks_ew_op) on same-shape operands; b / c may be NULL
+ * when the op does not use them; k / cst are per-limb constants (NULL =
+ * zeros), reduced modulo their row's prime. FH_CKKS_EW_SIGNED takes an int64
+ * `a` of shape [*, N] or [*, limb, N] (broadcast over the limbs when the
+ * limb dimension is absent: a [*, N] gives [*, nids, N]). */
+fh_status fh_ckks_poly_ew(fh_ckks_tables *tb, int op, fh_tensor *a, fh_tensor *b, fh_tensor *c, const int *ids,
+                          int nids, const uint64_t *k, const uint64_t *cst, fh_tensor **result);
+/* X -> X^galois (odd galois < 2N) in the coefficient or the NTT domain. */
+fh_status fh_ckks_poly_automorph(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int nids, uint64_t galois,
+                                 bool ntt_domain, fh_tensor **result);
+/* Encode messages msg [*, s] (float64 or complex128, s <= N/2, missing
+ * slots zero) at `scale` into coefficient-domain rows over the last nlimbs
+ * Q primes (the active rows of level nq - nlimbs): result [*, nlimbs, N].
+ * ValueError for non-finite values or a scaled magnitude that does not fit
+ * the modulus (|x| * scale >= Q/2); the values are checked on the host when
+ * they are CPU data and no host capture is active (the kernel maps
+ * non-finite values to 0). */
+fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, int nlimbs, fh_tensor **result);
+/* Decode coefficient-domain rows [*, nlimbs, N] over the last nlimbs Q primes:
+ * result [*, N/2] complex128 (or float64 real parts). */
+fh_status fh_ckks_poly_decode(fh_ckks_tables *tb, fh_tensor *coeffs, double scale, bool complex_out,
+                              fh_tensor **result);
+
+/* ---- internal: launch helper for the evaluator ----------------------------- */
+#define FH_CKKS_MAX_USES 24
+typedef struct fh__ckks_launcher {
+  fh_ckks_tables *tb; /* borrowed */
+  fh_device dev;
+  fh_stream *stream; /* borrowed; NULL on the CPU */
+  fh_storage *uses[FH_CKKS_MAX_USES];
+  int nuses;
+  bool overflow; /* more storages than FH_CKKS_MAX_USES: submits fail (an engine bug) */
+} fh__ckks_launcher;
+fh_status fh__ckks_launcher_init(fh__ckks_launcher *L, fh_ckks_tables *tb);
+/* Add a tensor's storage to the uses (ignored when already there). */
+void fh__ckks_use(fh__ckks_launcher *L, const fh_tensor *t);
+fh_status fh__ckks_submit(fh__ckks_launcher *L, int kernel, const void *args, size_t size);
+/* NTT / INTT of ngroups x nlimbs rows. */
+fh_status fh__ckks_ntt(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_t out_gs, const uint64_t *in,
+                       int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs);
+/* Fill the common fields of an element-wise block (constants zero). */
+void fh__ckks_ew_init(fh__ckks_launcher *L, fh_ckks_ew_args *a, int op, int64_t ngroups, const int32_t *prime,
+                      int nlimbs);
+/* Shoup companion helper: a->c_const[l] = c, a->c_shoup[l] = shoup(c). */
+void fh__ckks_ew_set_const(fh__ckks_launcher *L, fh_ckks_ew_args *a, int l, uint64_t c);
+/* Allocate an uninitialised uint64 tensor on the launcher's device and add it to the uses. */
+fh_status fh__ckks_temp(fh__ckks_launcher *L, int ndim, const int64_t *shape, fh_tensor **out);
+static inline uint64_t *fh__ckks_ptr(const fh_tensor *t) { return (uint64_t *)fh_tensor_data(t); }
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,92 @@
+/* CKKS constant tables of one prime chain on one device: per-prime
+ * constants, NTT twiddles, encoding tables, Garner (CRT) constants and the
+ * fast-base-conversion constants of every key-switching and rescaling step.
+ * Built once per (context, device) and cached by the engine; kernels read
+ * them through the device addresses below.
+ *
+ * Prime chain (fh/ckks_context.h). primes[0..nq-1] are the Q primes
+ * (scale primes, then the base prime; level l keeps the suffix
+ * q_l..q_{nq-1}, and rescaling at level l drops q_l),
+ * primes[nq..nq+np-1] the P (special) primes. Every prime is an odd prime
+ * q = 1 mod 2N with q < 2^62.
+ *
+ * Hybrid key switching. The Q primes are split into dnum digits of
+ * `alpha` consecutive primes (alpha = np, dnum = ceil(nq / np)); digit j
+ * holds q_{j*alpha} .. q_{min((j+1)*alpha, nq) - 1}. At level l only the
+ * digits' active primes (those >= l) count.
+ *
+ * Ownership: fh_ckks_tables_new returns a new reference (refcounted;
+ * fh_ckks_tables_release). The storage stays alive while any tape or
+ * launch that uses it holds the storage (kernels list it in their uses). */
+#ifndef FH_CKKS_TABLES_H
+#define FH_CKKS_TABLES_H
+
+#include "fh/ckks_kernels.h"
+#include "fh/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- primes (primality: fh_is_prime_u64, fh/ckks_context.h) --------------- */
+/* The `count` largest primes q < 2^bits with q = 1 mod 2^(log_n+1), in
+ * descending order, skipping any in exclude[0..nexclude-1]. 20 <= bits <= 61.
+ * ValueError when fewer exist. */
+fh_status fh_ckks_find_primes(int bits, int log_n, int count, const uint64_t *exclude, int nexclude, uint64_t *out);
+/* The smallest primitive 2N-th root of unity mod q (q = 1 mod 2N prime).
+ * ValueError when q is not such a prime. */
+fh_status fh_ckks_min_root(uint64_t q, int log_n, uint64_t *out);
+
+/* ---- tables ----------------------------------------------------------------- */
+typedef struct fh_ckks_tables {
+  fh_refcount rc;
+  int32_t log_n;
+  int64_t n;
+  int32_t nq, np;
+  int32_t alpha, dnum; /* key-switching digits (0 when np == 0) */
+  uint64_t primes[FH_CKKS_MAX_PRIMES];
+  fh_ckks_prime host[FH_CKKS_MAX_PRIMES]; /* host copy of the per-prime constants */
+  fh_device device;
+  fh_tensor *data; /* uint64 tensor on `device` holding every table (one reference) */
+  /* device addresses inside data */
+  const fh_ckks_prime *primes_dev;
+  const uint64_t *ntt;       /* [nprimes][4][N] */
+  const uint64_t *rot_group; /* [N/2] */
+  const double *ksi;         /* [2N+1][2] */
+  /* Garner table [nq][nq] over the reversed chain r_k = q_{nq-1-k}:
+   * [i][m] = prod_{k<m} r_k mod r_i (m < i), [i][i] = (prod_{k<i} r_k)^-1 mod r_i */
+  const uint64_t *garner;
+  const uint64_t *ones;      /* base-conversion constants for a single source prime: (1, shoup(1)), then 1s */
+  /* fast base conversion constants (fh_ckks_bconv_args.consts):
+   * modup[level * dnum + digit]: the digit's active primes -> every other active Q prime (in chain
+   * order), then all P primes; moddown[level]: P primes -> active Q primes. NULL where the digit
+   * has no active prime. */
+  const uint64_t **modup;
+  const uint64_t **moddown;
+  /* host-side per-level constants, [level][i] for the Q prime rows i > level:
+   * rescale at `level` (dropping q_level): q_level^-1 mod q_i and floor(q_level/2) mod q_i;
+   * mod-down: P^-1 mod q_i and floor(P/2) mod q_i (any level); and floor(P/2) mod p_k. */
+  uint64_t *rescale_inv;  /* [nq][nq] (level-major) */
+  uint64_t *rescale_half; /* [nq][nq] */
+  uint64_t *p_inv;        /* [nq] */
+  uint64_t *p_half_q;     /* [nq] */
+  uint64_t p_half_p[FH_CKKS_MAX_PRIMES];
+} fh_ckks_tables;
+
+/* Build the tables for N = 2^log_n and the chain primes[0..nq+np-1] on
+ * `dev`. Validates the primes (distinct, prime, = 1 mod 2N, < 2^62) and
+ * sizes (ValueError). New reference. */
+fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, fh_device dev, fh_ckks_tables **out);
+void fh_ckks_tables_retain(fh_ckks_tables *t);
+void fh_ckks_tables_release(fh_ckks_tables *t);
+/* The storage holding the tables (borrowed), for launch `uses`. */
+static inline fh_storage *fh_ckks_tables_storage(const fh_ckks_tables *t) { return t->data->storage; }
+/* Shoup companion of constant w modulo prime index p. */
+static inline uint64_t fh_ckks_tables_shoup(const fh_ckks_tables *t, int p, uint64_t w) {
+  return fh_shoup_precompute(w, t->primes[p]);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

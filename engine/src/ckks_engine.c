@@ -1,0 +1,1000 @@
+/* CKKS engine: tables cache, validation helpers, randomness, keys, encoding,
+ * encryption, decryption and key switching (fh/ckks_engine.h). */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckks_internal.h"
+#include "fh/internal.h"
+
+/* ---- tables cache (context extension slots) ------------------------------------ */
+static fh_status build_cpu_tables(const fh_ckks_context *ctx, void *arg, void **out) {
+  (void)arg;
+  fh_ckks_tables *t;
+  fh_status st = fh_ckks_tables_new(ctx->log_n, ctx->primes, ctx->num_q, ctx->num_p, fh_cpu(), &t);
+  if (st == FH_OK) *out = t;
+  return st;
+}
+static void free_tables(void *p) { fh_ckks_tables_release(p); }
+
+#define MAX_CUDA_DEVICES 64
+typedef struct device_tables {
+  pthread_mutex_t lock;
+  fh_ckks_tables *dev[MAX_CUDA_DEVICES];
+} device_tables;
+static fh_status build_device_slot(const fh_ckks_context *ctx, void *arg, void **out) {
+  (void)ctx;
+  (void)arg;
+  device_tables *d = calloc(1, sizeof *d);
+  if (d == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory caching CKKS tables");
+  pthread_mutex_init(&d->lock, NULL);
+  *out = d;
+  return FH_OK;
+}
+static void free_device_slot(void *p) {
+  device_tables *d = p;
+  for (int i = 0; i < MAX_CUDA_DEVICES; ++i) fh_ckks_tables_release(d->dev[i]);
+  pthread_mutex_destroy(&d->lock);
+  free(d);
+}
+
+fh_status fh_ckks_context_tables(fh_ckks_context *ctx, fh_device dev, fh_ckks_tables **out) {
+  fh_status st = fh_device_check(dev);
+  if (st != FH_OK) return st;
+  void *p;
+  if (dev.type == FH_DEVICE_CPU) {
+    if ((st = fh_ckks_context_ext(ctx, FH_CKKS_EXT_HOST_TABLES, build_cpu_tables, free_tables, NULL, &p)) != FH_OK)
+      return st;
+    *out = p;
+    return FH_OK;
+  }
+  if (dev.index < 0 || dev.index >= MAX_CUDA_DEVICES)
+    return fh_error_set(FH_ERR_VALUE, "CUDA device %d is beyond the %d devices the CKKS tables cache supports", dev.index,
+                        MAX_CUDA_DEVICES);
+  if ((st = fh_ckks_context_ext(ctx, FH_CKKS_EXT_DEVICE_TABLES, build_device_slot, free_device_slot, NULL, &p)) != FH_OK)
+    return st;
+  device_tables *d = p;
+  pthread_mutex_lock(&d->lock);
+  if (d->dev[dev.index] == NULL)
+    st = fh_ckks_tables_new(ctx->log_n, ctx->primes, ctx->num_q, ctx->num_p, dev, &d->dev[dev.index]);
+  fh_ckks_tables *t = d->dev[dev.index];
+  pthread_mutex_unlock(&d->lock);
+  if (st != FH_OK) return st;
+  *out = t;
+  return FH_OK;
+}
+
+/* ---- contexts from bit sizes --------------------------------------------------------- */
+fh_status fh_ckks_context_from_bits(int log_n, const int *q_bits, int nq, const int *p_bits, int np, double scale,
+                                    bool enforce_security, fh_ckks_context **out) {
+  if (log_n < FH_CKKS_MIN_LOG_N || log_n > FH_CKKS_MAX_LOG_N)
+    return fh_error_set(FH_ERR_VALUE, "log_n must be in [%d, %d], got %d", FH_CKKS_MIN_LOG_N, FH_CKKS_MAX_LOG_N, log_n);
+  if (nq < 2) return fh_error_set(FH_ERR_VALUE, "q_bits needs at least 2 sizes (scale primes, then the base prime)");
+  if (np < 1) return fh_error_set(FH_ERR_VALUE, "p_bits needs at least 1 size");
+  if (nq + np > FH_CKKS_MAX_PRIMES)
+    return fh_error_set(FH_ERR_VALUE, "at most %d primes in all, got %d", FH_CKKS_MAX_PRIMES, nq + np);
+  for (int i = 0; i < nq + np; ++i) {
+    int b = i < nq ? q_bits[i] : p_bits[i - nq];
+    if (b < 20 || b > 60)
+      return fh_error_set(FH_ERR_VALUE, "%s[%d] = %d: prime sizes must be between 20 and 60 bits",
+                          i < nq ? "q_bits" : "p_bits", i < nq ? i + 1 : i - nq + 1, b);
+  }
+  uint64_t m = 2ULL << log_n;
+  uint64_t primes[FH_CKKS_MAX_PRIMES];
+  int n = 0;
+  /* per bit size: the next candidate above / below 2^b (scale primes alternate,
+   * starting above) and the next one below for base and P primes */
+  uint64_t up[61] = {0}, down[61], low[61];
+  int nscale[61] = {0};
+  for (int b = 0; b <= 60; ++b) down[b] = low[b] = 1;
+  for (int i = 0; i < nq + np; ++i) {
+    int b = i < nq ? q_bits[i] : p_bits[i - nq];
+    bool scale_prime = i < nq - 1;
+    bool above = scale_prime && (nscale[b]++ % 2) == 0;
+    uint64_t q = 0;
+    while (q == 0) {
+      uint64_t c;
+      if (above) {
+        c = (1ULL << b) + 1 + (up[b]++) * m;
+      } else {
+        uint64_t *k = scale_prime ? &down[b] : &low[b];
+        if (*k * m >= (1ULL << (b - 1)))
+          return fh_error_set(FH_ERR_VALUE, "not enough %d-bit primes = 1 mod 2N for the requested chain", b);
+        c = (1ULL << b) + 1 - (*k)++ * m;
+      }
+      if (!fh_is_prime_u64(c)) continue;
+      bool used = false;
+      for (int k = 0; k < n && !used; ++k) used = primes[k] == c;
+      if (!used) q = c;
+    }
+    primes[n++] = q;
+  }
+  fh_ckks_context_spec spec = {(int64_t)1 << log_n, scale, nq, np, primes, primes + nq, enforce_security};
+  return fh_ckks_context_new(&spec, out);
+}
+
+/* ---- engine ----------------------------------------------------------------------- */
+fh_status fh_ckks_engine_new(fh_ckks_context *ctx, fh_device dev, const uint64_t *seed, fh_ckks_engine **out) {
+  if (ctx == NULL) return fh_error_set(FH_ERR_VALUE, "CkksEngine: a context is required");
+  fh_ckks_tables *tb;
+  fh_status st = fh_ckks_context_tables(ctx, dev, &tb);
+  if (st != FH_OK) return st;
+  fh_ckks_engine *e = calloc(1, sizeof *e);
+  if (e == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory creating a CKKS engine");
+  if ((st = fh_ckks_rng_new(seed, &e->rng)) != FH_OK) {
+    free(e);
+    return st;
+  }
+  fh_rc_init(&e->rc);
+  fh_ckks_context_retain(ctx);
+  e->ctx = ctx;
+  e->dev = dev;
+  e->tb = tb;
+  e->seeded = seed != NULL;
+  *out = e;
+  return FH_OK;
+}
+
+void fh_ckks_engine_retain(fh_ckks_engine *e) { fh_rc_retain(&e->rc); }
+void fh_ckks_engine_release(fh_ckks_engine *e) {
+  if (e == NULL || !fh_rc_release(&e->rc)) return;
+  for (int i = 0; i < e->nrot; ++i) fh_value_release(e->rot_keys[i]);
+  free(e->rot_keys);
+  if (e->conj_key) fh_value_release(e->conj_key);
+  fh_ckks_rng_free(e->rng);
+  fh_ckks_context_release(e->ctx);
+  free(e);
+}
+fh_ckks_context *fh_ckks_engine_context(const fh_ckks_engine *e) { return e->ctx; }
+fh_device fh_ckks_engine_device(const fh_ckks_engine *e) { return e->dev; }
+bool fh_ckks_engine_is_seeded(const fh_ckks_engine *e) { return e->seeded; }
+int fh_ckks_engine_dnum(const fh_ckks_engine *e) { return e->tb->dnum; }
+fh_ckks_tables *fh_ckks_engine_tables(const fh_ckks_engine *e) { return e->tb; }
+
+/* ---- validation ------------------------------------------------------------------------ */
+fh_status fh__ckks_need_type(const char *op, const char *arg, const fh_value *v, fh_value_type t) {
+  if (v == NULL) return fh_error_set(FH_ERR_TYPE, "%s: %s expected a %s, got nothing", op, arg, fh_value_type_name(t));
+  if (fh_value_get_type(v) != t)
+    return fh_error_set(FH_ERR_TYPE, "%s: %s expected a %s, got a %s", op, arg, fh_value_type_name(t),
+                        fh_value_type_name(fh_value_get_type(v)));
+  return FH_OK;
+}
+
+fh_status fh__ckks_need_engine(const fh_ckks_engine *e, const char *op, const char *arg, const fh_value *v) {
+  if (v->ctx != e->ctx)
+    return fh_error_set(FH_ERR_STATE, "%s: context_id of %s is '%.12s...' but the engine's context is '%.12s...'", op,
+                        arg, v->ctx ? v->ctx->id : "(none)", e->ctx->id);
+  if (!fh_device_eq(fh_value_device(v), e->dev)) {
+    char a[FH_DEVICE_NAME_MAX], b[FH_DEVICE_NAME_MAX];
+    return fh_error_set(FH_ERR_VALUE, "%s: %s is on %s but the engine runs on %s", op, arg,
+                        fh_device_name(fh_value_device(v), a), fh_device_name(e->dev, b));
+  }
+  return FH_OK;
+}
+
+fh_status fh__ckks_need_ct(const fh_ckks_engine *e, const char *op, const char *arg, const fh_value *v) {
+  fh_status st;
+  if ((st = fh__ckks_need_type(op, arg, v, FH_CIPHERTEXT)) || (st = fh__ckks_need_engine(e, op, arg, v))) return st;
+  if (v->state.modulus_basis != FH_BASIS_Q)
+    return fh_error_set(FH_ERR_STATE, "%s: modulus_basis of %s is %s, expected Q", op, arg,
+                        fh_basis_name((fh_modulus_basis)v->state.modulus_basis));
+  return FH_OK;
+}
+
+fh_status fh__ckks_need_key(const fh_ckks_engine *e, const char *op, const char *arg, const fh_value *v,
+                            fh_value_type type, fh_modulus_basis basis) {
+  fh_status st;
+  if ((st = fh__ckks_need_type(op, arg, v, type)) || (st = fh__ckks_need_engine(e, op, arg, v))) return st;
+  if (v->state.level != 0)
+    return fh_error_set(FH_ERR_STATE, "%s: level of %s is %d: keys must cover every prime (level 0)", op, arg,
+                        v->state.level);
+  if (v->state.modulus_basis != (int)basis)
+    return fh_error_set(FH_ERR_STATE, "%s: modulus_basis of %s is %s, expected %s", op, arg,
+                        fh_basis_name((fh_modulus_basis)v->state.modulus_basis), fh_basis_name(basis));
+  if (v->state.polynomial_domain != FH_DOMAIN_NTT)
+    return fh_error_set(FH_ERR_STATE, "%s: polynomial_domain of %s is %s, expected ntt", op, arg,
+                        fh_domain_name((fh_polynomial_domain)v->state.polynomial_domain));
+  if (type == FH_RELINEARIZATION_KEY || type == FH_ROTATION_KEY || type == FH_CONJUGATION_KEY) {
+    fh_tensor *t = fh_value_data(v);
+    if (t->shape[0] != e->tb->dnum)
+      return fh_error_set(FH_ERR_STATE, "%s: %s has %lld digits, the engine switches keys with dnum = %d", op, arg,
+                          (long long)t->shape[0], e->tb->dnum);
+  }
+  return FH_OK;
+}
+
+bool fh__ckks_scales_match(double a, double b) {
+  double m = a > b ? a : b;
+  return fabs(a - b) <= FH_CKKS_SCALE_RTOL * m;
+}
+
+/* ---- geometry ------------------------------------------------------------------------- */
+void fh__ckks_geo_of(const fh_value *v, fh__ckks_geo *g) {
+  const fh_tensor *t = fh_value_data(v);
+  int lead = fh_value_get_type(v) == FH_CIPHERTEXT ? 1 : 0;
+  g->comps = lead ? (int)t->shape[0] : 1;
+  g->nbatch = t->ndim - lead - 2;
+  g->B = 1;
+  for (int i = 0; i < g->nbatch; ++i) {
+    g->batch[i] = t->shape[lead + i];
+    g->B *= g->batch[i];
+  }
+  g->la = (int)t->shape[t->ndim - 2];
+  g->level = v->state.level;
+}
+
+bool fh__ckks_same_batch(const fh__ckks_geo *a, const fh__ckks_geo *b) {
+  if (a->nbatch != b->nbatch) return false;
+  for (int i = 0; i < a->nbatch; ++i)
+    if (a->batch[i] != b->batch[i]) return false;
+  return true;
+}
+
+int fh__ckks_active_primes(const fh_ckks_engine *e, int level, int32_t *p) {
+  int n = 0;
+  for (int i = level; i < e->ctx->num_q; ++i) p[n++] = i;
+  return n;
+}
+
+fh_status fh__ckks_alloc_poly(fh_ckks_engine *e, fh__ckks_launcher *L, int lead, const fh__ckks_geo *g, int la,
+                              fh_tensor **out) {
+  int64_t shape[FH_MAX_DIMS];
+  int nd = 0;
+  if (lead > 0) shape[nd++] = lead;
+  for (int i = 0; i < g->nbatch; ++i) shape[nd++] = g->batch[i];
+  shape[nd++] = la;
+  shape[nd++] = e->ctx->ring_degree;
+  return fh__ckks_temp(L, nd, shape, out);
+}
+
+fh_status fh__ckks_no_capture(const fh_ckks_engine *e, const char *op) {
+  if (fh_tape_active() == NULL && !fh__cuda_is_capturing(e->dev)) return FH_OK;
+  fh_error_set(FH_ERR_CAPTURE,
+               "%s draws fresh randomness on the host; inside a capture every replay would reuse the same values "
+               "(insecure): call it outside the captured function",
+               op);
+  fh_error_set_stage("capture");
+  return FH_ERR_CAPTURE;
+}
+
+/* ---- sampling ------------------------------------------------------------------------- */
+/* Host tensor -> engine device (a new reference; the CPU tensor itself on the CPU). */
+static fh_status upload(fh_ckks_engine *e, fh_tensor *host, fh_tensor **out) {
+  if (e->dev.type == FH_DEVICE_CPU) {
+    fh_tensor_retain(host);
+    *out = host;
+    return FH_OK;
+  }
+  return fh_tensor_to(host, e->dev, false, NULL, false, out);
+}
+
+enum { SMALL_TERNARY, SMALL_GAUSSIAN };
+/* int64 [count, N] of small signed values on the engine's device; kinds[i]
+ * gives the distribution of row i. */
+static fh_status sample_small(fh_ckks_engine *e, fh__ckks_launcher *L, int64_t count, const int *kinds,
+                              fh_tensor **out) {
+  int64_t n = e->ctx->ring_degree;
+  int64_t shape[2] = {count, n};
+  fh_tensor_options o = {FH_INT64, fh_cpu(), false, false};
+  fh_tensor *h;
+  fh_status st = fh_tensor_empty(2, shape, &o, &h);
+  if (st != FH_OK) return st;
+  int64_t *p = (int64_t *)fh_tensor_data(h);
+  for (int64_t i = 0; i < count; ++i) {
+    if (kinds[i] == SMALL_TERNARY) fh_ckks_sample_ternary(e->rng, p + i * n, (size_t)n);
+    else fh_ckks_sample_gaussian(e->rng, p + i * n, (size_t)n);
+  }
+  st = upload(e, h, out);
+  fh_tensor_release(h);
+  if (st == FH_OK) fh__ckks_use(L, *out);
+  return st;
+}
+
+/* uint64 [count, np, N]: row (i, l) uniform modulo primes[l]. */
+static fh_status sample_uniform(fh_ckks_engine *e, fh__ckks_launcher *L, int64_t count, const int32_t *primes, int np,
+                                fh_tensor **out) {
+  int64_t n = e->ctx->ring_degree;
+  int64_t shape[3] = {count, np, n};
+  fh_tensor_options o = {FH_UINT64, fh_cpu(), false, false};
+  fh_tensor *h;
+  fh_status st = fh_tensor_empty(3, shape, &o, &h);
+  if (st != FH_OK) return st;
+  uint64_t *p = (uint64_t *)fh_tensor_data(h);
+  for (int64_t i = 0; i < count; ++i)
+    for (int l = 0; l < np; ++l) fh_ckks_sample_uniform(e->rng, e->ctx->primes[primes[l]], p + (i * np + l) * n, (size_t)n);
+  st = upload(e, h, out);
+  fh_tensor_release(h);
+  if (st == FH_OK) fh__ckks_use(L, *out);
+  return st;
+}
+
+/* Residues [count, nl, N] of small signed rows [count, N] (broadcast over the limbs). */
+static fh_status small_to_rns(fh_ckks_engine *e, fh__ckks_launcher *L, const fh_tensor *small, int64_t count,
+                              const int32_t *primes, int nl, fh_tensor **out) {
+  int64_t n = e->ctx->ring_degree;
+  int64_t shape[3] = {count, nl, n};
+  fh_status st = fh__ckks_temp(L, 3, shape, out);
+  if (st != FH_OK) return st;
+  fh_ckks_ew_args a;
+  fh__ckks_ew_init(L, &a, FH_CKKS_EW_SIGNED, count, primes, nl);
+  a.out = fh__ckks_ptr(*out);
+  a.out_gs = (int64_t)nl * n;
+  a.a = (const uint64_t *)fh_tensor_data(small);
+  a.a_gs = n;
+  a.a_ls = 0;
+  return fh__ckks_submit(L, FH_K_CKKS_EW, &a, sizeof a);
+}
+
+/* One element-wise launch over ngroups x nl rows with the given strides. */
+static fh_status ew(fh__ckks_launcher *L, int op, int64_t ngroups, const int32_t *primes, int nl, uint64_t *out,
+                    int64_t out_gs, const uint64_t *x, int64_t x_gs, const uint64_t *y, int64_t y_gs) {
+  fh_ckks_ew_args a;
+  fh__ckks_ew_init(L, &a, op, ngroups, primes, nl);
+  a.out = out;
+  a.out_gs = out_gs;
+  a.a = x;
+  a.a_gs = x_gs;
+  a.b = y;
+  a.b_gs = y_gs;
+  if (ngroups == 0) return FH_OK;
+  return fh__ckks_submit(L, FH_K_CKKS_EW, &a, sizeof a);
+}
+
+/* ---- keys ----------------------------------------------------------------------------- */
+static int all_primes(const fh_ckks_engine *e, int32_t *p) {
+  for (int i = 0; i < e->ctx->num_primes; ++i) p[i] = i;
+  return e->ctx->num_primes;
+}
+
+fh_status fh_ckks_create_secret_key(fh_ckks_engine *e, fh_value **out) {
+  const char *op = "create_secret_key";
+  fh_status st;
+  if ((st = fh__ckks_no_capture(e, op)) != FH_OK) return st;
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, e->tb)) != FH_OK) return st;
+  int32_t qp[FH_CKKS_MAX_PRIMES];
+  int nqp = all_primes(e, qp);
+  int kinds[1] = {SMALL_TERNARY};
+  fh_tensor *s = NULL, *rns = NULL;
+  int64_t n = e->ctx->ring_degree;
+  if ((st = sample_small(e, &L, 1, kinds, &s)) == FH_OK && (st = small_to_rns(e, &L, s, 1, qp, nqp, &rns)) == FH_OK)
+    st = fh__ckks_ntt(&L, true, fh__ckks_ptr(rns), nqp * n, fh__ckks_ptr(rns), nqp * n, 1, qp, nqp);
+  fh_tensor *data = NULL;
+  if (st == FH_OK) {
+    int64_t shape[2] = {nqp, n};
+    st = fh_tensor_view(rns, 2, shape, &data);
+  }
+  if (st == FH_OK) st = fh_key_new(e->ctx, FH_SECRET_KEY, data, 0, FH_BASIS_QP, FH_DOMAIN_NTT, 0, out);
+  if (s) fh_tensor_release(s);
+  if (rns) fh_tensor_release(rns);
+  if (data) fh_tensor_release(data);
+  return st;
+}
+
+fh_status fh_ckks_create_public_key(fh_ckks_engine *e, const fh_value *sk, fh_value **out) {
+  const char *op = "create_public_key";
+  fh_status st;
+  if ((st = fh__ckks_need_key(e, op, "sk", sk, FH_SECRET_KEY, FH_BASIS_QP)) || (st = fh__ckks_no_capture(e, op)))
+    return st;
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, e->tb)) != FH_OK) return st;
+  int nq = e->ctx->num_q;
+  int64_t n = e->ctx->ring_degree;
+  int32_t q[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, 0, q);
+  fh_tensor *skd = NULL, *a = NULL, *es = NULL, *er = NULL, *data = NULL;
+  int kinds[1] = {SMALL_GAUSSIAN};
+  int64_t shape[3] = {2, nq, n};
+  if ((st = fh_tensor_contiguous(fh_value_data(sk), &skd)) != FH_OK) return st;
+  fh__ckks_use(&L, skd);
+  if ((st = sample_uniform(e, &L, 1, q, nq, &a)) == FH_OK && (st = sample_small(e, &L, 1, kinds, &es)) == FH_OK &&
+      (st = small_to_rns(e, &L, es, 1, q, nq, &er)) == FH_OK && (st = fh__ckks_temp(&L, 3, shape, &data)) == FH_OK &&
+      (st = fh__ckks_ntt(&L, true, fh__ckks_ptr(er), 0, fh__ckks_ptr(er), 0, 1, q, nq)) == FH_OK) {
+    uint64_t *b = fh__ckks_ptr(data), *ap = b + (int64_t)nq * n;
+    /* b = e - a s ; second row = a */
+    if ((st = ew(&L, FH_CKKS_EW_MONT_MUL, 1, q, nq, b, 0, fh__ckks_ptr(a), 0, fh__ckks_ptr(skd), 0)) == FH_OK &&
+        (st = ew(&L, FH_CKKS_EW_SUB, 1, q, nq, b, 0, fh__ckks_ptr(er), 0, b, 0)) == FH_OK)
+      st = ew(&L, FH_CKKS_EW_COPY, 1, q, nq, ap, 0, fh__ckks_ptr(a), 0, NULL, 0);
+  }
+  if (st == FH_OK) st = fh_key_new(e->ctx, FH_PUBLIC_KEY, data, 0, FH_BASIS_Q, FH_DOMAIN_NTT, 0, out);
+  fh_tensor *ts[5] = {skd, a, es, er, data};
+  for (int i = 0; i < 5; ++i)
+    if (ts[i]) fh_tensor_release(ts[i]);
+  return st;
+}
+
+/* Key-switching key from s' (NTT rows over every prime, device pointer) to s. */
+static fh_status make_ks_key(fh_ckks_engine *e, fh__ckks_launcher *L, const uint64_t *s_src, const uint64_t *s,
+                             fh_value_type type, int64_t step, fh_value **out) {
+  const fh_ckks_tables *tb = e->tb;
+  int nq = e->ctx->num_q, nall = e->ctx->num_primes, dnum = tb->dnum;
+  int64_t n = e->ctx->ring_degree, rows = (int64_t)nall * n;
+  int32_t qp[FH_CKKS_MAX_PRIMES];
+  all_primes(e, qp);
+  fh_tensor *a = NULL, *es = NULL, *er = NULL, *data = NULL;
+  int kinds[FH_CKKS_MAX_PRIMES];
+  for (int j = 0; j < dnum; ++j) kinds[j] = SMALL_GAUSSIAN;
+  int64_t shape[4] = {dnum, 2, nall, n};
+  fh_status st;
+  if ((st = sample_uniform(e, L, dnum, qp, nall, &a)) == FH_OK && (st = sample_small(e, L, dnum, kinds, &es)) == FH_OK &&
+      (st = small_to_rns(e, L, es, dnum, qp, nall, &er)) == FH_OK && (st = fh__ckks_temp(L, 4, shape, &data)) == FH_OK &&
+      (st = fh__ckks_ntt(L, true, fh__ckks_ptr(er), rows, fh__ckks_ptr(er), rows, dnum, qp, nall)) == FH_OK) {
+    uint64_t *b = fh__ckks_ptr(data), *ap = b + rows;
+    if ((st = ew(L, FH_CKKS_EW_MONT_MUL, dnum, qp, nall, b, 2 * rows, fh__ckks_ptr(a), rows, s, 0)) == FH_OK &&
+        (st = ew(L, FH_CKKS_EW_SUB, dnum, qp, nall, b, 2 * rows, fh__ckks_ptr(er), rows, b, 2 * rows)) == FH_OK)
+      st = ew(L, FH_CKKS_EW_COPY, dnum, qp, nall, ap, 2 * rows, fh__ckks_ptr(a), rows, NULL, 0);
+    /* gadget: digit j gets + (P mod q_i) s' on its own Q rows */
+    for (int j = 0; j < dnum && st == FH_OK; ++j) {
+      int lo = j * tb->alpha, hi = (j + 1) * tb->alpha < nq ? (j + 1) * tb->alpha : nq;
+      fh_ckks_ew_args g;
+      fh__ckks_ew_init(L, &g, FH_CKKS_EW_ADD_MUL_CONST, 1, qp + lo, hi - lo);
+      g.out = b + j * 2 * rows + (int64_t)lo * n;
+      g.a = g.out;
+      g.b = s_src + (int64_t)lo * n;
+      for (int i = lo; i < hi; ++i) {
+        const fh_modulus *m = &tb->host[i].bar;
+        uint64_t pm = 1 % m->q;
+        for (int k = 0; k < e->ctx->num_p; ++k) pm = fh_mod_mul(pm, e->ctx->primes[nq + k] % m->q, m);
+        fh__ckks_ew_set_const(L, &g, i - lo, pm);
+      }
+      st = fh__ckks_submit(L, FH_K_CKKS_EW, &g, sizeof g);
+    }
+  }
+  if (st == FH_OK) st = fh_key_new(e->ctx, type, data, 0, FH_BASIS_QP, FH_DOMAIN_NTT, step, out);
+  fh_tensor *ts[4] = {a, es, er, data};
+  for (int i = 0; i < 4; ++i)
+    if (ts[i]) fh_tensor_release(ts[i]);
+  return st;
+}
+
+static fh_status ks_key_common(fh_ckks_engine *e, const char *op, const fh_value *sk, fh_value_type type,
+                               uint64_t galois, int64_t step, fh_value **out) {
+  fh_status st;
+  if ((st = fh__ckks_need_key(e, op, "sk", sk, FH_SECRET_KEY, FH_BASIS_QP)) || (st = fh__ckks_no_capture(e, op)))
+    return st;
+  if (e->tb->dnum == 0) return fh_error_set(FH_ERR_VALUE, "%s: the context has no P primes for key switching", op);
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, e->tb)) != FH_OK) return st;
+  int nall = e->ctx->num_primes;
+  int64_t n = e->ctx->ring_degree;
+  int32_t qp[FH_CKKS_MAX_PRIMES];
+  all_primes(e, qp);
+  fh_tensor *skd = NULL, *src = NULL;
+  int64_t shape[2] = {nall, n};
+  if ((st = fh_tensor_contiguous(fh_value_data(sk), &skd)) != FH_OK) return st;
+  fh__ckks_use(&L, skd);
+  if ((st = fh__ckks_temp(&L, 2, shape, &src)) == FH_OK) {
+    if (type == FH_RELINEARIZATION_KEY) {
+      st = ew(&L, FH_CKKS_EW_MONT_MUL, 1, qp, nall, fh__ckks_ptr(src), 0, fh__ckks_ptr(skd), 0, fh__ckks_ptr(skd), 0);
+    } else {
+      fh_ckks_automorph_args a;
+      memset(&a, 0, sizeof a);
+      a.out = fh__ckks_ptr(src);
+      a.in = fh__ckks_ptr(skd);
+      a.ngroups = 1;
+      a.nlimbs = nall;
+      a.log_n = e->ctx->log_n;
+      a.ntt_domain = 1;
+      a.galois = galois;
+      a.primes = e->tb->primes_dev;
+      memcpy(a.prime, qp, sizeof(int32_t) * (size_t)nall);
+      st = fh__ckks_submit(&L, FH_K_CKKS_AUTOMORPH, &a, sizeof a);
+    }
+  }
+  if (st == FH_OK) st = make_ks_key(e, &L, fh__ckks_ptr(src), fh__ckks_ptr(skd), type, step, out);
+  if (skd) fh_tensor_release(skd);
+  if (src) fh_tensor_release(src);
+  return st;
+}
+
+fh_status fh_ckks_create_relinearization_key(fh_ckks_engine *e, const fh_value *sk, fh_value **out) {
+  return ks_key_common(e, "create_relinearization_key", sk, FH_RELINEARIZATION_KEY, 0, 0, out);
+}
+
+int64_t fh_ckks_canonical_step(const fh_ckks_engine *e, int64_t r) {
+  int64_t S = e->ctx->num_slots;
+  int64_t c = r % S;
+  if (c < 0) c += S;
+  if (c > S / 2) c -= S;
+  return c;
+}
+
+uint64_t fh__ckks_galois_of_step(const fh_ckks_engine *e, int64_t r) {
+  int64_t S = e->ctx->num_slots;
+  uint64_t m2 = 2 * (uint64_t)e->ctx->ring_degree;
+  int64_t k = (-r) % S;
+  if (k < 0) k += S;
+  uint64_t g = 1, b = 5 % m2;
+  for (uint64_t x = (uint64_t)k; x; x >>= 1) {
+    if (x & 1) g = (g * b) % m2;
+    b = (b * b) % m2;
+  }
+  return g;
+}
+
+static fh_status remember_rotation_key(fh_ckks_engine *e, fh_value *k) {
+  for (int i = 0; i < e->nrot; ++i)
+    if (e->rot_keys[i]->state.step == k->state.step) {
+      fh_value_release(e->rot_keys[i]);
+      fh_value_retain(k);
+      e->rot_keys[i] = k;
+      return FH_OK;
+    }
+  if (e->nrot == e->caprot) {
+    int cap = e->caprot ? 2 * e->caprot : 8;
+    fh_value **p = realloc(e->rot_keys, sizeof *p * (size_t)cap);
+    if (p == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory remembering a rotation key");
+    e->rot_keys = p;
+    e->caprot = cap;
+  }
+  fh_value_retain(k);
+  e->rot_keys[e->nrot++] = k;
+  return FH_OK;
+}
+
+fh_status fh_ckks_create_rotation_key(fh_ckks_engine *e, const fh_value *sk, int64_t step, fh_value **out) {
+  int64_t c = fh_ckks_canonical_step(e, step);
+  if (c == 0)
+    return fh_error_set(FH_ERR_VALUE, "create_rotation_key: step %lld is 0 modulo num_slots %lld (not a rotation)",
+                        (long long)step, (long long)e->ctx->num_slots);
+  fh_value *k;
+  fh_status st = ks_key_common(e, "create_rotation_key", sk, FH_ROTATION_KEY, fh__ckks_galois_of_step(e, c), c, &k);
+  if (st != FH_OK) return st;
+  if ((st = remember_rotation_key(e, k)) != FH_OK) {
+    fh_value_release(k);
+    return st;
+  }
+  *out = k;
+  return FH_OK;
+}
+
+fh_status fh_ckks_create_conjugation_key(fh_ckks_engine *e, const fh_value *sk, fh_value **out) {
+  fh_value *k;
+  fh_status st = ks_key_common(e, "create_conjugation_key", sk, FH_CONJUGATION_KEY,
+                               2 * (uint64_t)e->ctx->ring_degree - 1, 0, &k);
+  if (st != FH_OK) return st;
+  if (e->conj_key) fh_value_release(e->conj_key);
+  fh_value_retain(k);
+  e->conj_key = k;
+  *out = k;
+  return FH_OK;
+}
+
+/* ---- encoding ---------------------------------------------------------------------------- */
+fh_status fh_ckks_encode(fh_ckks_engine *e, fh_tensor *msg, int32_t level, double scale, fh_value **out) {
+  const char *op = "encode";
+  if (level < 0 || level > e->ctx->max_level)
+    return fh_error_set(FH_ERR_STATE, "%s: level %d is outside [0, %d] (max_level)", op, level, e->ctx->max_level);
+  if (!(scale > 0) || !isfinite(scale))
+    return fh_error_set(FH_ERR_VALUE, "%s: scale must be positive and finite, got %.17g", op, scale);
+  if (msg->dtype != FH_FLOAT64 && msg->dtype != FH_COMPLEX128)
+    return fh_error_set(FH_ERR_TYPE, "%s: the message must be a float64 or complex128 tensor, got %s", op,
+                        fh_dtype_name(msg->dtype));
+  for (int i = 0; i < msg->ndim; ++i)
+    if (msg->shape[i] < 1)
+      return fh_error_set(FH_ERR_VALUE, "%s: message extents must be >= 1, dimension %d is %lld", op, i + 1,
+                          (long long)msg->shape[i]);
+  if (msg->ndim > 0 && msg->shape[msg->ndim - 1] > e->ctx->num_slots)
+    return fh_error_set(FH_ERR_VALUE, "%s: the message has %lld slots but the context has %lld", op,
+                        (long long)msg->shape[msg->ndim - 1], (long long)e->ctx->num_slots);
+  if (msg->ndim >= FH_MAX_DIMS - 1) return fh_error_set(FH_ERR_VALUE, "%s: too many message dimensions", op);
+  fh_status st;
+  fh_tensor *m = NULL, *exp = NULL, *data = NULL;
+  if (msg->ndim == 0) { /* one value in every slot */
+    int64_t shape[1] = {e->ctx->num_slots};
+    st = fh_tensor_expand(msg, 1, shape, &exp);
+  } else {
+    fh_tensor_retain(msg);
+    exp = msg;
+    st = FH_OK;
+  }
+  if (st == FH_OK) {
+    if (fh_device_eq(fh_tensor_device(exp), e->dev)) st = fh_tensor_contiguous(exp, &m);
+    else st = fh_tensor_to(exp, e->dev, false, NULL, false, &m);
+  }
+  int la = e->ctx->num_q - level;
+  if (st == FH_OK) st = fh_ckks_poly_encode(e->tb, m, scale, la, &data);
+  if (st == FH_OK)
+    st = fh_plaintext_rns_new(e->ctx, data, level, scale, FH_BASIS_Q, FH_DOMAIN_COEFFICIENT, FH_RESIDUE_STANDARD, out);
+  if (exp) fh_tensor_release(exp);
+  if (m) fh_tensor_release(m);
+  if (data) fh_tensor_release(data);
+  return st;
+}
+
+fh_status fh_ckks_encode_plaintext(fh_ckks_engine *e, const fh_value *pt, fh_value **out) {
+  fh_status st = fh__ckks_need_type("encode", "plaintext", pt, FH_PLAINTEXT);
+  if (st != FH_OK) return st;
+  if (pt->state.representation == FH_REPR_RNS) {
+    if ((st = fh__ckks_need_engine(e, "encode", "plaintext", pt)) != FH_OK) return st;
+    fh_value_retain((fh_value *)pt);
+    *out = (fh_value *)pt;
+    return FH_OK;
+  }
+  if (pt->ctx != NULL && pt->ctx != e->ctx)
+    return fh_error_set(FH_ERR_STATE, "encode: context_id of the plaintext is '%.12s...' but the engine's is '%.12s...'",
+                        pt->ctx->id, e->ctx->id);
+  return fh_ckks_encode(e, fh_value_data(pt), pt->state.level, pt->state.scale, out);
+}
+
+/* A plaintext's rows as standard coefficients (new tensor or a retained one). */
+static fh_status pt_coefficients(fh_ckks_engine *e, const fh_value *pt, fh_tensor **out) {
+  fh_tensor *d = NULL;
+  fh_status st = fh_tensor_contiguous(fh_value_data(pt), &d);
+  if (st != FH_OK) return st;
+  if (pt->state.polynomial_domain == FH_DOMAIN_COEFFICIENT && pt->state.residue_representation == FH_RESIDUE_STANDARD) {
+    *out = d;
+    return FH_OK;
+  }
+  fh__ckks_launcher L;
+  fh__ckks_geo g;
+  fh__ckks_geo_of(pt, &g);
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, g.level, p);
+  int64_t gs = (int64_t)g.la * e->ctx->ring_degree;
+  fh_tensor *r = NULL;
+  if ((st = fh__ckks_launcher_init(&L, e->tb)) == FH_OK) {
+    fh__ckks_use(&L, d);
+    st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &r);
+  }
+  if (st == FH_OK) {
+    if (pt->state.polynomial_domain == FH_DOMAIN_NTT)
+      st = fh__ckks_ntt(&L, false, fh__ckks_ptr(r), gs, fh__ckks_ptr(d), gs, g.B, p, g.la);
+    else
+      st = ew(&L, FH_CKKS_EW_FROM_MONT, g.B, p, g.la, fh__ckks_ptr(r), gs, fh__ckks_ptr(d), gs, NULL, 0);
+  }
+  fh_tensor_release(d);
+  if (st != FH_OK) {
+    if (r) fh_tensor_release(r);
+    return st;
+  }
+  *out = r;
+  return FH_OK;
+}
+
+fh_status fh_ckks_decode(fh_ckks_engine *e, const fh_value *pt, bool is_real, fh_tensor **out) {
+  const char *op = "decode";
+  fh_status st;
+  if ((st = fh__ckks_need_type(op, "plaintext", pt, FH_PLAINTEXT)) != FH_OK) return st;
+  if (pt->state.representation != FH_REPR_RNS)
+    return fh_error_set(FH_ERR_STATE, "%s: representation of the plaintext is slots, expected rns", op);
+  if ((st = fh__ckks_need_engine(e, op, "plaintext", pt)) != FH_OK) return st;
+  if (pt->state.modulus_basis != FH_BASIS_Q)
+    return fh_error_set(FH_ERR_STATE, "%s: modulus_basis of the plaintext is %s, expected Q", op,
+                        fh_basis_name((fh_modulus_basis)pt->state.modulus_basis));
+  fh_tensor *c = NULL;
+  if ((st = pt_coefficients(e, pt, &c)) != FH_OK) return st;
+  st = fh_ckks_poly_decode(e->tb, c, pt->state.scale, !is_real, out);
+  fh_tensor_release(c);
+  return st;
+}
+
+/* ---- encryption ----------------------------------------------------------------------------- */
+static fh_status check_pk(fh_ckks_engine *e, const char *op, const fh_value *pk) {
+  return fh__ckks_need_key(e, op, "pk", pk, FH_PUBLIC_KEY, FH_BASIS_Q);
+}
+
+/* Encrypt `m` (rows [B, la, N] in `domain`, or NULL for zero). */
+static fh_status encrypt_core(fh_ckks_engine *e, const fh__ckks_geo *g, fh_polynomial_domain domain, double scale,
+                              const fh_tensor *m, const fh_value *pk, fh_value **out) {
+  fh__ckks_launcher L;
+  fh_status st = fh__ckks_launcher_init(&L, e->tb);
+  if (st != FH_OK) return st;
+  int64_t n = e->ctx->ring_degree, B = g->B;
+  int la = g->la, nq = e->ctx->num_q;
+  int64_t gs = (int64_t)la * n;
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, g->level, p);
+  fh_tensor *pkd = NULL, *small = NULL, *r = NULL, *data = NULL;
+  int *kinds = malloc(sizeof(int) * (size_t)(3 * B));
+  if (kinds == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory encrypting");
+  for (int64_t i = 0; i < 3 * B; ++i) kinds[i] = i < B ? SMALL_TERNARY : SMALL_GAUSSIAN;
+  if ((st = fh_tensor_contiguous(fh_value_data(pk), &pkd)) == FH_OK) {
+    fh__ckks_use(&L, pkd);
+    if (m) fh__ckks_use(&L, m);
+    if ((st = sample_small(e, &L, 3 * B, kinds, &small)) == FH_OK &&
+        (st = small_to_rns(e, &L, small, 3 * B, p, la, &r)) == FH_OK &&
+        (st = fh__ckks_alloc_poly(e, &L, 2, g, la, &data)) == FH_OK &&
+        (st = fh__ckks_ntt(&L, true, fh__ckks_ptr(r), gs, fh__ckks_ptr(r), gs, B, p, la)) == FH_OK) {
+      uint64_t *c = fh__ckks_ptr(data), *u = fh__ckks_ptr(r), *err = u + B * gs;
+      const uint64_t *pk0 = fh__ckks_ptr(pkd) + (int64_t)g->level * n, *pk1 = pk0 + (int64_t)nq * n;
+      if ((st = ew(&L, FH_CKKS_EW_MONT_MUL, B, p, la, c, gs, pk0, 0, u, gs)) == FH_OK &&
+          (st = ew(&L, FH_CKKS_EW_MONT_MUL, B, p, la, c + B * gs, gs, pk1, 0, u, gs)) == FH_OK) {
+        if (domain == FH_DOMAIN_COEFFICIENT) st = fh__ckks_ntt(&L, false, c, gs, c, gs, 2 * B, p, la);
+        else st = fh__ckks_ntt(&L, true, err, gs, err, gs, 2 * B, p, la);
+      }
+      if (st == FH_OK) st = ew(&L, FH_CKKS_EW_ADD, 2 * B, p, la, c, gs, c, gs, err, gs);
+      if (st == FH_OK && m) st = ew(&L, FH_CKKS_EW_ADD, B, p, la, c, gs, c, gs, fh__ckks_ptr(m), gs);
+    }
+  }
+  free(kinds);
+  if (st == FH_OK) st = fh_ciphertext_new(e->ctx, data, g->level, scale, FH_BASIS_Q, domain, out);
+  fh_tensor *ts[4] = {pkd, small, r, data};
+  for (int i = 0; i < 4; ++i)
+    if (ts[i]) fh_tensor_release(ts[i]);
+  return st;
+}
+
+fh_status fh_ckks_encrypt(fh_ckks_engine *e, const fh_value *pt, const fh_value *pk, fh_value **out) {
+  const char *op = "encrypt";
+  fh_status st;
+  if ((st = fh__ckks_need_type(op, "plaintext", pt, FH_PLAINTEXT)) || (st = check_pk(e, op, pk)) ||
+      (st = fh__ckks_no_capture(e, op)))
+    return st;
+  fh_value *rns = NULL;
+  if (pt->state.representation == FH_REPR_SLOTS) {
+    if ((st = fh_ckks_encode_plaintext(e, pt, &rns)) != FH_OK) return st;
+  } else {
+    if ((st = fh__ckks_need_engine(e, op, "plaintext", pt)) != FH_OK) return st;
+    if (pt->state.modulus_basis != FH_BASIS_Q)
+      return fh_error_set(FH_ERR_STATE, "%s: modulus_basis of the plaintext is %s, expected Q", op,
+                          fh_basis_name((fh_modulus_basis)pt->state.modulus_basis));
+    if (pt->state.polynomial_domain == FH_DOMAIN_COEFFICIENT && pt->state.residue_representation != FH_RESIDUE_STANDARD)
+      return fh_error_set(FH_ERR_STATE,
+                          "%s: residue_representation of the coefficient-domain plaintext is montgomery, expected "
+                          "standard",
+                          op);
+    fh_value_retain((fh_value *)pt);
+    rns = (fh_value *)pt;
+  }
+  fh__ckks_geo g;
+  fh__ckks_geo_of(rns, &g);
+  fh_tensor *m = NULL;
+  if ((st = fh_tensor_contiguous(fh_value_data(rns), &m)) == FH_OK)
+    st = encrypt_core(e, &g, (fh_polynomial_domain)rns->state.polynomial_domain, rns->state.scale, m, pk, out);
+  if (m) fh_tensor_release(m);
+  fh_value_release(rns);
+  return st;
+}
+
+fh_status fh_ckks_encrypt_zero_like(fh_ckks_engine *e, const fh_value *like, const fh_value *pk, fh_value **out) {
+  const char *op = "encrypt_zero_like";
+  fh_status st;
+  if (like == NULL) return fh_error_set(FH_ERR_TYPE, "%s: like expected a Ciphertext or an RNS Plaintext", op);
+  fh_value_type t = fh_value_get_type(like);
+  if (t != FH_CIPHERTEXT && !(t == FH_PLAINTEXT && like->state.representation == FH_REPR_RNS))
+    return fh_error_set(FH_ERR_TYPE, "%s: like expected a Ciphertext or an RNS Plaintext, got a %s", op,
+                        fh_value_type_name(t));
+  if ((st = fh__ckks_need_engine(e, op, "like", like)) || (st = check_pk(e, op, pk)) ||
+      (st = fh__ckks_no_capture(e, op)))
+    return st;
+  if (like->state.modulus_basis != FH_BASIS_Q)
+    return fh_error_set(FH_ERR_STATE, "%s: modulus_basis of like is %s, expected Q", op,
+                        fh_basis_name((fh_modulus_basis)like->state.modulus_basis));
+  fh__ckks_geo g;
+  fh__ckks_geo_of(like, &g);
+  return encrypt_core(e, &g, (fh_polynomial_domain)like->state.polynomial_domain, like->state.scale, NULL, pk, out);
+}
+
+fh_status fh_ckks_decrypt(fh_ckks_engine *e, const fh_value *ct, const fh_value *sk, fh_value **out) {
+  const char *op = "decrypt";
+  fh_status st;
+  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) || (st = fh__ckks_need_key(e, op, "sk", sk, FH_SECRET_KEY, FH_BASIS_QP)))
+    return st;
+  fh__ckks_geo g;
+  fh__ckks_geo_of(ct, &g);
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, e->tb)) != FH_OK) return st;
+  int64_t n = e->ctx->ring_degree, B = g.B, gs = (int64_t)g.la * n;
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, g.level, p);
+  bool ntt = ct->state.polynomial_domain == FH_DOMAIN_NTT;
+  fh_tensor *cd = NULL, *skd = NULL, *s2 = NULL, *t = NULL, *data = NULL;
+  if ((st = fh_tensor_contiguous(fh_value_data(ct), &cd)) == FH_OK &&
+      (st = fh_tensor_contiguous(fh_value_data(sk), &skd)) == FH_OK) {
+    fh__ckks_use(&L, cd);
+    fh__ckks_use(&L, skd);
+    const uint64_t *c = fh__ckks_ptr(cd), *s = fh__ckks_ptr(skd) + (int64_t)g.level * n;
+    int64_t s2shape[2] = {g.la, n};
+    if ((st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &data)) == FH_OK && g.comps == 3) {
+      if ((st = fh__ckks_temp(&L, 2, s2shape, &s2)) == FH_OK)
+        st = ew(&L, FH_CKKS_EW_MONT_MUL, 1, p, g.la, fh__ckks_ptr(s2), 0, s, 0, s, 0);
+    }
+    const uint64_t *c1 = c + B * gs, *c2 = c + 2 * B * gs;
+    if (st == FH_OK && !ntt) { /* NTT of c1 (and c2) */
+      int64_t tshape[3] = {g.comps - 1, B * g.la, n};
+      if ((st = fh__ckks_temp(&L, 3, tshape, &t)) == FH_OK) {
+        st = fh__ckks_ntt(&L, true, fh__ckks_ptr(t), gs, c1, gs, (g.comps - 1) * B, p, g.la);
+        c1 = fh__ckks_ptr(t);
+        c2 = c1 + B * gs;
+      }
+    }
+    if (st == FH_OK) {
+      uint64_t *o = fh__ckks_ptr(data);
+      fh_ckks_ew_args a;
+      fh__ckks_ew_init(&L, &a, ntt ? FH_CKKS_EW_MONT_MAC : FH_CKKS_EW_MONT_MUL, B, p, g.la);
+      a.out = o;
+      a.out_gs = gs;
+      a.a = c1;
+      a.a_gs = gs;
+      a.b = s;
+      a.b_gs = 0;
+      a.c = ntt ? c : NULL;
+      a.c_gs = gs;
+      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &a, sizeof a);
+      if (st == FH_OK && g.comps == 3) {
+        fh__ckks_ew_init(&L, &a, FH_CKKS_EW_MONT_MAC, B, p, g.la);
+        a.out = o;
+        a.out_gs = gs;
+        a.a = c2;
+        a.a_gs = gs;
+        a.b = fh__ckks_ptr(s2);
+        a.b_gs = 0;
+        a.c = o;
+        a.c_gs = gs;
+        st = fh__ckks_submit(&L, FH_K_CKKS_EW, &a, sizeof a);
+      }
+      if (st == FH_OK && !ntt) {
+        if ((st = fh__ckks_ntt(&L, false, o, gs, o, gs, B, p, g.la)) == FH_OK)
+          st = ew(&L, FH_CKKS_EW_ADD, B, p, g.la, o, gs, o, gs, c, gs);
+      }
+    }
+  }
+  if (st == FH_OK)
+    st = fh_plaintext_rns_new(e->ctx, data, g.level, ct->state.scale, FH_BASIS_Q,
+                              (fh_polynomial_domain)ct->state.polynomial_domain,
+                              ntt ? FH_RESIDUE_MONTGOMERY : FH_RESIDUE_STANDARD, out);
+  fh_tensor *ts[5] = {cd, skd, s2, t, data};
+  for (int i = 0; i < 5; ++i)
+    if (ts[i]) fh_tensor_release(ts[i]);
+  return st;
+}
+
+/* ---- key switching ---------------------------------------------------------------------------- */
+fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
+                             int64_t gs_d, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
+                             int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs) {
+  const fh_ckks_tables *tb = e->tb;
+  const int nq = tb->nq, np = tb->np, alpha = tb->alpha, dnum = tb->dnum;
+  const int64_t n = tb->n;
+  const int la = nq - level, lk = la + np;
+  const int j0 = level / alpha, ndig = dnum - j0;
+  int32_t qp[FH_CKKS_MAX_PRIMES]; /* active Q rows, then the P rows */
+  for (int i = 0; i < la; ++i) qp[i] = level + i;
+  for (int k = 0; k < np; ++k) qp[la + k] = nq + k;
+  fh_tensor *D = NULL, *acc = NULL, *W = NULL, *T = NULL;
+  int64_t dshape[4] = {G, ndig, lk, n}, ashape[4] = {G, 2, lk, n}, wshape[3] = {2 * G, np, n},
+          tshape[3] = {2 * G, la, n};
+  fh_status st;
+  if ((st = fh__ckks_temp(L, 4, dshape, &D)) || (st = fh__ckks_temp(L, 4, ashape, &acc)) ||
+      (st = fh__ckks_temp(L, 3, wshape, &W)) || (st = fh__ckks_temp(L, 3, tshape, &T)))
+    goto done;
+  /* 1. mod-up: each digit's residues extended to every other active row and P */
+  for (int jj = 0; jj < ndig && st == FH_OK; ++jj) {
+    int j = j0 + jj;
+    int first = j * alpha > level ? j * alpha : level;
+    int last = (j + 1) * alpha < nq ? (j + 1) * alpha : nq;
+    fh_ckks_bconv_args b;
+    memset(&b, 0, sizeof b);
+    b.out = fh__ckks_ptr(D) + (int64_t)jj * lk * n;
+    b.out_gs = (int64_t)ndig * lk * n;
+    b.in = d;
+    b.in_gs = gs_d;
+    b.ngroups = G;
+    b.nsrc = last - first;
+    b.log_n = tb->log_n;
+    b.primes = tb->primes_dev;
+    b.consts = tb->modup[level * dnum + j];
+    b.copy_src = 1;
+    for (int i = 0; i < b.nsrc; ++i) {
+      b.src_prime[i] = first + i;
+      b.src_row[i] = b.src_out_row[i] = first + i - level;
+    }
+    int nd = 0;
+    for (int r = 0; r < lk; ++r) {
+      int pid = qp[r];
+      if (pid >= first && pid < last) continue;
+      b.dst_prime[nd] = pid;
+      b.dst_row[nd] = r;
+      ++nd;
+    }
+    b.ndst = nd;
+    st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &b, sizeof b);
+  }
+  if (st) goto done;
+  /* 2. NTT of every extended digit */
+  if ((st = fh__ckks_ntt(L, true, fh__ckks_ptr(D), (int64_t)lk * n, fh__ckks_ptr(D), (int64_t)lk * n, G * ndig, qp,
+                         lk)))
+    goto done;
+  /* 3. inner product with the key */
+  {
+    int64_t krows = (int64_t)(nq + np) * n;
+    fh_ckks_ks_args k;
+    memset(&k, 0, sizeof k);
+    k.out = fh__ckks_ptr(acc);
+    k.out_gs = 2 * (int64_t)lk * n;
+    k.out_cs = (int64_t)lk * n;
+    k.digits = fh__ckks_ptr(D);
+    k.digits_gs = (int64_t)ndig * lk * n;
+    k.digit_stride = (int64_t)lk * n;
+    k.key = (const uint64_t *)fh_tensor_data(key) + (int64_t)j0 * 2 * krows;
+    k.key_ds = 2 * krows;
+    k.key_cs = krows;
+    k.ngroups = G;
+    k.ndigits = ndig;
+    k.nlimbs = lk;
+    k.log_n = tb->log_n;
+    k.primes = tb->primes_dev;
+    memcpy(k.prime, qp, sizeof(int32_t) * (size_t)lk);
+    memcpy(k.key_row, qp, sizeof(int32_t) * (size_t)lk);
+    if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_INNER, &k, sizeof k))) goto done;
+  }
+  /* 4. mod-down: divide by P with rounding */
+  {
+    uint64_t *A = fh__ckks_ptr(acc), *w = fh__ckks_ptr(W), *t = fh__ckks_ptr(T);
+    if ((st = fh__ckks_ntt(L, false, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, qp + la, np)))
+      goto done;
+    fh_ckks_ew_args h;
+    fh__ckks_ew_init(L, &h, FH_CKKS_EW_ADD_CONST, 2 * G, qp + la, np);
+    h.out = w;
+    h.a = w;
+    h.out_gs = h.a_gs = (int64_t)np * n;
+    for (int k = 0; k < np; ++k) h.k[k] = tb->p_half_p[k];
+    if ((st = fh__ckks_submit(L, FH_K_CKKS_EW, &h, sizeof h))) goto done;
+    fh_ckks_bconv_args b;
+    memset(&b, 0, sizeof b);
+    b.out = t;
+    b.out_gs = (int64_t)la * n;
+    b.in = w;
+    b.in_gs = (int64_t)np * n;
+    b.ngroups = 2 * G;
+    b.nsrc = np;
+    b.ndst = la;
+    b.log_n = tb->log_n;
+    b.primes = tb->primes_dev;
+    b.consts = tb->moddown[level];
+    for (int k = 0; k < np; ++k) {
+      b.src_prime[k] = nq + k;
+      b.src_row[k] = k;
+    }
+    for (int i = 0; i < la; ++i) {
+      b.dst_prime[i] = level + i;
+      b.dst_row[i] = i;
+    }
+    if ((st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &b, sizeof b))) goto done;
+    /* The rounding offset h = floor(P/2) is added to every coefficient, so
+     * it is not a constant in the NTT domain: for an NTT-domain result it is
+     * taken out of t before t's NTT (t - h), and the final step adds
+     * nothing; for a coefficient-domain result the final step adds h. */
+    if (ntt_out) {
+      fh_ckks_ew_args m;
+      fh__ckks_ew_init(L, &m, FH_CKKS_EW_ADD_CONST, 2 * G, qp, la);
+      m.out = t;
+      m.a = t;
+      m.out_gs = m.a_gs = (int64_t)la * n;
+      for (int i = 0; i < la; ++i) m.k[i] = fh_mod_neg(tb->p_half_q[level + i], tb->primes[level + i]);
+      if ((st = fh__ckks_submit(L, FH_K_CKKS_EW, &m, sizeof m))) goto done;
+      st = fh__ckks_ntt(L, true, t, (int64_t)la * n, t, (int64_t)la * n, 2 * G, qp, la);
+    } else {
+      st = fh__ckks_ntt(L, false, A, (int64_t)lk * n, A, (int64_t)lk * n, 2 * G, qp, la);
+    }
+    if (st) goto done;
+    uint64_t *outs[2] = {out0, out1};
+    const uint64_t *adds[2] = {add0, add1};
+    for (int c = 0; c < 2 && st == FH_OK; ++c) {
+      fh_ckks_ew_args f;
+      fh__ckks_ew_init(L, &f, FH_CKKS_EW_SUB_ADD_MUL, G, qp, la);
+      f.out = outs[c];
+      f.out_gs = out_gs;
+      f.a = A + (int64_t)c * lk * n;
+      f.a_gs = 2 * (int64_t)lk * n;
+      f.b = t + (int64_t)c * la * n;
+      f.b_gs = 2 * (int64_t)la * n;
+      f.c = adds[c];
+      f.c_gs = add_gs;
+      for (int i = 0; i < la; ++i) {
+        f.k[i] = ntt_out ? 0 : tb->p_half_q[level + i];
+        fh__ckks_ew_set_const(L, &f, i, tb->p_inv[level + i]);
+      }
+      st = fh__ckks_submit(L, FH_K_CKKS_EW, &f, sizeof f);
+    }
+  }
+done:
+  if (D) fh_tensor_release(D);
+  if (acc) fh_tensor_release(acc);
+  if (W) fh_tensor_release(W);
+  if (T) fh_tensor_release(T);
+  return st;
+}

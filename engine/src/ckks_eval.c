@@ -1,0 +1,669 @@
+/* CKKS evaluator (fh/ckks_engine.h): every operation checks the exact state
+ * of its arguments first, then allocates its result, then launches. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckks_internal.h"
+
+/* ---- helpers ------------------------------------------------------------------------ */
+static fh_status level_mismatch(const char *op, const char *a, int la, const char *b, int lb) {
+  return fh_error_set(FH_ERR_STATE, "%s: level mismatch: %s is at level %d, %s at level %d", op, a, la, b, lb);
+}
+static fh_status scale_mismatch(const char *op, const char *a, double sa, const char *b, double sb) {
+  return fh_error_set(FH_ERR_STATE, "%s: scale mismatch: %s has scale %.17g, %s has %.17g (relative tolerance %g)", op,
+                      a, sa, b, sb, FH_CKKS_SCALE_RTOL);
+}
+static fh_status domain_mismatch(const char *op, const char *a, int da, const char *b, int db) {
+  return fh_error_set(FH_ERR_STATE, "%s: polynomial_domain mismatch: %s is %s, %s is %s", op, a,
+                      fh_domain_name((fh_polynomial_domain)da), b, fh_domain_name((fh_polynomial_domain)db));
+}
+static fh_status need_domain(const char *op, const char *arg, const fh_value *v, fh_polynomial_domain d,
+                             const char *hint) {
+  if (v->state.polynomial_domain == (int)d) return FH_OK;
+  return fh_error_set(FH_ERR_STATE, "%s: polynomial_domain of %s is %s, expected %s%s", op, arg,
+                      fh_domain_name((fh_polynomial_domain)v->state.polynomial_domain), fh_domain_name(d), hint);
+}
+static fh_status need_components(const char *op, const char *arg, const fh_value *v, int n) {
+  if (v->state.num_components == n) return FH_OK;
+  return fh_error_set(FH_ERR_STATE, "%s: num_components of %s is %d, expected %d", op, arg, v->state.num_components, n);
+}
+static fh_status batch_mismatch(const char *op) {
+  return fh_error_set(FH_ERR_VALUE, "%s: the operands' batch shapes differ", op);
+}
+
+static void release_all(fh_tensor **ts, int n) {
+  for (int i = 0; i < n; ++i)
+    if (ts[i]) fh_tensor_release(ts[i]);
+}
+
+static fh_status ew(fh__ckks_launcher *L, int op, int64_t ngroups, const int32_t *primes, int nl, uint64_t *out,
+                    int64_t out_gs, const uint64_t *x, int64_t x_gs, const uint64_t *y, int64_t y_gs) {
+  fh_ckks_ew_args a;
+  fh__ckks_ew_init(L, &a, op, ngroups, primes, nl);
+  a.out = out;
+  a.out_gs = out_gs;
+  a.a = x;
+  a.a_gs = x_gs;
+  a.b = y;
+  a.b_gs = y_gs;
+  if (ngroups == 0) return FH_OK;
+  return fh__ckks_submit(L, FH_K_CKKS_EW, &a, sizeof a);
+}
+
+/* contiguous data of a value, added to the launcher's uses */
+static fh_status data_of(fh__ckks_launcher *L, const fh_value *v, fh_tensor **out) {
+  fh_status st = fh_tensor_contiguous(fh_value_data(v), out);
+  if (st == FH_OK) fh__ckks_use(L, *out);
+  return st;
+}
+
+static fh_status wrap_ct(fh_ckks_engine *e, fh_tensor *data, int level, double scale, int domain, fh_value **out) {
+  return fh_ciphertext_new(fh_ckks_engine_context(e), data, level, scale, FH_BASIS_Q, (fh_polynomial_domain)domain,
+                           out);
+}
+
+/* ---- add / sub / negate ---------------------------------------------------------------- */
+static fh_status ct_binop(fh_ckks_engine *e, const char *op, int ewop, const fh_value *a, const fh_value *b,
+                          fh_value **out) {
+  fh_status st;
+  if ((st = fh__ckks_need_ct(e, op, "a", a)) || (st = fh__ckks_need_ct(e, op, "b", b))) return st;
+  if (a->state.num_components != b->state.num_components)
+    return fh_error_set(FH_ERR_STATE, "%s: num_components mismatch: a has %d, b has %d", op, a->state.num_components,
+                        b->state.num_components);
+  if (a->state.polynomial_domain != b->state.polynomial_domain)
+    return domain_mismatch(op, "a", a->state.polynomial_domain, "b", b->state.polynomial_domain);
+  if (a->state.level != b->state.level) return level_mismatch(op, "a", a->state.level, "b", b->state.level);
+  if (!fh__ckks_scales_match(a->state.scale, b->state.scale))
+    return scale_mismatch(op, "a", a->state.scale, "b", b->state.scale);
+  fh__ckks_geo ga, gb;
+  fh__ckks_geo_of(a, &ga);
+  fh__ckks_geo_of(b, &gb);
+  if (!fh__ckks_same_batch(&ga, &gb)) return batch_mismatch(op);
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
+  fh_tensor *ts[3] = {NULL, NULL, NULL};
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, ga.level, p);
+  int64_t gs = (int64_t)ga.la * fh_ckks_engine_context(e)->ring_degree;
+  if ((st = data_of(&L, a, &ts[0])) == FH_OK && (st = data_of(&L, b, &ts[1])) == FH_OK &&
+      (st = fh__ckks_alloc_poly(e, &L, ga.comps, &ga, ga.la, &ts[2])) == FH_OK)
+    st = ew(&L, ewop, ga.comps * ga.B, p, ga.la, fh__ckks_ptr(ts[2]), gs, fh__ckks_ptr(ts[0]), gs,
+            fh__ckks_ptr(ts[1]), gs);
+  if (st == FH_OK) st = wrap_ct(e, ts[2], ga.level, a->state.scale, a->state.polynomial_domain, out);
+  release_all(ts, 3);
+  return st;
+}
+
+fh_status fh_ckks_add(fh_ckks_engine *e, const fh_value *a, const fh_value *b, fh_value **out) {
+  return ct_binop(e, "add", FH_CKKS_EW_ADD, a, b, out);
+}
+fh_status fh_ckks_sub(fh_ckks_engine *e, const fh_value *a, const fh_value *b, fh_value **out) {
+  return ct_binop(e, "sub", FH_CKKS_EW_SUB, a, b, out);
+}
+
+fh_status fh_ckks_negate(fh_ckks_engine *e, const fh_value *a, fh_value **out) {
+  const char *op = "negate";
+  fh_status st;
+  if ((st = fh__ckks_need_ct(e, op, "a", a)) != FH_OK) return st;
+  fh__ckks_geo g;
+  fh__ckks_geo_of(a, &g);
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
+  fh_tensor *ts[2] = {NULL, NULL};
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, g.level, p);
+  int64_t gs = (int64_t)g.la * fh_ckks_engine_context(e)->ring_degree;
+  if ((st = data_of(&L, a, &ts[0])) == FH_OK && (st = fh__ckks_alloc_poly(e, &L, g.comps, &g, g.la, &ts[1])) == FH_OK)
+    st = ew(&L, FH_CKKS_EW_NEG, g.comps * g.B, p, g.la, fh__ckks_ptr(ts[1]), gs, fh__ckks_ptr(ts[0]), gs, NULL, 0);
+  if (st == FH_OK) st = wrap_ct(e, ts[1], g.level, a->state.scale, a->state.polynomial_domain, out);
+  release_all(ts, 2);
+  return st;
+}
+
+/* ---- plaintext operands ------------------------------------------------------------------ */
+/* An RNS plaintext in `domain` for ct's operation: a slots plaintext is
+ * encoded at its own level and scale into that domain; an RNS plaintext is
+ * checked (basis Q, residue coupled to its domain) and retained. */
+static fh_status rns_operand(fh_ckks_engine *e, const char *op, const fh_value *pt, int domain, fh_value **out) {
+  fh_status st;
+  if ((st = fh__ckks_need_type(op, "pt", pt, FH_PLAINTEXT)) != FH_OK) return st;
+  if (pt->state.representation == FH_REPR_SLOTS) {
+    fh_value *enc = NULL;
+    if ((st = fh_ckks_encode_plaintext(e, pt, &enc)) != FH_OK) return st;
+    if (domain == FH_DOMAIN_NTT) {
+      st = fh_ckks_to_ntt(e, enc, out);
+      fh_value_release(enc);
+      return st;
+    }
+    *out = enc;
+    return FH_OK;
+  }
+  if ((st = fh__ckks_need_engine(e, op, "pt", pt)) != FH_OK) return st;
+  if (pt->state.modulus_basis != FH_BASIS_Q)
+    return fh_error_set(FH_ERR_STATE, "%s: modulus_basis of pt is %s, expected Q", op,
+                        fh_basis_name((fh_modulus_basis)pt->state.modulus_basis));
+  if (pt->state.polynomial_domain == FH_DOMAIN_COEFFICIENT && pt->state.residue_representation != FH_RESIDUE_STANDARD)
+    return fh_error_set(FH_ERR_STATE,
+                        "%s: residue_representation of the coefficient-domain pt is montgomery, expected standard", op);
+  fh_value_retain((fh_value *)pt);
+  *out = (fh_value *)pt;
+  return FH_OK;
+}
+
+static fh_status pt_binop(fh_ckks_engine *e, const char *op, int ewop, const fh_value *ct, const fh_value *pt,
+                          fh_value **out) {
+  fh_status st;
+  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) != FH_OK) return st;
+  fh_value *rp = NULL;
+  if ((st = rns_operand(e, op, pt, ct->state.polynomial_domain, &rp)) != FH_OK) return st;
+  fh__ckks_geo gc, gp;
+  fh__ckks_geo_of(ct, &gc);
+  fh__ckks_geo_of(rp, &gp);
+  if (rp->state.level != ct->state.level) st = level_mismatch(op, "ct", ct->state.level, "pt", rp->state.level);
+  else if (!fh__ckks_scales_match(ct->state.scale, rp->state.scale))
+    st = scale_mismatch(op, "ct", ct->state.scale, "pt", rp->state.scale);
+  else if (rp->state.polynomial_domain != ct->state.polynomial_domain)
+    st = domain_mismatch(op, "ct", ct->state.polynomial_domain, "pt", rp->state.polynomial_domain);
+  else if (gp.nbatch != 0 && !fh__ckks_same_batch(&gc, &gp))
+    st = batch_mismatch(op);
+  fh__ckks_launcher L;
+  if (st == FH_OK) st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e));
+  fh_tensor *ts[3] = {NULL, NULL, NULL};
+  if (st == FH_OK) {
+    int32_t p[FH_CKKS_MAX_PRIMES];
+    fh__ckks_active_primes(e, gc.level, p);
+    int64_t gs = (int64_t)gc.la * fh_ckks_engine_context(e)->ring_degree;
+    if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = data_of(&L, rp, &ts[1])) == FH_OK &&
+        (st = fh__ckks_alloc_poly(e, &L, gc.comps, &gc, gc.la, &ts[2])) == FH_OK) {
+      uint64_t *o = fh__ckks_ptr(ts[2]);
+      const uint64_t *c = fh__ckks_ptr(ts[0]);
+      st = ew(&L, ewop, gc.B, p, gc.la, o, gs, c, gs, fh__ckks_ptr(ts[1]), gp.nbatch ? gs : 0);
+      if (st == FH_OK)
+        st = ew(&L, FH_CKKS_EW_COPY, (gc.comps - 1) * gc.B, p, gc.la, o + gc.B * gs, gs, c + gc.B * gs, gs, NULL, 0);
+    }
+  }
+  if (st == FH_OK) st = wrap_ct(e, ts[2], gc.level, ct->state.scale, ct->state.polynomial_domain, out);
+  release_all(ts, 3);
+  fh_value_release(rp);
+  return st;
+}
+
+fh_status fh_ckks_add_plaintext(fh_ckks_engine *e, const fh_value *ct, const fh_value *pt, fh_value **out) {
+  return pt_binop(e, "add_plaintext", FH_CKKS_EW_ADD, ct, pt, out);
+}
+fh_status fh_ckks_sub_plaintext(fh_ckks_engine *e, const fh_value *ct, const fh_value *pt, fh_value **out) {
+  return pt_binop(e, "sub_plaintext", FH_CKKS_EW_SUB, ct, pt, out);
+}
+
+/* ---- multiplication ------------------------------------------------------------------------ */
+fh_status fh_ckks_multiply(fh_ckks_engine *e, const fh_value *a, const fh_value *b, fh_value **out) {
+  const char *op = "multiply";
+  const char *hint = " (convert with coefficient_domain_to_ntt_domain first)";
+  fh_status st;
+  if ((st = fh__ckks_need_ct(e, op, "a", a)) || (st = fh__ckks_need_ct(e, op, "b", b)) ||
+      (st = need_domain(op, "a", a, FH_DOMAIN_NTT, hint)) || (st = need_domain(op, "b", b, FH_DOMAIN_NTT, hint)) ||
+      (st = need_components(op, "a", a, 2)) || (st = need_components(op, "b", b, 2)))
+    return st;
+  if (a->state.level != b->state.level) return level_mismatch(op, "a", a->state.level, "b", b->state.level);
+  fh__ckks_geo ga, gb;
+  fh__ckks_geo_of(a, &ga);
+  fh__ckks_geo_of(b, &gb);
+  if (!fh__ckks_same_batch(&ga, &gb)) return batch_mismatch(op);
+  double scale = a->state.scale * b->state.scale;
+  if (!isfinite(scale)) return fh_error_set(FH_ERR_STATE, "%s: scale of the product overflows (%.17g x %.17g)", op,
+                                            a->state.scale, b->state.scale);
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
+  fh_tensor *ts[3] = {NULL, NULL, NULL};
+  int64_t gs = (int64_t)ga.la * fh_ckks_engine_context(e)->ring_degree, cs = ga.B * gs;
+  if ((st = data_of(&L, a, &ts[0])) == FH_OK && (st = data_of(&L, b, &ts[1])) == FH_OK &&
+      (st = fh__ckks_alloc_poly(e, &L, 3, &ga, ga.la, &ts[2])) == FH_OK) {
+    fh_ckks_tensor_args t;
+    memset(&t, 0, sizeof t);
+    t.out = fh__ckks_ptr(ts[2]);
+    t.a = fh__ckks_ptr(ts[0]);
+    t.b = fh__ckks_ptr(ts[1]);
+    t.out_cs = t.a_cs = t.b_cs = cs;
+    t.out_gs = t.a_gs = t.b_gs = gs;
+    t.ngroups = ga.B;
+    t.nlimbs = ga.la;
+    t.log_n = fh_ckks_engine_context(e)->log_n;
+    t.primes = fh_ckks_engine_tables(e)->primes_dev;
+    fh__ckks_active_primes(e, ga.level, t.prime);
+    st = fh__ckks_submit(&L, FH_K_CKKS_TENSOR, &t, sizeof t);
+  }
+  if (st == FH_OK) st = wrap_ct(e, ts[2], ga.level, scale, FH_DOMAIN_NTT, out);
+  release_all(ts, 3);
+  return st;
+}
+
+fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_value *rlk, fh_value **out) {
+  const char *op = "relinearize";
+  fh_status st;
+  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) || (st = need_components(op, "ct", ct, 3)) ||
+      (st = fh__ckks_need_key(e, op, "rlk", rlk, FH_RELINEARIZATION_KEY, FH_BASIS_QP)))
+    return st;
+  fh__ckks_geo g;
+  fh__ckks_geo_of(ct, &g);
+  bool ntt = ct->state.polynomial_domain == FH_DOMAIN_NTT;
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
+  fh_tensor *ts[4] = {NULL, NULL, NULL, NULL};
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, g.level, p);
+  int64_t gs = (int64_t)g.la * fh_ckks_engine_context(e)->ring_degree, cs = g.B * gs;
+  if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = data_of(&L, rlk, &ts[1])) == FH_OK &&
+      (st = fh__ckks_alloc_poly(e, &L, 2, &g, g.la, &ts[2])) == FH_OK) {
+    const uint64_t *c = fh__ckks_ptr(ts[0]), *d = c + 2 * cs;
+    if (ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &ts[3])) == FH_OK) {
+      st = fh__ckks_ntt(&L, false, fh__ckks_ptr(ts[3]), gs, d, gs, g.B, p, g.la);
+      d = fh__ckks_ptr(ts[3]);
+    }
+    uint64_t *o = fh__ckks_ptr(ts[2]);
+    if (st == FH_OK)
+      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, ts[1], ntt, o, o + cs, gs, c, c + cs, gs);
+  }
+  if (st == FH_OK) st = wrap_ct(e, ts[2], g.level, ct->state.scale, ct->state.polynomial_domain, out);
+  release_all(ts, 4);
+  return st;
+}
+
+fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, fh_value **out) {
+  const char *op = "rescale_to_next_level";
+  fh_status st;
+  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) != FH_OK) return st;
+  fh_ckks_context *ctx = fh_ckks_engine_context(e);
+  if (ct->state.level >= ctx->max_level)
+    return fh_error_set(FH_ERR_STATE, "%s: level of ct is %d, already max_level %d: no prime left to drop", op,
+                        ct->state.level, ctx->max_level);
+  fh__ckks_geo g;
+  fh__ckks_geo_of(ct, &g);
+  const fh_ckks_tables *tb = fh_ckks_engine_tables(e);
+  bool ntt = ct->state.polynomial_domain == FH_DOMAIN_NTT;
+  int level = g.level, la = g.la, lo = la - 1, nq = ctx->num_q;
+  int64_t n = ctx->ring_degree, G = (int64_t)g.comps * g.B;
+  double scale = ct->state.scale / (double)ctx->primes[level];
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, level, p);
+  fh_tensor *ts[4] = {NULL, NULL, NULL, NULL};
+  int64_t wshape[2] = {G, n}, tshape[3] = {G, lo, n};
+  if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = fh__ckks_temp(&L, 2, wshape, &ts[1])) == FH_OK &&
+      (st = fh__ckks_temp(&L, 3, tshape, &ts[2])) == FH_OK &&
+      (st = fh__ckks_alloc_poly(e, &L, g.comps, &g, lo, &ts[3])) == FH_OK) {
+    const uint64_t *c = fh__ckks_ptr(ts[0]);
+    uint64_t *w = fh__ckks_ptr(ts[1]), *t = fh__ckks_ptr(ts[2]), *o = fh__ckks_ptr(ts[3]);
+    const uint64_t *src = c;
+    int64_t src_gs = (int64_t)la * n;
+    /* w = (dropped row in coefficients) + floor(q_level / 2) */
+    if (ntt) {
+      st = fh__ckks_ntt(&L, false, w, n, c, src_gs, G, p, 1);
+      src = w;
+      src_gs = n;
+    }
+    if (st == FH_OK) {
+      fh_ckks_ew_args h;
+      fh__ckks_ew_init(&L, &h, FH_CKKS_EW_ADD_CONST, G, p, 1);
+      h.out = w;
+      h.out_gs = n;
+      h.a = src;
+      h.a_gs = src_gs;
+      h.k[0] = (ctx->primes[level] - 1) / 2;
+      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &h, sizeof h);
+    }
+    if (st == FH_OK) { /* t_i = w mod q_i for the remaining rows */
+      fh_ckks_bconv_args b;
+      memset(&b, 0, sizeof b);
+      b.out = t;
+      b.out_gs = (int64_t)lo * n;
+      b.in = w;
+      b.in_gs = n;
+      b.ngroups = G;
+      b.nsrc = 1;
+      b.ndst = lo;
+      b.log_n = ctx->log_n;
+      b.primes = tb->primes_dev;
+      b.consts = tb->ones;
+      b.src_prime[0] = level;
+      for (int i = 0; i < lo; ++i) {
+        b.dst_prime[i] = level + 1 + i;
+        b.dst_row[i] = i;
+      }
+      st = fh__ckks_submit(&L, FH_K_CKKS_BCONV, &b, sizeof b);
+    }
+    /* the offset h went into every coefficient: an NTT-domain result takes
+     * it out of t before t's NTT (see fh__ckks_keyswitch) */
+    if (st == FH_OK && ntt) {
+      fh_ckks_ew_args m;
+      fh__ckks_ew_init(&L, &m, FH_CKKS_EW_ADD_CONST, G, p + 1, lo);
+      m.out = t;
+      m.a = t;
+      m.out_gs = m.a_gs = (int64_t)lo * n;
+      for (int i = 0; i < lo; ++i)
+        m.k[i] = fh_mod_neg(tb->rescale_half[(size_t)level * nq + level + 1 + i], ctx->primes[level + 1 + i]);
+      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &m, sizeof m);
+      if (st == FH_OK) st = fh__ckks_ntt(&L, true, t, (int64_t)lo * n, t, (int64_t)lo * n, G, p + 1, lo);
+    }
+    if (st == FH_OK) {
+      fh_ckks_ew_args f;
+      fh__ckks_ew_init(&L, &f, FH_CKKS_EW_SUB_ADD_MUL, G, p + 1, lo);
+      f.out = o;
+      f.out_gs = (int64_t)lo * n;
+      f.a = c + n;
+      f.a_gs = (int64_t)la * n;
+      f.b = t;
+      f.b_gs = (int64_t)lo * n;
+      for (int i = 0; i < lo; ++i) {
+        int pid = level + 1 + i;
+        f.k[i] = ntt ? 0 : tb->rescale_half[(size_t)level * nq + pid];
+        fh__ckks_ew_set_const(&L, &f, i, tb->rescale_inv[(size_t)level * nq + pid]);
+      }
+      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
+    }
+  }
+  if (st == FH_OK) st = wrap_ct(e, ts[3], level + 1, scale, ct->state.polynomial_domain, out);
+  release_all(ts, 4);
+  return st;
+}
+
+/* ---- plaintext multiplication -------------------------------------------------------------------- */
+fh_status fh_ckks_prepare_plaintext_for_multiplication(fh_ckks_engine *e, const fh_value *pt, fh_value **out) {
+  const char *op = "prepare_plaintext_for_multiplication";
+  fh_status st;
+  if ((st = fh__ckks_need_type(op, "pt", pt, FH_PLAINTEXT)) != FH_OK) return st;
+  if (pt->state.representation == FH_REPR_RNS) {
+    if ((st = fh__ckks_need_engine(e, op, "pt", pt)) != FH_OK) return st;
+    if (pt->state.modulus_basis != FH_BASIS_Q)
+      return fh_error_set(FH_ERR_STATE, "%s: modulus_basis of pt is %s, expected Q", op,
+                          fh_basis_name((fh_modulus_basis)pt->state.modulus_basis));
+    if (pt->state.polynomial_domain == FH_DOMAIN_NTT) {
+      fh_value_retain((fh_value *)pt);
+      *out = (fh_value *)pt;
+      return FH_OK;
+    }
+    return fh_ckks_to_ntt(e, pt, out);
+  }
+  fh_value *enc = NULL;
+  if ((st = fh_ckks_encode_plaintext(e, pt, &enc)) != FH_OK) return st;
+  st = fh_ckks_to_ntt(e, enc, out);
+  fh_value_release(enc);
+  return st;
+}
+
+fh_status fh_ckks_multiply_plaintext(fh_ckks_engine *e, const fh_value *ct, const fh_value *pt, fh_value **out) {
+  const char *op = "multiply_plaintext";
+  fh_status st;
+  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) ||
+      (st = need_domain(op, "ct", ct, FH_DOMAIN_NTT, " (convert with coefficient_domain_to_ntt_domain first)")) ||
+      (st = fh__ckks_need_type(op, "pt", pt, FH_PLAINTEXT)))
+    return st;
+  if (pt->state.representation != FH_REPR_RNS)
+    return fh_error_set(FH_ERR_STATE,
+                        "%s: representation of pt is slots, expected a prepared rns plaintext (call "
+                        "prepare_plaintext_for_multiplication first)",
+                        op);
+  if ((st = fh__ckks_need_engine(e, op, "pt", pt)) ||
+      (st = need_domain(op, "pt", pt, FH_DOMAIN_NTT, " (call prepare_plaintext_for_multiplication first)")))
+    return st;
+  if (pt->state.modulus_basis != FH_BASIS_Q)
+    return fh_error_set(FH_ERR_STATE, "%s: modulus_basis of pt is %s, expected Q", op,
+                        fh_basis_name((fh_modulus_basis)pt->state.modulus_basis));
+  if (pt->state.level != ct->state.level) return level_mismatch(op, "ct", ct->state.level, "pt", pt->state.level);
+  fh__ckks_geo gc, gp;
+  fh__ckks_geo_of(ct, &gc);
+  fh__ckks_geo_of(pt, &gp);
+  if (gp.nbatch != 0 && !fh__ckks_same_batch(&gc, &gp)) return batch_mismatch(op);
+  double scale = ct->state.scale * pt->state.scale;
+  if (!isfinite(scale)) return fh_error_set(FH_ERR_STATE, "%s: scale of the product overflows", op);
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
+  fh_tensor *ts[3] = {NULL, NULL, NULL};
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, gc.level, p);
+  int64_t gs = (int64_t)gc.la * fh_ckks_engine_context(e)->ring_degree, cs = gc.B * gs;
+  if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = data_of(&L, pt, &ts[1])) == FH_OK &&
+      (st = fh__ckks_alloc_poly(e, &L, gc.comps, &gc, gc.la, &ts[2])) == FH_OK) {
+    uint64_t *o = fh__ckks_ptr(ts[2]);
+    const uint64_t *c = fh__ckks_ptr(ts[0]), *m = fh__ckks_ptr(ts[1]);
+    if (gp.nbatch == 0) {
+      st = ew(&L, FH_CKKS_EW_MONT_MUL, gc.comps * gc.B, p, gc.la, o, gs, c, gs, m, 0);
+    } else {
+      for (int k = 0; k < gc.comps && st == FH_OK; ++k)
+        st = ew(&L, FH_CKKS_EW_MONT_MUL, gc.B, p, gc.la, o + k * cs, gs, c + k * cs, gs, m, gs);
+    }
+  }
+  if (st == FH_OK) st = wrap_ct(e, ts[2], gc.level, scale, FH_DOMAIN_NTT, out);
+  release_all(ts, 3);
+  return st;
+}
+
+/* ---- domain conversion ------------------------------------------------------------------------------ */
+static fh_status convert_domain(fh_ckks_engine *e, const fh_value *v, bool to_ntt, fh_value **out) {
+  const char *op = to_ntt ? "coefficient_domain_to_ntt_domain" : "ntt_domain_to_coefficient_domain";
+  fh_status st;
+  if (v == NULL) return fh_error_set(FH_ERR_TYPE, "%s: expected a Ciphertext or an RNS Plaintext", op);
+  fh_value_type t = fh_value_get_type(v);
+  bool is_pt = t == FH_PLAINTEXT;
+  if (!(t == FH_CIPHERTEXT || (is_pt && v->state.representation == FH_REPR_RNS))) {
+    if (is_pt)
+      return fh_error_set(FH_ERR_STATE, "%s: representation of the plaintext is slots, expected rns (encode it first)",
+                          op);
+    return fh_error_set(FH_ERR_TYPE, "%s: expected a Ciphertext or an RNS Plaintext, got a %s", op,
+                        fh_value_type_name(t));
+  }
+  if ((st = fh__ckks_need_engine(e, op, "the value", v)) != FH_OK) return st;
+  if (v->state.modulus_basis != FH_BASIS_Q)
+    return fh_error_set(FH_ERR_STATE, "%s: modulus_basis is %s, expected Q", op,
+                        fh_basis_name((fh_modulus_basis)v->state.modulus_basis));
+  if ((st = need_domain(op, "the value", v, to_ntt ? FH_DOMAIN_COEFFICIENT : FH_DOMAIN_NTT, "")) != FH_OK) return st;
+  fh__ckks_geo g;
+  fh__ckks_geo_of(v, &g);
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
+  fh_tensor *ts[2] = {NULL, NULL};
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, g.level, p);
+  int64_t gs = (int64_t)g.la * fh_ckks_engine_context(e)->ring_degree;
+  int lead = is_pt ? 0 : g.comps;
+  if ((st = data_of(&L, v, &ts[0])) == FH_OK && (st = fh__ckks_alloc_poly(e, &L, lead, &g, g.la, &ts[1])) == FH_OK) {
+    uint64_t *o = fh__ckks_ptr(ts[1]);
+    const uint64_t *in = fh__ckks_ptr(ts[0]);
+    if (to_ntt && is_pt && v->state.residue_representation == FH_RESIDUE_MONTGOMERY) {
+      /* coefficient-domain Montgomery plaintext: to standard first */
+      st = ew(&L, FH_CKKS_EW_FROM_MONT, g.B, p, g.la, o, gs, in, gs, NULL, 0);
+      in = o;
+    }
+    if (st == FH_OK) st = fh__ckks_ntt(&L, to_ntt, o, gs, in, gs, g.comps * g.B, p, g.la);
+  }
+  if (st == FH_OK) {
+    fh_polynomial_domain d = to_ntt ? FH_DOMAIN_NTT : FH_DOMAIN_COEFFICIENT;
+    if (is_pt)
+      st = fh_plaintext_rns_new(fh_ckks_engine_context(e), ts[1], g.level, v->state.scale, FH_BASIS_Q, d,
+                                to_ntt ? FH_RESIDUE_MONTGOMERY : FH_RESIDUE_STANDARD, out);
+    else
+      st = wrap_ct(e, ts[1], g.level, v->state.scale, d, out);
+  }
+  release_all(ts, 2);
+  return st;
+}
+
+fh_status fh_ckks_to_ntt(fh_ckks_engine *e, const fh_value *v, fh_value **out) { return convert_domain(e, v, true, out); }
+fh_status fh_ckks_to_coefficient(fh_ckks_engine *e, const fh_value *v, fh_value **out) {
+  return convert_domain(e, v, false, out);
+}
+
+/* ---- rotations and conjugation ------------------------------------------------------------------------ */
+static fh_status apply_galois(fh_ckks_engine *e, const char *op, const fh_value *ct, uint64_t galois,
+                              const fh_value *key, fh_value **out) {
+  fh__ckks_geo g;
+  fh__ckks_geo_of(ct, &g);
+  bool ntt = ct->state.polynomial_domain == FH_DOMAIN_NTT;
+  fh__ckks_launcher L;
+  fh_status st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e));
+  if (st != FH_OK) return st;
+  (void)op;
+  fh_tensor *ts[5] = {NULL, NULL, NULL, NULL, NULL};
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, g.level, p);
+  int64_t gs = (int64_t)g.la * fh_ckks_engine_context(e)->ring_degree, cs = g.B * gs;
+  if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = data_of(&L, key, &ts[1])) == FH_OK &&
+      (st = fh__ckks_alloc_poly(e, &L, 2, &g, g.la, &ts[2])) == FH_OK &&
+      (st = fh__ckks_alloc_poly(e, &L, 2, &g, g.la, &ts[3])) == FH_OK) {
+    fh_ckks_automorph_args a;
+    memset(&a, 0, sizeof a);
+    a.out = fh__ckks_ptr(ts[3]);
+    a.in = fh__ckks_ptr(ts[0]);
+    a.out_gs = a.in_gs = gs;
+    a.ngroups = 2 * g.B;
+    a.nlimbs = g.la;
+    a.log_n = fh_ckks_engine_context(e)->log_n;
+    a.ntt_domain = ntt;
+    a.galois = galois;
+    a.primes = fh_ckks_engine_tables(e)->primes_dev;
+    memcpy(a.prime, p, sizeof(int32_t) * (size_t)g.la);
+    st = fh__ckks_submit(&L, FH_K_CKKS_AUTOMORPH, &a, sizeof a);
+    const uint64_t *A = fh__ckks_ptr(ts[3]), *d = A + cs;
+    if (st == FH_OK && ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &ts[4])) == FH_OK) {
+      st = fh__ckks_ntt(&L, false, fh__ckks_ptr(ts[4]), gs, d, gs, g.B, p, g.la);
+      d = fh__ckks_ptr(ts[4]);
+    }
+    uint64_t *o = fh__ckks_ptr(ts[2]);
+    if (st == FH_OK) st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, ts[1], ntt, o, o + cs, gs, A, NULL, gs);
+  }
+  if (st == FH_OK) st = wrap_ct(e, ts[2], g.level, ct->state.scale, ct->state.polynomial_domain, out);
+  release_all(ts, 5);
+  return st;
+}
+
+static fh_status rotate_check(fh_ckks_engine *e, const char *op, const fh_value *ct) {
+  fh_status st;
+  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) || (st = need_components(op, "ct", ct, 2))) return st;
+  return FH_OK;
+}
+
+fh_status fh_ckks_rotate_by_step(fh_ckks_engine *e, const fh_value *ct, int64_t r, const fh_value *rk,
+                                 fh_value **out) {
+  const char *op = "rotate_by_step";
+  fh_status st;
+  if ((st = rotate_check(e, op, ct)) != FH_OK) return st;
+  int64_t c = fh_ckks_canonical_step(e, r);
+  if (rk != NULL) {
+    if ((st = fh__ckks_need_key(e, op, "rk", rk, FH_ROTATION_KEY, FH_BASIS_QP)) != FH_OK) return st;
+    if (rk->state.step != c)
+      return fh_error_set(FH_ERR_STATE, "%s: step of rk is %lld but the rotation by %lld needs step %lld", op,
+                          (long long)rk->state.step, (long long)r, (long long)c);
+  }
+  if (c == 0) return fh_value_clone(ct, out);
+  if (rk == NULL) {
+    for (int i = 0; i < e->nrot && rk == NULL; ++i)
+      if (e->rot_keys[i]->state.step == c) rk = e->rot_keys[i];
+    if (rk == NULL)
+      return fh_error_set(FH_ERR_STATE,
+                          "%s: step %lld: the engine has no rotation key for step %lld (create one with "
+                          "create_rotation_key(sk, %lld), or use rotate_with_key)",
+                          op, (long long)r, (long long)c, (long long)c);
+    if ((st = fh__ckks_need_key(e, op, "the rotation key", rk, FH_ROTATION_KEY, FH_BASIS_QP)) != FH_OK) return st;
+  }
+  return apply_galois(e, op, ct, fh__ckks_galois_of_step(e, c), rk, out);
+}
+
+fh_status fh_ckks_rotate_with_key(fh_ckks_engine *e, const fh_value *ct, const fh_value *rk, fh_value **out) {
+  const char *op = "rotate_with_key";
+  fh_status st;
+  if ((st = rotate_check(e, op, ct)) || (st = fh__ckks_need_key(e, op, "rk", rk, FH_ROTATION_KEY, FH_BASIS_QP)))
+    return st;
+  return apply_galois(e, op, ct, fh__ckks_galois_of_step(e, rk->state.step), rk, out);
+}
+
+fh_status fh_ckks_conjugate(fh_ckks_engine *e, const fh_value *ct, const fh_value *ck, fh_value **out) {
+  const char *op = "conjugate";
+  fh_status st;
+  if ((st = rotate_check(e, op, ct)) != FH_OK) return st;
+  if (ck == NULL) {
+    ck = e->conj_key;
+    if (ck == NULL)
+      return fh_error_set(FH_ERR_STATE,
+                          "%s: the engine has no conjugation key (create one with create_conjugation_key(sk), or pass "
+                          "it)",
+                          op);
+  }
+  if ((st = fh__ckks_need_key(e, op, "ck", ck, FH_CONJUGATION_KEY, FH_BASIS_QP)) != FH_OK) return st;
+  return apply_galois(e, op, ct, 2 * (uint64_t)e->ctx->ring_degree - 1, ck, out);
+}
+
+/* ---- batches ------------------------------------------------------------------------------------------- */
+fh_status fh_ckks_stack_batch(fh_ckks_engine *e, const fh_value *const *cts, int n, fh_value **out) {
+  const char *op = "stack_batch";
+  fh_status st;
+  if (n < 1) return fh_error_set(FH_ERR_VALUE, "%s: needs at least one ciphertext", op);
+  if ((st = fh__ckks_need_ct(e, op, "ciphertext 1", cts[0])) != FH_OK) return st;
+  fh__ckks_geo g0;
+  fh__ckks_geo_of(cts[0], &g0);
+  if (g0.nbatch + 1 > FH_MAX_DIMS - 3) return fh_error_set(FH_ERR_VALUE, "%s: too many batch axes", op);
+  for (int i = 1; i < n; ++i) {
+    const fh_value *c = cts[i];
+    char name[32];
+    snprintf(name, sizeof name, "ciphertext %d", i + 1);
+    if ((st = fh__ckks_need_ct(e, op, name, c)) != FH_OK) return st;
+    if (c->state.level != g0.level) return level_mismatch(op, "ciphertext 1", g0.level, name, c->state.level);
+    if (!fh__ckks_scales_match(c->state.scale, cts[0]->state.scale))
+      return scale_mismatch(op, "ciphertext 1", cts[0]->state.scale, name, c->state.scale);
+    if (c->state.polynomial_domain != cts[0]->state.polynomial_domain)
+      return domain_mismatch(op, "ciphertext 1", cts[0]->state.polynomial_domain, name, c->state.polynomial_domain);
+    if (c->state.num_components != g0.comps)
+      return fh_error_set(FH_ERR_STATE, "%s: num_components mismatch: ciphertext 1 has %d, %s has %d", op, g0.comps,
+                          name, c->state.num_components);
+    fh__ckks_geo gi;
+    fh__ckks_geo_of(c, &gi);
+    if (!fh__ckks_same_batch(&g0, &gi)) return batch_mismatch(op);
+  }
+  fh__ckks_geo g = g0;
+  memmove(g.batch + 1, g.batch, sizeof(int64_t) * (size_t)g.nbatch);
+  g.batch[0] = n;
+  g.nbatch++;
+  g.B *= n;
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
+  fh_tensor *data = NULL;
+  if ((st = fh__ckks_alloc_poly(e, &L, g.comps, &g, g.la, &data)) != FH_OK) return st;
+  for (int i = 0; i < n && st == FH_OK; ++i) {
+    fh_tensor *view = NULL;
+    if ((st = fh_tensor_select(data, 1, i, &view)) == FH_OK) {
+      st = fh_tensor_copy_(view, fh_value_data(cts[i]), NULL, false);
+      fh_tensor_release(view);
+    }
+  }
+  if (st == FH_OK) st = wrap_ct(e, data, g.level, cts[0]->state.scale, cts[0]->state.polynomial_domain, out);
+  fh_tensor_release(data);
+  return st;
+}
+
+fh_status fh_ckks_sum_ciphertext_batch(fh_ckks_engine *e, const fh_value *ct, fh_value **out) {
+  const char *op = "sum_ciphertext_batch";
+  fh_status st;
+  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) != FH_OK) return st;
+  fh__ckks_geo g;
+  fh__ckks_geo_of(ct, &g);
+  fh__ckks_geo r = g;
+  r.nbatch = 0;
+  r.B = 1;
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
+  fh_tensor *ts[2] = {NULL, NULL};
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, g.level, p);
+  int64_t gs = (int64_t)g.la * fh_ckks_engine_context(e)->ring_degree, cs = g.B * gs;
+  if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = fh__ckks_alloc_poly(e, &L, g.comps, &r, g.la, &ts[1])) == FH_OK) {
+    uint64_t *o = fh__ckks_ptr(ts[1]);
+    const uint64_t *c = fh__ckks_ptr(ts[0]);
+    st = ew(&L, FH_CKKS_EW_COPY, g.comps, p, g.la, o, gs, c, cs, NULL, 0);
+    for (int64_t b = 1; b < g.B && st == FH_OK; ++b)
+      st = ew(&L, FH_CKKS_EW_ADD, g.comps, p, g.la, o, gs, o, gs, c + b * gs, cs);
+  }
+  if (st == FH_OK) st = wrap_ct(e, ts[1], g.level, ct->state.scale, ct->state.polynomial_domain, out);
+  release_all(ts, 2);
+  return st;
+}

@@ -1,0 +1,70 @@
+/* Internal declarations shared by the CKKS engine files (ckks_engine.c,
+ * ckks_eval.c). Not part of the engine API. */
+#ifndef FH_CKKS_INTERNAL_H
+#define FH_CKKS_INTERNAL_H
+
+#include "fh/ckks_engine.h"
+#include "fh/ckks_poly.h"
+#include "fh/ckks_random.h"
+
+struct fh_ckks_engine {
+  fh_refcount rc;
+  fh_ckks_context *ctx; /* one reference */
+  fh_device dev;
+  fh_ckks_tables *tb; /* borrowed from the context's extension slot (lives as long as ctx) */
+  fh_ckks_rng *rng;
+  bool seeded;
+  /* keys the engine created and remembers (one reference each) */
+  fh_value **rot_keys;
+  int nrot, caprot;
+  fh_value *conj_key;
+};
+
+/* ---- validation (each raises the documented error and returns it) -------- */
+fh_status fh__ckks_need_type(const char *op, const char *arg, const fh_value *v, fh_value_type t);
+/* Context and device of v are the engine's. */
+fh_status fh__ckks_need_engine(const fh_ckks_engine *e, const char *op, const char *arg, const fh_value *v);
+/* A ciphertext of this engine in basis Q (contiguity is handled by callers). */
+fh_status fh__ckks_need_ct(const fh_ckks_engine *e, const char *op, const char *arg, const fh_value *v);
+/* A key of `type` made by fh_ckks_create_*: level 0, the basis given, NTT domain. */
+fh_status fh__ckks_need_key(const fh_ckks_engine *e, const char *op, const char *arg, const fh_value *v,
+                            fh_value_type type, fh_modulus_basis basis);
+bool fh__ckks_scales_match(double a, double b);
+
+/* ---- geometry ------------------------------------------------------------- */
+typedef struct fh__ckks_geo {
+  int comps;     /* ciphertexts: components; plaintexts: 1 */
+  int nbatch;    /* batch axes */
+  int64_t batch[FH_MAX_DIMS];
+  int64_t B;     /* product of the batch extents (1 when unbatched) */
+  int la;        /* active limb rows */
+  int level;
+} fh__ckks_geo;
+/* Geometry of a ciphertext or an RNS plaintext. */
+void fh__ckks_geo_of(const fh_value *v, fh__ckks_geo *g);
+bool fh__ckks_same_batch(const fh__ckks_geo *a, const fh__ckks_geo *b);
+/* prime ids of the active Q rows at `level` into p; returns their count. */
+int fh__ckks_active_primes(const fh_ckks_engine *e, int level, int32_t *p);
+/* New contiguous uint64 tensor [lead..., *batch, la, N] (lead: 0 or 1 extent). */
+fh_status fh__ckks_alloc_poly(fh_ckks_engine *e, fh__ckks_launcher *L, int lead, const fh__ckks_geo *g, int la,
+                              fh_tensor **out);
+
+/* ---- randomness ------------------------------------------------------------- */
+/* Refuse (CudaGraphCaptureError, stage "capture") while a capture is active. */
+fh_status fh__ckks_no_capture(const fh_ckks_engine *e, const char *op);
+
+/* ---- key switching ------------------------------------------------------------ */
+/* d: coefficient-domain standard rows [G, la, N] (group stride gs_d) over the
+ * active Q rows of `level`; key: contiguous key-switching data
+ * [dnum, 2, #Q + #P, N]. Writes u0 + u1 s ~ d s' into out0/out1 (rows
+ * [G, la, N] with group stride out_gs), in the NTT domain (ntt_out) or the
+ * coefficient domain, adding add0/add1 (same layout as out, may alias out;
+ * NULL: nothing added). */
+fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
+                             int64_t gs_d, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
+                             int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs);
+
+/* Galois element of a rotation by r (X -> X^(5^-r mod num_slots)). */
+uint64_t fh__ckks_galois_of_step(const fh_ckks_engine *e, int64_t r);
+
+#endif

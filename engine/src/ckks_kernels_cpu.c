@@ -1,0 +1,600 @@
+/* CPU implementations of the CKKS kernels (fh/ckks_kernels.h). Each kernel
+ * walks groups and limbs and runs a tight loop over one contiguous row of N
+ * coefficients with that row's prime; nothing is allocated per coefficient
+ * (the base conversion and the decoder use fixed-size stack blocks). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fh/ckks_kernels.h"
+
+static const char *const names[FH_K_CKKS_END - FH_K_CKKS_NTT] = {
+    "ckks_ntt",   "ckks_intt",      "ckks_ew",          "ckks_tensor",     "ckks_bconv",
+    "ckks_ks_inner", "ckks_automorph", "ckks_encode", "ckks_decode",
+};
+
+const char *fh__ckks_kernel_name(int kernel) {
+  if (kernel >= FH_K_CKKS_NTT && kernel < FH_K_CKKS_END) return names[kernel - FH_K_CKKS_NTT];
+  return NULL;
+}
+
+/* ---- NTT ------------------------------------------------------------------------ */
+/* Forward negacyclic NTT of one row: standard residues in `in` (< q) ->
+ * Montgomery evaluations in `a` (may equal in), bit-reversed order. */
+static void ntt_forward_row(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw) {
+  const int64_t n = (int64_t)1 << log_n;
+  const uint64_t q = p->q, q2 = 2 * q;
+  const uint64_t *w = tw, *ws = tw + n;
+  int64_t t = n >> 1;
+  /* stage 1 (m = 1) fused with the conversion to Montgomery form */
+  {
+    const uint64_t r = p->r1, rs = p->r1_shoup, w1 = p->w1r, w1s = p->w1r_shoup;
+    for (int64_t j = 0; j < t; ++j) {
+      uint64_t x = fh_shoup_mul_lazy(in[j], r, rs, q);      /* [0, 2q) */
+      uint64_t y = fh_shoup_mul_lazy(in[j + t], w1, w1s, q); /* [0, 2q) */
+      a[j] = x + y;
+      a[j + t] = x - y + q2;
+    }
+  }
+  /* middle stages (t >= 2) */
+  int64_t m = 2;
+  for (; t > 2; m <<= 1) {
+    t >>= 1;
+    for (int64_t i = 0; i < m; ++i) {
+      const uint64_t W = w[m + i], Ws = ws[m + i];
+      uint64_t *restrict x = a + 2 * i * t, *restrict y = x + t;
+      for (int64_t j = 0; j < t; ++j) {
+        uint64_t u = x[j];
+        u -= (u >= q2) ? q2 : 0;                              /* [0, 2q) */
+        uint64_t v = fh_shoup_mul_lazy(y[j], W, Ws, q);      /* [0, 2q) */
+        x[j] = u + v;                                        /* [0, 4q) */
+        y[j] = u - v + q2;                                   /* (0, 4q) */
+      }
+    }
+  }
+  /* last stage (t = 1, m = N/2) fused with the final reduction to [0, q) */
+  if (m < n) {
+    for (int64_t i = 0; i < m; ++i) {
+      const uint64_t W = w[m + i], Ws = ws[m + i];
+      uint64_t u = a[2 * i];
+      u -= (u >= q2) ? q2 : 0;
+      uint64_t v = fh_shoup_mul_lazy(a[2 * i + 1], W, Ws, q);
+      uint64_t x = u + v, y = u - v + q2;
+      x -= (x >= q2) ? q2 : 0;
+      x -= (x >= q) ? q : 0;
+      y -= (y >= q2) ? q2 : 0;
+      y -= (y >= q) ? q : 0;
+      a[2 * i] = x;
+      a[2 * i + 1] = y;
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      uint64_t u = a[j];
+      u -= (u >= q2) ? q2 : 0;
+      u -= (u >= q) ? q : 0;
+      a[j] = u;
+    }
+  }
+}
+
+/* Inverse: Montgomery evaluations (< q) -> standard coefficients (< q). */
+static void ntt_inverse_row(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw) {
+  const int64_t n = (int64_t)1 << log_n;
+  const uint64_t q = p->q, q2 = 2 * q;
+  const uint64_t *w = tw + 2 * n, *ws = tw + 3 * n;
+  if (a != in) memcpy(a, in, sizeof(uint64_t) * (size_t)n);
+  int64_t t = 1, m = n;
+  /* first stage (t = 1): adjacent pairs */
+  if (m > 2) {
+    int64_t h = m >> 1;
+    for (int64_t i = 0; i < h; ++i) {
+      uint64_t u = a[2 * i], v = a[2 * i + 1];
+      uint64_t s = u + v;
+      s -= (s >= q2) ? q2 : 0;
+      a[2 * i] = s;
+      a[2 * i + 1] = fh_shoup_mul_lazy(u - v + q2, w[h + i], ws[h + i], q);
+    }
+    t = 2;
+    m >>= 1;
+  }
+  for (; m > 2; m >>= 1) {
+    int64_t h = m >> 1;
+    for (int64_t i = 0; i < h; ++i) {
+      const uint64_t W = w[h + i], Ws = ws[h + i];
+      uint64_t *restrict x = a + 2 * i * t, *restrict y = x + t;
+      for (int64_t j = 0; j < t; ++j) {
+        uint64_t u = x[j], v = y[j]; /* [0, 2q) */
+        uint64_t s = u + v;
+        s -= (s >= q2) ? q2 : 0;
+        x[j] = s;
+        y[j] = fh_shoup_mul_lazy(u - v + q2, W, Ws, q);
+      }
+    }
+    t <<= 1;
+  }
+  /* last stage (m = 2, t = N/2) fused with the N^-1 R^-1 scaling */
+  const uint64_t s0 = p->ninv_rinv, s0s = p->ninv_rinv_shoup, s1 = p->iw1s, s1s = p->iw1s_shoup;
+  uint64_t *x = a, *y = a + t;
+  for (int64_t j = 0; j < t; ++j) {
+    uint64_t u = x[j], v = y[j];
+    x[j] = fh_shoup_mul(u + v, s0, s0s, q);
+    y[j] = fh_shoup_mul(u - v + q2, s1, s1s, q);
+  }
+}
+
+static fh_status run_ntt(const void *argp, bool forward) {
+  const fh_ckks_ntt_args *a = argp;
+  const int64_t n = (int64_t)1 << a->log_n;
+  for (int64_t g = 0; g < a->ngroups; ++g)
+    for (int l = 0; l < a->nlimbs; ++l) {
+      int p = a->prime[l];
+      uint64_t *out = a->out + g * a->out_gs + (int64_t)l * n;
+      const uint64_t *in = a->in + g * a->in_gs + (int64_t)l * n;
+      const uint64_t *tw = a->ntt + (int64_t)p * 4 * n;
+      if (forward) ntt_forward_row(out, in, a->log_n, &a->primes[p], tw);
+      else ntt_inverse_row(out, in, a->log_n, &a->primes[p], tw);
+    }
+  return FH_OK;
+}
+
+fh_status fh__ckks_cpu_ntt(const void *args) { return run_ntt(args, true); }
+fh_status fh__ckks_cpu_intt(const void *args) { return run_ntt(args, false); }
+
+/* ---- element-wise ------------------------------------------------------------------- */
+fh_status fh__ckks_cpu_ew(const void *argp) {
+  const fh_ckks_ew_args *a = argp;
+  const int64_t n = (int64_t)1 << a->log_n;
+  for (int64_t g = 0; g < a->ngroups; ++g)
+    for (int l = 0; l < a->nlimbs; ++l) {
+      const fh_ckks_prime *pr = &a->primes[a->prime[l]];
+      const uint64_t q = pr->q, qi = pr->qinv;
+      uint64_t *o = a->out + g * a->out_gs + (int64_t)l * n;
+      const uint64_t *x = a->a + g * a->a_gs + (int64_t)l * a->a_ls;
+      const uint64_t *y = a->b ? a->b + g * a->b_gs + (int64_t)l * n : NULL;
+      const uint64_t *z = a->c ? a->c + g * a->c_gs + (int64_t)l * n : NULL;
+      const uint64_t k = a->k[l], c = a->c_const[l], cs = a->c_shoup[l];
+      switch (a->op) {
+        case FH_CKKS_EW_COPY:
+          if (o != x) memmove(o, x, sizeof(uint64_t) * (size_t)n);
+          break;
+        case FH_CKKS_EW_ADD:
+          for (int64_t j = 0; j < n; ++j) o[j] = fh_mod_add(x[j], y[j], q);
+          break;
+        case FH_CKKS_EW_SUB:
+          for (int64_t j = 0; j < n; ++j) o[j] = fh_mod_sub(x[j], y[j], q);
+          break;
+        case FH_CKKS_EW_NEG:
+          for (int64_t j = 0; j < n; ++j) o[j] = fh_mod_neg(x[j], q);
+          break;
+        case FH_CKKS_EW_MONT_MUL:
+          for (int64_t j = 0; j < n; ++j) o[j] = fh_mont_mul(x[j], y[j], q, qi);
+          break;
+        case FH_CKKS_EW_MONT_MAC:
+          for (int64_t j = 0; j < n; ++j) o[j] = fh_mod_add(fh_mont_mul(x[j], y[j], q, qi), z[j], q);
+          break;
+        case FH_CKKS_EW_MUL_CONST:
+          for (int64_t j = 0; j < n; ++j) o[j] = fh_shoup_mul(x[j], c, cs, q);
+          break;
+        case FH_CKKS_EW_ADD_CONST:
+          for (int64_t j = 0; j < n; ++j) o[j] = fh_mod_add(x[j], k, q);
+          break;
+        case FH_CKKS_EW_SUB_ADD_MUL:
+          /* x - y + k < 3q < 2^64; Shoup takes any 64-bit input */
+          if (z)
+            for (int64_t j = 0; j < n; ++j) o[j] = fh_mod_add(fh_shoup_mul(x[j] + (q - y[j]) + k, c, cs, q), z[j], q);
+          else
+            for (int64_t j = 0; j < n; ++j) o[j] = fh_shoup_mul(x[j] + (q - y[j]) + k, c, cs, q);
+          break;
+        case FH_CKKS_EW_ADD_MUL_CONST:
+          for (int64_t j = 0; j < n; ++j) o[j] = fh_mod_add(x[j], fh_shoup_mul(y[j], c, cs, q), q);
+          break;
+        case FH_CKKS_EW_TO_MONT:
+          for (int64_t j = 0; j < n; ++j) o[j] = fh_mont_from_std(x[j], q, qi, pr->r2);
+          break;
+        case FH_CKKS_EW_FROM_MONT:
+          for (int64_t j = 0; j < n; ++j) o[j] = fh_mont_to_std(x[j], q, qi);
+          break;
+        case FH_CKKS_EW_SIGNED: {
+          const int64_t *s = (const int64_t *)x;
+          for (int64_t j = 0; j < n; ++j) {
+            int64_t v = s[j];
+            uint64_t r = fh_barrett128(v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v, 0, &pr->bar);
+            o[j] = v < 0 ? fh_mod_neg(r, q) : r;
+          }
+          break;
+        }
+        default: return fh_error_set(FH_ERR_EXECUTION, "ckks_ew: invalid operation %d", (int)a->op);
+      }
+    }
+  return FH_OK;
+}
+
+/* ---- tensor product ---------------------------------------------------------------- */
+fh_status fh__ckks_cpu_tensor(const void *argp) {
+  const fh_ckks_tensor_args *a = argp;
+  const int64_t n = (int64_t)1 << a->log_n;
+  for (int64_t g = 0; g < a->ngroups; ++g)
+    for (int l = 0; l < a->nlimbs; ++l) {
+      const fh_ckks_prime *pr = &a->primes[a->prime[l]];
+      const uint64_t q = pr->q, qi = pr->qinv;
+      int64_t off = (int64_t)l * n;
+      const uint64_t *a0 = a->a + g * a->a_gs + off, *a1 = a0 + a->a_cs;
+      const uint64_t *b0 = a->b + g * a->b_gs + off, *b1 = b0 + a->b_cs;
+      uint64_t *d0 = a->out + g * a->out_gs + off, *d1 = d0 + a->out_cs, *d2 = d1 + a->out_cs;
+      for (int64_t j = 0; j < n; ++j) {
+        uint64_t x0 = a0[j], x1 = a1[j], y0 = b0[j], y1 = b1[j];
+        /* a0 b1 + a1 b0 < 2 q^2 < q 2^64: one Montgomery reduction */
+        unsigned __int128 mid = (unsigned __int128)x0 * y1 + (unsigned __int128)x1 * y0;
+        d0[j] = fh_mont_mul(x0, y0, q, qi);
+        d1[j] = fh_mont_reduce((uint64_t)mid, (uint64_t)(mid >> 64), q, qi);
+        d2[j] = fh_mont_mul(x1, y1, q, qi);
+      }
+    }
+  return FH_OK;
+}
+
+/* ---- fast base conversion ------------------------------------------------------------ */
+#define BCONV_BLOCK 64
+fh_status fh__ckks_cpu_bconv(const void *argp) {
+  const fh_ckks_bconv_args *a = argp;
+  const int64_t n = (int64_t)1 << a->log_n;
+  const int ns = a->nsrc;
+  const uint64_t *shat_inv = a->consts, *mat = a->consts + 2 * ns;
+  uint64_t (*y)[BCONV_BLOCK] = malloc(sizeof *y * (size_t)(ns > 0 ? ns : 1));
+  if (y == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_bconv: out of memory");
+  for (int64_t g = 0; g < a->ngroups; ++g) {
+    const uint64_t *in = a->in + g * a->in_gs;
+    uint64_t *out = a->out + g * a->out_gs;
+    if (a->copy_src)
+      for (int i = 0; i < ns; ++i)
+        memcpy(out + (int64_t)a->src_out_row[i] * n, in + (int64_t)a->src_row[i] * n, sizeof(uint64_t) * (size_t)n);
+    for (int64_t j0 = 0; j0 < n; j0 += BCONV_BLOCK) {
+      int64_t bl = n - j0 < BCONV_BLOCK ? n - j0 : BCONV_BLOCK;
+      for (int i = 0; i < ns; ++i) {
+        const uint64_t *x = in + (int64_t)a->src_row[i] * n + j0;
+        uint64_t q = a->primes[a->src_prime[i]].q, w = shat_inv[2 * i], ws = shat_inv[2 * i + 1];
+        for (int64_t j = 0; j < bl; ++j) y[i][j] = fh_shoup_mul(x[j], w, ws, q);
+      }
+      for (int t = 0; t < a->ndst; ++t) {
+        const fh_modulus *m = &a->primes[a->dst_prime[t]].bar;
+        const uint64_t *row = mat + (int64_t)t * ns;
+        uint64_t *o = out + (int64_t)a->dst_row[t] * n + j0;
+        for (int64_t j = 0; j < bl; ++j) {
+          /* each product < 2^124: reduce every 16 terms */
+          uint64_t r = 0;
+          for (int i0 = 0; i0 < ns; i0 += 16) {
+            unsigned __int128 acc = 0;
+            int i1 = i0 + 16 < ns ? i0 + 16 : ns;
+            for (int i = i0; i < i1; ++i) acc += (unsigned __int128)y[i][j] * row[i];
+            r = fh_mod_add(r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), m), m->q);
+          }
+          o[j] = r;
+        }
+      }
+    }
+  }
+  free(y);
+  return FH_OK;
+}
+
+/* ---- key-switching inner product ---------------------------------------------------- */
+fh_status fh__ckks_cpu_ks_inner(const void *argp) {
+  const fh_ckks_ks_args *a = argp;
+  const int64_t n = (int64_t)1 << a->log_n;
+  for (int64_t g = 0; g < a->ngroups; ++g)
+    for (int l = 0; l < a->nlimbs; ++l) {
+      const fh_ckks_prime *pr = &a->primes[a->prime[l]];
+      const uint64_t q = pr->q, qi = pr->qinv;
+      /* sum of 4 products < 4 q^2 < q 2^64 (q < 2^62): one Montgomery
+       * reduction per 4 digits, partial results added mod q */
+      for (int c = 0; c < 2; ++c) {
+        uint64_t *o = a->out + g * a->out_gs + c * a->out_cs + (int64_t)l * n;
+        for (int64_t j = 0; j < n; ++j) o[j] = 0;
+        for (int d0 = 0; d0 < a->ndigits; d0 += 4) {
+          int d1 = d0 + 4 < a->ndigits ? d0 + 4 : a->ndigits;
+          for (int64_t j = 0; j < n; ++j) {
+            unsigned __int128 acc = 0;
+            for (int d = d0; d < d1; ++d) {
+              uint64_t x = a->digits[g * a->digits_gs + d * a->digit_stride + (int64_t)l * n + j];
+              uint64_t k = a->key[d * a->key_ds + c * a->key_cs + (int64_t)a->key_row[l] * n + j];
+              acc += (unsigned __int128)x * k;
+            }
+            o[j] = fh_mod_add(o[j], fh_mont_reduce((uint64_t)acc, (uint64_t)(acc >> 64), q, qi), q);
+          }
+        }
+      }
+    }
+  return FH_OK;
+}
+
+/* ---- automorphisms -------------------------------------------------------------------- */
+static uint32_t bitrev32(uint32_t x, int bits) {
+  x = ((x & 0x55555555u) << 1) | ((x >> 1) & 0x55555555u);
+  x = ((x & 0x33333333u) << 2) | ((x >> 2) & 0x33333333u);
+  x = ((x & 0x0F0F0F0Fu) << 4) | ((x >> 4) & 0x0F0F0F0Fu);
+  x = ((x & 0x00FF00FFu) << 8) | ((x >> 8) & 0x00FF00FFu);
+  x = (x << 16) | (x >> 16);
+  return x >> (32 - bits);
+}
+
+fh_status fh__ckks_cpu_automorph(const void *argp) {
+  const fh_ckks_automorph_args *a = argp;
+  const int64_t n = (int64_t)1 << a->log_n;
+  const uint64_t m2 = 2 * (uint64_t)n, gal = a->galois;
+  for (int64_t g = 0; g < a->ngroups; ++g)
+    for (int l = 0; l < a->nlimbs; ++l) {
+      uint64_t q = a->primes[a->prime[l]].q;
+      uint64_t *o = a->out + g * a->out_gs + (int64_t)l * n;
+      const uint64_t *x = a->in + g * a->in_gs + (int64_t)l * n;
+      if (a->ntt_domain) {
+        for (int64_t s = 0; s < n; ++s) {
+          uint64_t k = bitrev32((uint32_t)s, a->log_n);
+          uint64_t e = ((2 * k + 1) * gal) & (m2 - 1);
+          o[s] = x[bitrev32((uint32_t)((e - 1) >> 1), a->log_n)];
+        }
+      } else {
+        for (int64_t i = 0; i < n; ++i) {
+          uint64_t e = ((uint64_t)i * gal) & (m2 - 1);
+          if (e < (uint64_t)n) o[e] = x[i];
+          else o[e - (uint64_t)n] = fh_mod_neg(x[i], q);
+        }
+      }
+    }
+  return FH_OK;
+}
+
+/* ---- special FFT (canonical embedding) --------------------------------------------------
+ * v is an array of `size` = N/2 complex numbers (re, im pairs); rot[j] = 5^j
+ * mod 2N; ksi[2k], ksi[2k+1] = cos, sin (2 pi k / 2N). */
+static void bitrev_complex(double *v, int64_t size) {
+  for (int64_t i = 1, j = 0; i < size; ++i) {
+    int64_t bit = size >> 1;
+    for (; j & bit; bit >>= 1) j ^= bit;
+    j ^= bit;
+    if (i < j) {
+      double r = v[2 * i], im = v[2 * i + 1];
+      v[2 * i] = v[2 * j];
+      v[2 * i + 1] = v[2 * j + 1];
+      v[2 * j] = r;
+      v[2 * j + 1] = im;
+    }
+  }
+}
+
+/* Evaluation: v_j <- sum_i v_i zeta^(5^j i) (decode direction). */
+static void fft_special(double *v, int64_t size, uint64_t m2, const uint64_t *rot, const double *ksi) {
+  bitrev_complex(v, size);
+  for (int64_t len = 2; len <= size; len <<= 1) {
+    int64_t lenh = len >> 1;
+    uint64_t lenq = (uint64_t)len << 2, gap = m2 / lenq;
+    for (int64_t i = 0; i < size; i += len)
+      for (int64_t j = 0; j < lenh; ++j) {
+        uint64_t idx = (rot[j] % lenq) * gap;
+        double wr = ksi[2 * idx], wi = ksi[2 * idx + 1];
+        double *u = v + 2 * (i + j), *t = v + 2 * (i + j + lenh);
+        double vr = t[0] * wr - t[1] * wi, vi = t[0] * wi + t[1] * wr;
+        t[0] = u[0] - vr;
+        t[1] = u[1] - vi;
+        u[0] += vr;
+        u[1] += vi;
+      }
+  }
+}
+
+/* Interpolation: the inverse of fft_special (encode direction). */
+static void fft_special_inv(double *v, int64_t size, uint64_t m2, const uint64_t *rot, const double *ksi) {
+  for (int64_t len = size; len >= 2; len >>= 1) {
+    int64_t lenh = len >> 1;
+    uint64_t lenq = (uint64_t)len << 2, gap = m2 / lenq;
+    for (int64_t i = 0; i < size; i += len)
+      for (int64_t j = 0; j < lenh; ++j) {
+        uint64_t idx = (lenq - (rot[j] % lenq)) * gap;
+        double wr = ksi[2 * idx], wi = ksi[2 * idx + 1];
+        double *u = v + 2 * (i + j), *t = v + 2 * (i + j + lenh);
+        double sr = u[0] + t[0], si = u[1] + t[1];
+        double dr = u[0] - t[0], di = u[1] - t[1];
+        u[0] = sr;
+        u[1] = si;
+        t[0] = dr * wr - di * wi;
+        t[1] = dr * wi + di * wr;
+      }
+  }
+  bitrev_complex(v, size);
+  double inv = 1.0 / (double)size;
+  for (int64_t i = 0; i < 2 * size; ++i) v[i] *= inv;
+}
+
+/* Round x to the nearest integer and reduce it modulo q exactly, for any
+ * finite double (NaN and infinities give 0; the host rejects them). */
+static uint64_t round_mod(double x, const fh_modulus *m) {
+  if (!isfinite(x)) return 0;
+  double r = nearbyint(x); /* ties to even, the default rounding mode */
+  double ax = fabs(r);
+  uint64_t res;
+  if (ax < 0x1p63) {
+    res = fh_barrett128((uint64_t)ax, 0, m);
+  } else {
+    /* |r| = M * 2^e with M < 2^53 (r is an integer: its ulp is >= 2^11) */
+    int e;
+    double f = frexp(ax, &e);
+    uint64_t mant = (uint64_t)ldexp(f, 53);
+    uint64_t p2 = fh_mod_pow(2, (uint64_t)(e - 53), m);
+    res = fh_mod_mul(fh_barrett128(mant, 0, m), p2, m);
+  }
+  return r < 0 ? fh_mod_neg(res, m->q) : res;
+}
+
+fh_status fh__ckks_cpu_encode(const void *argp) {
+  const fh_ckks_encode_args *a = argp;
+  const int64_t n = (int64_t)1 << a->log_n, slots = n / 2;
+  const uint64_t m2 = 2 * (uint64_t)n;
+  for (int64_t g = 0; g < a->ngroups; ++g) {
+    double *w = a->work + g * a->work_gs;
+    const double *in = a->in + g * a->in_gs;
+    for (int64_t j = 0; j < slots; ++j) {
+      bool have = j < a->nslots_in;
+      w[2 * j] = have ? (a->in_complex ? in[2 * j] : in[j]) : 0.0;
+      w[2 * j + 1] = have && a->in_complex ? in[2 * j + 1] : 0.0;
+    }
+    fft_special_inv(w, slots, m2, a->rot_group, a->ksi);
+    for (int l = 0; l < a->nlimbs; ++l) {
+      const fh_modulus *m = &a->primes[a->prime[l]].bar;
+      uint64_t *o = a->out + g * a->out_gs + (int64_t)l * n;
+      for (int64_t i = 0; i < slots; ++i) {
+        o[i] = round_mod(w[2 * i] * a->scale, m);
+        o[i + slots] = round_mod(w[2 * i + 1] * a->scale, m);
+      }
+    }
+  }
+  return FH_OK;
+}
+
+/* ---- decoding: exact CRT ------------------------------------------------------------------ */
+/* x = x * m + add over `len` words; returns the new length. */
+static int big_muladd(uint64_t *x, int len, uint64_t m, uint64_t add) {
+  unsigned __int128 carry = add;
+  for (int i = 0; i < len; ++i) {
+    unsigned __int128 t = (unsigned __int128)x[i] * m + carry;
+    x[i] = (uint64_t)t;
+    carry = t >> 64;
+  }
+  if (carry) x[len++] = (uint64_t)carry;
+  return len;
+}
+
+static int big_cmp(const uint64_t *a, int la, const uint64_t *b, int lb) {
+  while (la > 0 && a[la - 1] == 0) --la;
+  while (lb > 0 && b[lb - 1] == 0) --lb;
+  if (la != lb) return la < lb ? -1 : 1;
+  for (int i = la - 1; i >= 0; --i)
+    if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
+  return 0;
+}
+
+/* r = a - b (a >= b), len words */
+static void big_sub(uint64_t *r, const uint64_t *a, int la, const uint64_t *b, int lb) {
+  uint64_t borrow = 0;
+  for (int i = 0; i < la; ++i) {
+    uint64_t bi = i < lb ? b[i] : 0;
+    uint64_t d = a[i] - bi - borrow;
+    borrow = (a[i] < bi) || (a[i] - bi < borrow);
+    r[i] = d;
+  }
+}
+
+static double big_to_double(const uint64_t *x, int len) {
+  while (len > 0 && x[len - 1] == 0) --len;
+  if (len == 0) return 0.0;
+  /* the top three words carry 129+ significant bits: more than enough */
+  double r = 0;
+  for (int i = len - 1; i >= 0 && i >= len - 3; --i) r += ldexp((double)x[i], 64 * i);
+  return r;
+}
+
+fh_status fh__ckks_cpu_decode(const void *argp) {
+  const fh_ckks_decode_args *a = argp;
+  const int64_t n = (int64_t)1 << a->log_n, slots = n / 2;
+  const uint64_t m2 = 2 * (uint64_t)n;
+  const int k = a->nlimbs;
+  const int nq = a->nq, first = nq - k;
+  for (int l = 0; l < k; ++l)
+    if (a->prime[l] != first + l)
+      return fh_error_set(FH_ERR_EXECUTION, "ckks_decode: row %d is prime %d, expected %d (the active Q rows)", l,
+                          a->prime[l], first + l);
+  /* Q and floor(Q/2) as big integers (k + 1 words) */
+  uint64_t Q[FH_CKKS_MAX_PRIMES + 1] = {1}, H[FH_CKKS_MAX_PRIMES + 1];
+  int lq = 1;
+  for (int l = 0; l < k; ++l) lq = big_muladd(Q, lq, a->primes[first + l].q, 0);
+  for (int i = lq - 1, carry = 0; i >= 0; --i) {
+    H[i] = (Q[i] >> 1) | ((uint64_t)carry << 63);
+    carry = (int)(Q[i] & 1);
+  }
+  /* Fast path: the first r primes of the reversed chain whose product Q'
+   * stays below 2^126 give the centred value x' modulo Q' in 128-bit
+   * arithmetic; when x' agrees with every other active residue, x' is the
+   * centred representative modulo Q (CRT uniqueness, |x'| < Q'/2 <= Q/2),
+   * so typical plaintexts cost O(k) per coefficient. Otherwise the full
+   * multi-word reconstruction below runs. */
+  int r_fast = 0;
+  unsigned __int128 qf = 1;
+  while (r_fast < k && r_fast < 8) {
+    uint64_t q = a->primes[nq - 1 - r_fast].q;
+    if (qf > (((unsigned __int128)1) << 126) / q) break;
+    qf *= q;
+    ++r_fast;
+  }
+  const double inv_scale = 1.0 / a->scale;
+  for (int64_t g = 0; g < a->ngroups; ++g) {
+    const uint64_t *in = a->in + g * a->in_gs;
+    double *w = a->work + g * a->work_gs;
+    for (int64_t i = 0; i < n; ++i) {
+      double val;
+      bool done = false;
+      if (k == 1) {
+        uint64_t x = in[i], q = a->primes[first].q;
+        val = x > q / 2 ? -(double)(q - x) : (double)x;
+        done = true;
+      } else if (r_fast >= 2) {
+        /* Garner over r_fast primes into 128 bits */
+        uint64_t v[8];
+        unsigned __int128 x = in[(int64_t)(k - 1) * n + i], prod = a->primes[nq - 1].q;
+        v[0] = (uint64_t)x;
+        for (int r = 1; r < r_fast; ++r) {
+          const fh_modulus *m = &a->primes[nq - 1 - r].bar;
+          const uint64_t *gr = a->garner + (int64_t)r * nq;
+          uint64_t s = 0;
+          for (int j = 0; j < r; ++j) s = fh_mod_add(s, fh_mod_mul(v[j], gr[j], m), m->q);
+          v[r] = fh_mod_mul(fh_mod_sub(in[(int64_t)(k - 1 - r) * n + i], s, m->q), gr[r], m);
+          x += (unsigned __int128)v[r] * prod;
+          prod *= m->q;
+        }
+        bool neg = x > qf / 2;
+        unsigned __int128 mag = neg ? qf - x : x;
+        bool ok = true;
+        for (int r = r_fast; r < k && ok; ++r) {
+          const fh_modulus *m = &a->primes[nq - 1 - r].bar;
+          uint64_t res = fh_barrett128((uint64_t)mag, (uint64_t)(mag >> 64), m);
+          if (neg) res = fh_mod_neg(res, m->q);
+          ok = res == in[(int64_t)(k - 1 - r) * n + i];
+        }
+        if (ok) {
+          val = neg ? -(double)mag : (double)mag;
+          done = true;
+        }
+      }
+      if (!done) {
+        uint64_t v[FH_CKKS_MAX_PRIMES], X[FH_CKKS_MAX_PRIMES + 1], D[FH_CKKS_MAX_PRIMES + 1];
+        /* Garner over the reversed chain r_j = q_{nq-1-j} (row k-1-j):
+         * x = v_0 + v_1 r_0 + v_2 r_0 r_1 + ... */
+        v[0] = in[(int64_t)(k - 1) * n + i];
+        for (int r = 1; r < k; ++r) {
+          const fh_modulus *m = &a->primes[nq - 1 - r].bar;
+          const uint64_t *gr = a->garner + (int64_t)r * nq;
+          uint64_t s = 0;
+          for (int j = 0; j < r; ++j) s = fh_mod_add(s, fh_mod_mul(v[j], gr[j], m), m->q);
+          v[r] = fh_mod_mul(fh_mod_sub(in[(int64_t)(k - 1 - r) * n + i], s, m->q), gr[r], m);
+        }
+        X[0] = v[k - 1];
+        int lx = 1;
+        for (int r = k - 2; r >= 0; --r) lx = big_muladd(X, lx, a->primes[nq - 1 - r].q, v[r]);
+        if (big_cmp(X, lx, H, lq) > 0) {
+          big_sub(D, Q, lq, X, lx);
+          val = -big_to_double(D, lq);
+        } else {
+          val = big_to_double(X, lx);
+        }
+      }
+      /* coefficient i -> real part of w_i; i + N/2 -> imaginary part */
+      if (i < slots) w[2 * i] = val * inv_scale;
+      else w[2 * (i - slots) + 1] = val * inv_scale;
+    }
+    fft_special(w, slots, m2, a->rot_group, a->ksi);
+    double *o = a->out + g * a->out_gs;
+    if (a->out_complex) {
+      if (o != w) memcpy(o, w, sizeof(double) * 2 * (size_t)slots);
+    } else {
+      for (int64_t j = 0; j < slots; ++j) o[j] = w[2 * j];
+    }
+  }
+  return FH_OK;
+}

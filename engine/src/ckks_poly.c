@@ -1,0 +1,454 @@
+/* Polynomial-level CKKS operators and the evaluator's launch helper
+ * (fh/ckks_poly.h). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fh/ckks_poly.h"
+#include "fh/internal.h"
+
+/* ---- launcher ------------------------------------------------------------------ */
+fh_status fh__ckks_launcher_init(fh__ckks_launcher *L, fh_ckks_tables *tb) {
+  memset(L, 0, sizeof *L);
+  L->tb = tb;
+  L->dev = tb->device;
+  fh_status st = fh_device_check(L->dev);
+  if (st == FH_OK) st = fh__op_stream(L->dev, NULL, &L->stream);
+  if (st != FH_OK) return st;
+  L->uses[L->nuses++] = fh_ckks_tables_storage(tb);
+  return FH_OK;
+}
+
+void fh__ckks_use(fh__ckks_launcher *L, const fh_tensor *t) {
+  if (t == NULL) return;
+  for (int i = 0; i < L->nuses; ++i)
+    if (L->uses[i] == t->storage) return;
+  if (L->nuses < FH_CKKS_MAX_USES) L->uses[L->nuses++] = t->storage;
+  else L->overflow = true;
+}
+
+fh_status fh__ckks_submit(fh__ckks_launcher *L, int kernel, const void *args, size_t size) {
+  if (L->overflow) /* a launch must list every storage it touches (tapes retain them) */
+    return fh_error_set(FH_ERR_EXECUTION, "internal error: a CKKS operation uses more than %d storages",
+                        FH_CKKS_MAX_USES);
+  return fh__submit(kernel, L->dev, L->stream, args, size, L->uses, L->nuses);
+}
+
+fh_status fh__ckks_ntt(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_t out_gs, const uint64_t *in,
+                       int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs) {
+  fh_ckks_ntt_args a;
+  memset(&a, 0, sizeof a);
+  a.out = out;
+  a.in = in;
+  a.out_gs = out_gs;
+  a.in_gs = in_gs;
+  a.ngroups = ngroups;
+  a.nlimbs = nlimbs;
+  a.log_n = L->tb->log_n;
+  a.primes = L->tb->primes_dev;
+  a.ntt = L->tb->ntt;
+  memcpy(a.prime, prime, sizeof(int32_t) * (size_t)nlimbs);
+  if (ngroups == 0 || nlimbs == 0) return FH_OK;
+  return fh__ckks_submit(L, forward ? FH_K_CKKS_NTT : FH_K_CKKS_INTT, &a, sizeof a);
+}
+
+void fh__ckks_ew_init(fh__ckks_launcher *L, fh_ckks_ew_args *a, int op, int64_t ngroups, const int32_t *prime,
+                      int nlimbs) {
+  memset(a, 0, sizeof *a);
+  a->op = op;
+  a->ngroups = ngroups;
+  a->nlimbs = nlimbs;
+  a->log_n = L->tb->log_n;
+  a->a_ls = L->tb->n;
+  a->primes = L->tb->primes_dev;
+  memcpy(a->prime, prime, sizeof(int32_t) * (size_t)nlimbs);
+}
+
+void fh__ckks_ew_set_const(fh__ckks_launcher *L, fh_ckks_ew_args *a, int l, uint64_t c) {
+  a->c_const[l] = c;
+  a->c_shoup[l] = fh_shoup_precompute(c, L->tb->primes[a->prime[l]]);
+}
+
+fh_status fh__ckks_temp(fh__ckks_launcher *L, int ndim, const int64_t *shape, fh_tensor **out) {
+  fh_tensor_options o = {FH_UINT64, L->dev, false, false};
+  fh_status st = fh_tensor_empty(ndim, shape, &o, out);
+  if (st == FH_OK) fh__ckks_use(L, *out);
+  return st;
+}
+
+/* ---- validation helpers ------------------------------------------------------------ */
+static fh_status check_device(const char *what, const fh_ckks_tables *tb, const fh_tensor *t) {
+  if (!fh_device_eq(fh_tensor_device(t), tb->device)) {
+    char a[FH_DEVICE_NAME_MAX], b[FH_DEVICE_NAME_MAX];
+    return fh_error_set(FH_ERR_VALUE, "%s: tensor is on %s but the CKKS tables are on %s", what,
+                        fh_device_name(fh_tensor_device(t), a), fh_device_name(tb->device, b));
+  }
+  return FH_OK;
+}
+
+static fh_status check_ids(const char *what, const fh_ckks_tables *tb, const int *ids, int nids) {
+  if (nids < 1 || nids > FH_CKKS_MAX_PRIMES)
+    return fh_error_set(FH_ERR_VALUE, "%s: between 1 and %d prime ids are needed, got %d", what, FH_CKKS_MAX_PRIMES,
+                        nids);
+  for (int i = 0; i < nids; ++i)
+    if (ids[i] < 0 || ids[i] >= tb->nq + tb->np)
+      return fh_error_set(FH_ERR_VALUE, "%s: prime id %d is out of range [0, %d)", what, ids[i], tb->nq + tb->np);
+  return FH_OK;
+}
+
+/* t is uint64 (or `dtype`) [*, nids, N]; returns the number of groups. */
+static fh_status check_rows(const char *what, const fh_ckks_tables *tb, const fh_tensor *t, int nids, fh_dtype dtype,
+                            int64_t *ngroups) {
+  fh_status st = check_device(what, tb, t);
+  if (st != FH_OK) return st;
+  if (t->dtype != (int)dtype)
+    return fh_error_set(FH_ERR_TYPE, "%s: expected a %s tensor, got %s", what, fh_dtype_name(dtype),
+                        fh_dtype_name(t->dtype));
+  if (t->ndim < 2 || t->shape[t->ndim - 1] != tb->n || t->shape[t->ndim - 2] != nids)
+    return fh_error_set(FH_ERR_VALUE, "%s: expected shape [*, %d, %lld] (limb rows, N), got a %d-dimensional tensor%s",
+                        what, nids, (long long)tb->n, t->ndim,
+                        t->ndim >= 2 ? " with other trailing sizes" : "");
+  int64_t numel = fh_tensor_numel(t);
+  *ngroups = numel / ((int64_t)nids * tb->n);
+  return FH_OK;
+}
+
+static fh_status new_like(const fh_tensor *t, fh_dtype dtype, fh_tensor **out) {
+  fh_tensor_options o = {dtype, fh_tensor_device(t), false, false};
+  return fh_tensor_empty(t->ndim, t->shape, &o, out);
+}
+
+/* ---- NTT ------------------------------------------------------------------------------ */
+fh_status fh_ckks_poly_ntt(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int nids, bool forward,
+                           fh_tensor **result) {
+  const char *what = forward ? "ckks ntt" : "ckks intt";
+  int64_t ngroups;
+  fh_status st;
+  if ((st = check_ids(what, tb, ids, nids)) || (st = check_rows(what, tb, t, nids, FH_UINT64, &ngroups))) return st;
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
+  fh_tensor *in = NULL, *out = NULL;
+  if ((st = fh_tensor_contiguous(t, &in)) != FH_OK) return st;
+  if ((st = new_like(t, FH_UINT64, &out)) != FH_OK) {
+    fh_tensor_release(in);
+    return st;
+  }
+  fh__ckks_use(&L, in);
+  fh__ckks_use(&L, out);
+  int32_t prime[FH_CKKS_MAX_PRIMES];
+  for (int i = 0; i < nids; ++i) prime[i] = ids[i];
+  int64_t gs = (int64_t)nids * tb->n;
+  st = fh__ckks_ntt(&L, forward, fh__ckks_ptr(out), gs, fh__ckks_ptr(in), gs, ngroups, prime, nids);
+  fh_tensor_release(in);
+  if (st != FH_OK) {
+    fh_tensor_release(out);
+    return st;
+  }
+  *result = out;
+  return FH_OK;
+}
+
+/* ---- element-wise --------------------------------------------------------------------- */
+static const char *const ew_names[FH_CKKS_EW_OP_COUNT] = {
+    "copy", "add", "sub", "neg", "mont_mul", "mont_mac", "mul_const", "add_const", "sub_add_mul",
+    "add_mul_const", "to_mont", "from_mont", "signed",
+};
+
+static int ew_inputs(int op) {
+  switch (op) {
+    case FH_CKKS_EW_ADD:
+    case FH_CKKS_EW_SUB:
+    case FH_CKKS_EW_MONT_MUL:
+    case FH_CKKS_EW_SUB_ADD_MUL:
+    case FH_CKKS_EW_ADD_MUL_CONST: return 2;
+    case FH_CKKS_EW_MONT_MAC: return 3;
+    default: return 1;
+  }
+}
+
+fh_status fh_ckks_poly_ew(fh_ckks_tables *tb, int op, fh_tensor *a, fh_tensor *b, fh_tensor *c, const int *ids,
+                          int nids, const uint64_t *k, const uint64_t *cst, fh_tensor **result) {
+  if (op < 0 || op >= FH_CKKS_EW_OP_COUNT) return fh_error_set(FH_ERR_VALUE, "ckks ew: invalid operation %d", op);
+  char what[64];
+  snprintf(what, sizeof what, "ckks %s", ew_names[op]);
+  fh_status st;
+  if ((st = check_ids(what, tb, ids, nids)) != FH_OK) return st;
+  int nin = ew_inputs(op);
+  if ((nin >= 2 && b == NULL) || (nin >= 3 && c == NULL))
+    return fh_error_set(FH_ERR_VALUE, "%s: needs %d operands", what, nin);
+  int64_t ngroups;
+  bool broadcast = false;
+  int64_t out_shape[FH_MAX_DIMS];
+  int out_ndim;
+  if (op == FH_CKKS_EW_SIGNED) {
+    if ((st = check_device(what, tb, a)) != FH_OK) return st;
+    if (a->dtype != FH_INT64)
+      return fh_error_set(FH_ERR_TYPE, "%s: expected an int64 tensor, got %s", what, fh_dtype_name(a->dtype));
+    if (a->ndim < 1 || a->shape[a->ndim - 1] != tb->n)
+      return fh_error_set(FH_ERR_VALUE, "%s: expected shape [*, %lld]", what, (long long)tb->n);
+    broadcast = !(a->ndim >= 2 && a->shape[a->ndim - 2] == nids);
+    if (broadcast && a->ndim >= FH_MAX_DIMS) return fh_error_set(FH_ERR_VALUE, "%s: too many dimensions", what);
+    out_ndim = broadcast ? a->ndim + 1 : a->ndim;
+    memcpy(out_shape, a->shape, sizeof(int64_t) * (size_t)(a->ndim - 1));
+    if (broadcast) out_shape[a->ndim - 1] = nids;
+    out_shape[out_ndim - 1] = tb->n;
+    ngroups = fh_tensor_numel(a) / (broadcast ? tb->n : (int64_t)nids * tb->n);
+  } else {
+    if ((st = check_rows(what, tb, a, nids, FH_UINT64, &ngroups)) != FH_OK) return st;
+    out_ndim = a->ndim;
+    memcpy(out_shape, a->shape, sizeof(int64_t) * (size_t)a->ndim);
+  }
+  fh_tensor *ops[3] = {b, c, NULL};
+  for (int i = 0; i < nin - 1; ++i) {
+    int64_t g2;
+    if ((st = check_rows(what, tb, ops[i], nids, FH_UINT64, &g2)) != FH_OK) return st;
+    bool same = ops[i]->ndim == out_ndim;
+    for (int d = 0; same && d < out_ndim; ++d) same = ops[i]->shape[d] == out_shape[d];
+    if (!same) return fh_error_set(FH_ERR_VALUE, "%s: operand %d has a different shape", what, i + 2);
+  }
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
+  fh_tensor *in[3] = {NULL, NULL, NULL}, *src[3] = {a, b, c}, *out = NULL;
+  for (int i = 0; i < nin && st == FH_OK; ++i) st = fh_tensor_contiguous(src[i], &in[i]);
+  if (st == FH_OK) {
+    fh_tensor_options o = {FH_UINT64, tb->device, false, false};
+    st = fh_tensor_empty(out_ndim, out_shape, &o, &out);
+  }
+  if (st == FH_OK) {
+    for (int i = 0; i < nin; ++i) fh__ckks_use(&L, in[i]);
+    fh__ckks_use(&L, out);
+    int32_t prime[FH_CKKS_MAX_PRIMES];
+    for (int i = 0; i < nids; ++i) prime[i] = ids[i];
+    fh_ckks_ew_args args;
+    fh__ckks_ew_init(&L, &args, op, ngroups, prime, nids);
+    int64_t gs = (int64_t)nids * tb->n;
+    args.out = fh__ckks_ptr(out);
+    args.out_gs = gs;
+    args.a = fh__ckks_ptr(in[0]);
+    args.a_gs = broadcast ? tb->n : gs;
+    args.a_ls = broadcast ? 0 : tb->n;
+    if (nin >= 2) {
+      args.b = fh__ckks_ptr(in[1]);
+      args.b_gs = gs;
+    }
+    if (nin >= 3) {
+      args.c = fh__ckks_ptr(in[2]);
+      args.c_gs = gs;
+    }
+    for (int l = 0; l < nids; ++l) {
+      uint64_t q = tb->primes[ids[l]];
+      args.k[l] = k ? k[l] % q : 0;
+      fh__ckks_ew_set_const(&L, &args, l, cst ? cst[l] % q : 0);
+    }
+    if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_EW, &args, sizeof args);
+  }
+  for (int i = 0; i < 3; ++i)
+    if (in[i]) fh_tensor_release(in[i]);
+  if (st != FH_OK) {
+    if (out) fh_tensor_release(out);
+    return st;
+  }
+  *result = out;
+  return FH_OK;
+}
+
+/* ---- automorphism ----------------------------------------------------------------------- */
+fh_status fh_ckks_poly_automorph(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int nids, uint64_t galois,
+                                 bool ntt_domain, fh_tensor **result) {
+  const char *what = "ckks automorphism";
+  int64_t ngroups;
+  fh_status st;
+  if ((st = check_ids(what, tb, ids, nids)) || (st = check_rows(what, tb, t, nids, FH_UINT64, &ngroups))) return st;
+  if ((galois & 1) == 0 || galois >= 2 * (uint64_t)tb->n)
+    return fh_error_set(FH_ERR_VALUE, "%s: the Galois element must be odd and below 2N = %lld, got %llu", what,
+                        (long long)(2 * tb->n), (unsigned long long)galois);
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
+  fh_tensor *in = NULL, *out = NULL;
+  if ((st = fh_tensor_contiguous(t, &in)) != FH_OK) return st;
+  if ((st = new_like(t, FH_UINT64, &out)) != FH_OK) {
+    fh_tensor_release(in);
+    return st;
+  }
+  fh__ckks_use(&L, in);
+  fh__ckks_use(&L, out);
+  fh_ckks_automorph_args a;
+  memset(&a, 0, sizeof a);
+  a.out = fh__ckks_ptr(out);
+  a.in = fh__ckks_ptr(in);
+  a.out_gs = a.in_gs = (int64_t)nids * tb->n;
+  a.ngroups = ngroups;
+  a.nlimbs = nids;
+  a.log_n = tb->log_n;
+  a.ntt_domain = ntt_domain;
+  a.galois = galois;
+  a.primes = tb->primes_dev;
+  for (int i = 0; i < nids; ++i) a.prime[i] = ids[i];
+  if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_AUTOMORPH, &a, sizeof a);
+  fh_tensor_release(in);
+  if (st != FH_OK) {
+    fh_tensor_release(out);
+    return st;
+  }
+  *result = out;
+  return FH_OK;
+}
+
+/* ---- encode / decode ----------------------------------------------------------------------- */
+/* log2 of the product of the last nlimbs Q primes */
+static double log2_q(const fh_ckks_tables *tb, int nlimbs) {
+  double s = 0;
+  for (int i = tb->nq - nlimbs; i < tb->nq; ++i) s += log2((double)tb->primes[i]);
+  return s;
+}
+
+fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, int nlimbs, fh_tensor **result) {
+  const char *what = "ckks encode";
+  fh_status st;
+  if (nlimbs < 1 || nlimbs > tb->nq)
+    return fh_error_set(FH_ERR_VALUE, "%s: between 1 and %d Q primes, got %d", what, tb->nq, nlimbs);
+  if (!(scale > 0) || !isfinite(scale))
+    return fh_error_set(FH_ERR_VALUE, "%s: scale must be positive and finite, got %g", what, scale);
+  if ((st = check_device(what, tb, msg)) != FH_OK) return st;
+  if (msg->dtype != FH_FLOAT64 && msg->dtype != FH_COMPLEX128)
+    return fh_error_set(FH_ERR_TYPE, "%s: messages must be float64 or complex128, got %s", what,
+                        fh_dtype_name(msg->dtype));
+  if (msg->ndim < 1 || msg->ndim >= FH_MAX_DIMS)
+    return fh_error_set(FH_ERR_VALUE, "%s: expected a message of shape [*, slots]", what);
+  int64_t slots = tb->n / 2, s = msg->shape[msg->ndim - 1];
+  if (s > slots)
+    return fh_error_set(FH_ERR_VALUE, "%s: %lld message slots given but the context has %lld", what, (long long)s,
+                        (long long)slots);
+  bool complex_in = msg->dtype == FH_COMPLEX128;
+  int64_t ngroups = s > 0 ? fh_tensor_numel(msg) / s : 0;
+  for (int d = 0; d < msg->ndim - 1; ++d)
+    if (msg->shape[d] == 0) ngroups = 0;
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
+  fh_tensor *in = NULL, *out = NULL, *work = NULL;
+  if ((st = fh_tensor_contiguous(msg, &in)) != FH_OK) return st;
+  /* magnitude check on the host when the values are readable now: the
+   * canonical-embedding coefficients are bounded by the largest slot
+   * magnitude, so |slot| * scale < Q/2 keeps every coefficient in range */
+  if (fh_tensor_device(in).type == FH_DEVICE_CPU && fh_tape_active() == NULL) {
+    const double *v = (const double *)fh_tensor_data(in);
+    int64_t cnt = fh_tensor_numel(in) * (complex_in ? 2 : 1);
+    double mx = 0;
+    for (int64_t i = 0; i < cnt; ++i) {
+      if (!isfinite(v[i])) {
+        fh_tensor_release(in);
+        return fh_error_set(FH_ERR_VALUE, "%s: message element %lld is not finite (%g)", what,
+                            (long long)(complex_in ? i / 2 : i) + 1, v[i]);
+      }
+      if (fabs(v[i]) > mx) mx = fabs(v[i]);
+    }
+    double lim = log2_q(tb, nlimbs) - 1;
+    if (mx > 0 && log2(mx * (complex_in ? M_SQRT2 : 1.0)) + log2(scale) >= lim) {
+      fh_tensor_release(in);
+      return fh_error_set(FH_ERR_VALUE,
+                          "%s: message magnitude %g at scale 2^%.2f exceeds the modulus of %d prime%s (2^%.1f): it "
+                          "would wrap around",
+                          what, mx, log2(scale), nlimbs, nlimbs == 1 ? "" : "s", lim + 1);
+    }
+  }
+  int64_t shape[FH_MAX_DIMS];
+  memcpy(shape, msg->shape, sizeof(int64_t) * (size_t)(msg->ndim - 1));
+  shape[msg->ndim - 1] = nlimbs;
+  shape[msg->ndim] = tb->n;
+  fh_tensor_options o = {FH_UINT64, tb->device, false, false};
+  int64_t wshape[2] = {ngroups, tb->n};
+  fh_tensor_options wo = {FH_FLOAT64, tb->device, false, false};
+  if ((st = fh_tensor_empty(msg->ndim + 1, shape, &o, &out)) == FH_OK) st = fh_tensor_empty(2, wshape, &wo, &work);
+  if (st == FH_OK) {
+    fh__ckks_use(&L, in);
+    fh__ckks_use(&L, out);
+    fh__ckks_use(&L, work);
+    fh_ckks_encode_args a;
+    memset(&a, 0, sizeof a);
+    a.out = fh__ckks_ptr(out);
+    a.in = (const double *)fh_tensor_data(in);
+    a.work = (double *)fh_tensor_data(work);
+    a.out_gs = (int64_t)nlimbs * tb->n;
+    a.in_gs = s * (complex_in ? 2 : 1);
+    a.work_gs = tb->n;
+    a.ngroups = ngroups;
+    a.nslots_in = s;
+    a.in_complex = complex_in;
+    a.nlimbs = nlimbs;
+    a.log_n = tb->log_n;
+    a.scale = scale;
+    a.primes = tb->primes_dev;
+    a.rot_group = tb->rot_group;
+    a.ksi = tb->ksi;
+    for (int i = 0; i < nlimbs; ++i) a.prime[i] = tb->nq - nlimbs + i;
+    if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_ENCODE, &a, sizeof a);
+  }
+  fh_tensor_release(in);
+  if (work) fh_tensor_release(work);
+  if (st != FH_OK) {
+    if (out) fh_tensor_release(out);
+    return st;
+  }
+  *result = out;
+  return FH_OK;
+}
+
+fh_status fh_ckks_poly_decode(fh_ckks_tables *tb, fh_tensor *coeffs, double scale, bool complex_out,
+                              fh_tensor **result) {
+  const char *what = "ckks decode";
+  fh_status st;
+  if (!(scale > 0) || !isfinite(scale))
+    return fh_error_set(FH_ERR_VALUE, "%s: scale must be positive and finite, got %g", what, scale);
+  if (coeffs->ndim < 2)
+    return fh_error_set(FH_ERR_VALUE, "%s: expected shape [*, limb, N], got %d dimension%s", what, coeffs->ndim,
+                        coeffs->ndim == 1 ? "" : "s");
+  int nlimbs = (int)coeffs->shape[coeffs->ndim - 2];
+  if (nlimbs < 1 || nlimbs > tb->nq)
+    return fh_error_set(FH_ERR_VALUE, "%s: between 1 and %d Q primes, got %d limb rows", what, tb->nq, nlimbs);
+  int64_t ngroups;
+  if ((st = check_rows(what, tb, coeffs, nlimbs, FH_UINT64, &ngroups)) != FH_OK) return st;
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
+  fh_tensor *in = NULL, *out = NULL, *work = NULL;
+  if ((st = fh_tensor_contiguous(coeffs, &in)) != FH_OK) return st;
+  int64_t shape[FH_MAX_DIMS];
+  memcpy(shape, coeffs->shape, sizeof(int64_t) * (size_t)(coeffs->ndim - 2));
+  shape[coeffs->ndim - 2] = tb->n / 2;
+  fh_tensor_options o = {complex_out ? FH_COMPLEX128 : FH_FLOAT64, tb->device, false, false};
+  int64_t wshape[2] = {ngroups, tb->n};
+  fh_tensor_options wo = {FH_FLOAT64, tb->device, false, false};
+  if ((st = fh_tensor_empty(coeffs->ndim - 1, shape, &o, &out)) == FH_OK) st = fh_tensor_empty(2, wshape, &wo, &work);
+  if (st == FH_OK) {
+    fh__ckks_use(&L, in);
+    fh__ckks_use(&L, out);
+    fh__ckks_use(&L, work);
+    fh_ckks_decode_args a;
+    memset(&a, 0, sizeof a);
+    a.out = (double *)fh_tensor_data(out);
+    a.in = fh__ckks_ptr(in);
+    a.work = (double *)fh_tensor_data(work);
+    a.out_gs = complex_out ? tb->n : tb->n / 2;
+    a.in_gs = (int64_t)nlimbs * tb->n;
+    a.work_gs = tb->n;
+    a.ngroups = ngroups;
+    a.out_complex = complex_out;
+    a.nlimbs = nlimbs;
+    a.log_n = tb->log_n;
+    a.nq = tb->nq;
+    a.scale = scale;
+    a.primes = tb->primes_dev;
+    a.rot_group = tb->rot_group;
+    a.ksi = tb->ksi;
+    a.garner = tb->garner;
+    for (int i = 0; i < nlimbs; ++i) a.prime[i] = tb->nq - nlimbs + i;
+    if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_DECODE, &a, sizeof a);
+  }
+  fh_tensor_release(in);
+  if (work) fh_tensor_release(work);
+  if (st != FH_OK) {
+    if (out) fh_tensor_release(out);
+    return st;
+  }
+  *result = out;
+  return FH_OK;
+}

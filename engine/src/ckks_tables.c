@@ -1,0 +1,400 @@
+/* CKKS prime utilities and constant tables (fh/ckks_tables.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fh/ckks_tables.h"
+
+/* ---- primes ----------------------------------------------------------------- */
+fh_status fh_ckks_find_primes(int bits, int log_n, int count, const uint64_t *exclude, int nexclude, uint64_t *out) {
+  if (bits < 20 || bits > 61)
+    return fh_error_set(FH_ERR_VALUE, "prime size must be between 20 and 61 bits, got %d", bits);
+  if (log_n < FH_CKKS_MIN_LOG_N || log_n > FH_CKKS_MAX_LOG_N)
+    return fh_error_set(FH_ERR_VALUE, "log N must be between %d and %d, got %d", FH_CKKS_MIN_LOG_N, FH_CKKS_MAX_LOG_N,
+                        log_n);
+  if (count < 0) return fh_error_set(FH_ERR_VALUE, "prime count must be non-negative, got %d", count);
+  uint64_t m = 2ULL << log_n; /* 2N */
+  /* largest q < 2^bits with q = 1 mod 2N, then downwards while above 2^(bits-1) */
+  uint64_t top = (1ULL << bits) - 1;
+  uint64_t q = top - ((top - 1) % m);
+  int found = 0;
+  for (; q > (1ULL << (bits - 1)) && found < count; q -= m) {
+    bool skip = false;
+    for (int i = 0; i < nexclude && !skip; ++i) skip = exclude[i] == q;
+    if (!skip && fh_is_prime_u64(q)) out[found++] = q;
+  }
+  if (found < count)
+    return fh_error_set(FH_ERR_VALUE, "only %d %d-bit primes q = 1 mod 2^%d exist (after exclusions), %d requested",
+                        found, bits, log_n + 1, count);
+  return FH_OK;
+}
+
+fh_status fh_ckks_min_root(uint64_t q, int log_n, uint64_t *out) {
+  uint64_t m = 2ULL << log_n;
+  if (q < 3 || q >= (1ULL << 62) || (q - 1) % m != 0 || !fh_is_prime_u64(q))
+    return fh_error_set(FH_ERR_VALUE, "%llu is not a prime q < 2^62 with q = 1 mod 2N = %llu", (unsigned long long)q,
+                        (unsigned long long)m);
+  fh_modulus md;
+  fh_modulus_init(&md, q);
+  uint64_t n = m / 2;
+  /* g = x^((q-1)/2N) is a primitive 2N-th root iff g^N = -1 */
+  uint64_t g = 0;
+  for (uint64_t x = 2; x < q; ++x) {
+    uint64_t c = fh_mod_pow(x, (q - 1) / m, &md);
+    if (fh_mod_pow(c, n, &md) == q - 1) {
+      g = c;
+      break;
+    }
+  }
+  if (g == 0) return fh_error_set(FH_ERR_VALUE, "no primitive 2N-th root of unity modulo %llu", (unsigned long long)q);
+  /* the primitive 2N-th roots are g^k for odd k: take the smallest */
+  uint64_t g2 = fh_mod_mul(g, g, &md), best = g, cur = g;
+  for (uint64_t k = 1; k < n; ++k) {
+    cur = fh_mod_mul(cur, g2, &md);
+    if (cur < best) best = cur;
+  }
+  *out = best;
+  return FH_OK;
+}
+
+/* ---- tables ------------------------------------------------------------------ */
+static uint32_t bitrev(uint32_t x, int bits) {
+  uint32_t r = 0;
+  for (int i = 0; i < bits; ++i) {
+    r = (r << 1) | (x & 1);
+    x >>= 1;
+  }
+  return r;
+}
+
+#define PRIME_WORDS (sizeof(fh_ckks_prime) / sizeof(uint64_t))
+_Static_assert(sizeof(fh_ckks_prime) % sizeof(uint64_t) == 0, "fh_ckks_prime is a whole number of words");
+
+typedef struct layout {
+  size_t primes, ntt, rot, ksi, garner, ones, bconv, total;
+} layout;
+
+static int digit_lo(const fh_ckks_tables *t, int j) { return j * t->alpha; }
+static int digit_hi(const fh_ckks_tables *t, int j) { /* exclusive */
+  int h = (j + 1) * t->alpha;
+  return h < t->nq ? h : t->nq;
+}
+/* first active prime of digit j at `level` and the count of active ones */
+static int digit_first(const fh_ckks_tables *t, int j, int level) {
+  int lo = digit_lo(t, j);
+  return lo > level ? lo : level;
+}
+static int digit_active(const fh_ckks_tables *t, int j, int level) {
+  int lo = digit_first(t, j, level), hi = digit_hi(t, j);
+  return hi > lo ? hi - lo : 0;
+}
+
+/* Words of base-conversion constants for nsrc sources and ndst targets. */
+static size_t bconv_words(int nsrc, int ndst) { return 2 * (size_t)nsrc + (size_t)nsrc * (size_t)ndst; }
+
+/* Fill base-conversion constants from src primes (indices) to dst primes. */
+static void fill_bconv(const fh_ckks_tables *t, uint64_t *w, const int *src, int nsrc, const int *dst, int ndst) {
+  for (int i = 0; i < nsrc; ++i) {
+    const fh_modulus *m = &t->host[src[i]].bar;
+    uint64_t prod = 1 % m->q;
+    for (int k = 0; k < nsrc; ++k)
+      if (k != i) prod = fh_mod_mul(prod, t->primes[src[k]] % m->q, m);
+    uint64_t inv = fh_mod_inv_prime(prod, m);
+    w[2 * i] = inv;
+    w[2 * i + 1] = fh_shoup_precompute(inv, m->q);
+  }
+  uint64_t *mat = w + 2 * nsrc;
+  for (int j = 0; j < ndst; ++j) {
+    const fh_modulus *m = &t->host[dst[j]].bar;
+    for (int i = 0; i < nsrc; ++i) {
+      uint64_t prod = 1 % m->q;
+      for (int k = 0; k < nsrc; ++k)
+        if (k != i) prod = fh_mod_mul(prod, t->primes[src[k]] % m->q, m);
+      mat[(size_t)j * nsrc + i] = prod;
+    }
+  }
+}
+
+static void tables_free(fh_ckks_tables *t) {
+  if (t == NULL) return;
+  if (t->data) fh_tensor_release(t->data);
+  free(t->modup);
+  free(t->moddown);
+  free(t->rescale_inv);
+  free(t->rescale_half);
+  free(t->p_inv);
+  free(t->p_half_q);
+  free(t);
+}
+
+void fh_ckks_tables_retain(fh_ckks_tables *t) { fh_rc_retain(&t->rc); }
+void fh_ckks_tables_release(fh_ckks_tables *t) {
+  if (t != NULL && fh_rc_release(&t->rc)) tables_free(t);
+}
+
+static fh_status validate(int log_n, const uint64_t *primes, int nq, int np) {
+  if (log_n < FH_CKKS_MIN_LOG_N || log_n > FH_CKKS_MAX_LOG_N)
+    return fh_error_set(FH_ERR_VALUE, "log N must be between %d and %d, got %d", FH_CKKS_MIN_LOG_N, FH_CKKS_MAX_LOG_N,
+                        log_n);
+  if (nq < 1) return fh_error_set(FH_ERR_VALUE, "a CKKS context needs at least one Q prime, got %d", nq);
+  if (np < 0 || nq + np > FH_CKKS_MAX_PRIMES)
+    return fh_error_set(FH_ERR_VALUE, "at most %d primes (Q + P) are supported, got %d + %d", FH_CKKS_MAX_PRIMES, nq,
+                        np);
+  uint64_t m = 2ULL << log_n;
+  for (int i = 0; i < nq + np; ++i) {
+    uint64_t q = primes[i];
+    const char *set = i < nq ? "Q" : "P";
+    int idx = i < nq ? i : i - nq;
+    if (q >= (1ULL << 62) || q < 3)
+      return fh_error_set(FH_ERR_VALUE, "%s prime %d is %llu; primes must be below 2^62", set, idx + 1,
+                          (unsigned long long)q);
+    if ((q - 1) % m != 0)
+      return fh_error_set(FH_ERR_VALUE, "%s prime %d (%llu) is not 1 mod 2N = %llu (not NTT-friendly)", set, idx + 1,
+                          (unsigned long long)q, (unsigned long long)m);
+    if (!fh_is_prime_u64(q))
+      return fh_error_set(FH_ERR_VALUE, "%s prime %d (%llu) is not prime", set, idx + 1, (unsigned long long)q);
+    for (int k = 0; k < i; ++k)
+      if (primes[k] == q)
+        return fh_error_set(FH_ERR_VALUE, "prime %llu appears twice in the chain", (unsigned long long)q);
+  }
+  return FH_OK;
+}
+
+fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, fh_device dev, fh_ckks_tables **out) {
+  fh_status st = validate(log_n, primes, nq, np);
+  if (st != FH_OK) return st;
+  if ((st = fh_device_check(dev)) != FH_OK) return st;
+  fh_ckks_tables *t = calloc(1, sizeof *t);
+  if (t == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
+  fh_rc_init(&t->rc);
+  t->log_n = log_n;
+  t->n = (int64_t)1 << log_n;
+  t->nq = nq;
+  t->np = np;
+  t->alpha = np;
+  t->dnum = np > 0 ? (nq + np - 1) / np : 0;
+  t->device = dev;
+  int np_all = nq + np;
+  int64_t n = t->n;
+  memcpy(t->primes, primes, sizeof(uint64_t) * (size_t)np_all);
+
+  /* host per-prime constants (the root search is the slow part: O(N)) */
+  for (int p = 0; p < np_all; ++p) {
+    fh_ckks_prime *c = &t->host[p];
+    uint64_t q = primes[p];
+    fh_modulus_init(&c->bar, q);
+    c->q = q;
+    c->qinv = fh_mont_qinv(q);
+    c->r1 = fh_mont_r1(q);
+    c->r1_shoup = fh_shoup_precompute(c->r1, q);
+    c->r2 = fh_mont_r2(q);
+    if ((st = fh_ckks_min_root(q, log_n, &c->psi)) != FH_OK) {
+      tables_free(t);
+      return st;
+    }
+    c->psi_inv = fh_mod_inv_prime(c->psi, &c->bar);
+    uint64_t w1 = fh_mod_pow(c->psi, (uint64_t)n / 2, &c->bar); /* psi^bitrev(1) */
+    c->w1r = fh_mod_mul(w1, c->r1, &c->bar);
+    c->w1r_shoup = fh_shoup_precompute(c->w1r, q);
+    uint64_t ninv = fh_mod_inv_prime((uint64_t)n % q, &c->bar);
+    uint64_t rinv = fh_mod_inv_prime(c->r1, &c->bar);
+    c->ninv_rinv = fh_mod_mul(ninv, rinv, &c->bar);
+    c->ninv_rinv_shoup = fh_shoup_precompute(c->ninv_rinv, q);
+    uint64_t iw1 = fh_mod_inv_prime(w1, &c->bar);
+    c->iw1s = fh_mod_mul(iw1, c->ninv_rinv, &c->bar);
+    c->iw1s_shoup = fh_shoup_precompute(c->iw1s, q);
+  }
+
+  /* layout */
+  layout lo;
+  size_t w = 0;
+  lo.primes = w;
+  w += PRIME_WORDS * (size_t)np_all;
+  lo.ntt = w;
+  w += (size_t)np_all * 4 * (size_t)n;
+  lo.rot = w;
+  w += (size_t)n / 2;
+  lo.ksi = w;
+  w += 2 * (2 * (size_t)n + 1);
+  lo.garner = w;
+  w += (size_t)nq * (size_t)nq;
+  lo.ones = w;
+  w += 2 + FH_CKKS_MAX_PRIMES;
+  lo.bconv = w;
+  size_t *modup_off = NULL, *moddown_off = NULL;
+  if (np > 0) {
+    modup_off = calloc((size_t)nq * (size_t)t->dnum, sizeof *modup_off);
+    moddown_off = calloc((size_t)nq, sizeof *moddown_off);
+    t->modup = calloc((size_t)nq * (size_t)t->dnum, sizeof *t->modup);
+    t->moddown = calloc((size_t)nq, sizeof *t->moddown);
+    if (!modup_off || !moddown_off || !t->modup || !t->moddown) {
+      free(modup_off);
+      free(moddown_off);
+      tables_free(t);
+      return fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
+    }
+    for (int l = 0; l < nq; ++l) {
+      int la = nq - l;
+      for (int j = 0; j < t->dnum; ++j) {
+        int ns = digit_active(t, j, l);
+        if (ns == 0) continue;
+        modup_off[l * t->dnum + j] = w;
+        w += bconv_words(ns, la - ns + np);
+      }
+      moddown_off[l] = w;
+      w += bconv_words(np, la);
+    }
+  }
+  lo.total = w;
+
+  t->rescale_inv = calloc((size_t)nq * (size_t)nq, sizeof(uint64_t));
+  t->rescale_half = calloc((size_t)nq * (size_t)nq, sizeof(uint64_t));
+  t->p_inv = calloc((size_t)nq, sizeof(uint64_t));
+  t->p_half_q = calloc((size_t)nq, sizeof(uint64_t));
+  fh_tensor *host = NULL;
+  fh_tensor_options o = {FH_UINT64, fh_cpu(), false, false};
+  int64_t shape[1] = {(int64_t)lo.total};
+  if (!t->rescale_inv || !t->rescale_half || !t->p_inv || !t->p_half_q) {
+    st = fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
+  } else {
+    st = fh_tensor_empty(1, shape, &o, &host);
+  }
+  if (st != FH_OK) {
+    free(modup_off);
+    free(moddown_off);
+    tables_free(t);
+    return st;
+  }
+  uint64_t *base = (uint64_t *)fh_tensor_data(host);
+  memset(base, 0, lo.total * sizeof(uint64_t));
+
+  /* per-prime records and NTT twiddles */
+  memcpy(base + lo.primes, t->host, sizeof(fh_ckks_prime) * (size_t)np_all);
+  uint64_t *pw = malloc(sizeof(uint64_t) * (size_t)n);
+  if (pw == NULL) {
+    free(modup_off);
+    free(moddown_off);
+    fh_tensor_release(host);
+    tables_free(t);
+    return fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
+  }
+  for (int p = 0; p < np_all; ++p) {
+    const fh_ckks_prime *c = &t->host[p];
+    uint64_t q = c->q;
+    uint64_t *tw = base + lo.ntt + (size_t)p * 4 * (size_t)n;
+    pw[0] = 1;
+    for (int64_t i = 1; i < n; ++i) pw[i] = fh_mod_mul(pw[i - 1], c->psi, &c->bar);
+    for (int64_t k = 0; k < n; ++k) {
+      uint32_t r = bitrev((uint32_t)k, log_n);
+      uint64_t f = pw[r];
+      uint64_t inv = r == 0 ? 1 : q - pw[n - r]; /* psi^-r = -psi^(N-r) */
+      tw[k] = f;
+      tw[n + k] = fh_shoup_precompute(f, q);
+      tw[2 * n + k] = inv;
+      tw[3 * n + k] = fh_shoup_precompute(inv, q);
+    }
+  }
+  free(pw);
+
+  /* encoding tables */
+  uint64_t m2 = 2 * (uint64_t)n;
+  uint64_t *rot = base + lo.rot;
+  uint64_t g = 1;
+  for (int64_t j = 0; j < n / 2; ++j) {
+    rot[j] = g;
+    g = (g * 5) % m2;
+  }
+  double *ksi = (double *)(base + lo.ksi);
+  for (uint64_t k = 0; k <= m2; ++k) {
+    long double ang = 2.0L * 3.14159265358979323846264338327950288L * (long double)k / (long double)m2;
+    ksi[2 * k] = (double)cosl(ang);
+    ksi[2 * k + 1] = (double)sinl(ang);
+  }
+
+  /* Garner constants over the reversed chain r_k = q_{nq-1-k} */
+  uint64_t *gar = base + lo.garner;
+  for (int i = 0; i < nq; ++i) {
+    const fh_modulus *m = &t->host[nq - 1 - i].bar;
+    uint64_t prod = 1 % m->q;
+    for (int mm = 0; mm < i; ++mm) {
+      gar[(size_t)i * nq + mm] = prod;
+      prod = fh_mod_mul(prod, primes[nq - 1 - mm] % m->q, m);
+    }
+    gar[(size_t)i * nq + i] = fh_mod_inv_prime(prod, m);
+  }
+
+  /* single-source base conversion: shat_inv = 1, matrix of ones */
+  uint64_t *ones = base + lo.ones;
+  ones[0] = 1;
+  ones[1] = 0; /* a zero Shoup companion is exact for w = 1: x*1 - 0*q = x < q */
+  for (int i = 0; i < FH_CKKS_MAX_PRIMES; ++i) ones[2 + i] = 1;
+
+  /* key-switching base conversions and host constants */
+  int src[FH_CKKS_MAX_PRIMES], dst[FH_CKKS_MAX_PRIMES];
+  for (int l = 0; l < nq && np > 0; ++l) {
+    int la = nq - l;
+    for (int j = 0; j < t->dnum; ++j) {
+      int ns = digit_active(t, j, l);
+      if (ns == 0) continue;
+      int lo_j = digit_first(t, j, l), nd = 0;
+      for (int i = 0; i < ns; ++i) src[i] = lo_j + i;
+      for (int i = l; i < nq; ++i)
+        if (i < lo_j || i >= lo_j + ns) dst[nd++] = i;
+      for (int k = 0; k < np; ++k) dst[nd++] = nq + k;
+      fill_bconv(t, base + modup_off[l * t->dnum + j], src, ns, dst, nd);
+    }
+    for (int k = 0; k < np; ++k) src[k] = nq + k;
+    for (int i = 0; i < la; ++i) dst[i] = l + i;
+    fill_bconv(t, base + moddown_off[l], src, np, dst, la);
+  }
+  for (int l = 0; l + 1 < nq; ++l) {
+    uint64_t qd = primes[l]; /* dropped by a rescale at level l */
+    for (int i = l + 1; i < nq; ++i) {
+      const fh_modulus *m = &t->host[i].bar;
+      t->rescale_inv[(size_t)l * nq + i] = fh_mod_inv_prime(qd % m->q, m);
+      t->rescale_half[(size_t)l * nq + i] = ((qd - 1) / 2) % m->q;
+    }
+  }
+  if (np > 0) {
+    for (int i = 0; i < nq; ++i) {
+      const fh_modulus *m = &t->host[i].bar;
+      uint64_t pm = 1 % m->q;
+      for (int k = 0; k < np; ++k) pm = fh_mod_mul(pm, primes[nq + k] % m->q, m);
+      t->p_inv[i] = fh_mod_inv_prime(pm, m);
+      /* (P - 1) / 2 mod q_i = (P mod q_i - 1) * 2^-1 */
+      uint64_t inv2 = (m->q + 1) / 2;
+      t->p_half_q[i] = fh_mod_mul(fh_mod_sub(pm, 1 % m->q, m->q), inv2, m);
+    }
+    for (int k = 0; k < np; ++k) t->p_half_p[k] = (primes[nq + k] - 1) / 2;
+  }
+
+  /* move to the device */
+  fh_tensor *data = host;
+  if (dev.type != FH_DEVICE_CPU) {
+    st = fh_tensor_to(host, dev, false, NULL, false, &data);
+    fh_tensor_release(host);
+    if (st != FH_OK) {
+      free(modup_off);
+      free(moddown_off);
+      tables_free(t);
+      return st;
+    }
+  }
+  t->data = data;
+  uint64_t *d = (uint64_t *)fh_tensor_data(data);
+  t->primes_dev = (const fh_ckks_prime *)(d + lo.primes);
+  t->ntt = d + lo.ntt;
+  t->rot_group = d + lo.rot;
+  t->ksi = (const double *)(d + lo.ksi);
+  t->garner = d + lo.garner;
+  t->ones = d + lo.ones;
+  for (int l = 0; l < nq && np > 0; ++l) {
+    for (int j = 0; j < t->dnum; ++j)
+      t->modup[l * t->dnum + j] = digit_active(t, j, l) ? d + modup_off[l * t->dnum + j] : NULL;
+    t->moddown[l] = d + moddown_off[l];
+  }
+  free(modup_off);
+  free(moddown_off);
+  *out = t;
+  return FH_OK;
+}
