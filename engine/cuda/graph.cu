@@ -233,6 +233,16 @@ fh_status fh__graph_instantiate(fh__graph *g, uint64_t *nodes) {
   if (st != FH_OK) return st;
   size_t n = 0;
   FH_CUDA_TRY(cudaGraphGetNodes(g->graph, NULL, &n), "cudaGraphGetNodes");
+  /* FHELIUM_GRAPH_DOT=<prefix>: write each captured graph as Graphviz
+   * (<prefix><n>.dot, verbose: kernel names, grids, parameters) to debug
+   * what a capture recorded. */
+  const char *dot = getenv("FHELIUM_GRAPH_DOT");
+  if (dot != NULL && *dot) {
+    static int count;
+    char path[1024];
+    snprintf(path, sizeof path, "%s%d.dot", dot, count++);
+    (void)cudaGraphDebugDotPrint(g->graph, path, cudaGraphDebugDotFlagsVerbose);
+  }
   FH_CUDA_TRY(cudaGraphInstantiate(&g->exec, g->graph, 0), "cudaGraphInstantiate");
   /* the executable graph is independent of the template */
   (void)cudaGraphDestroy(g->graph);

@@ -129,6 +129,11 @@ int main(void) {
     cudaGraph_t g;
     CHECK(cudaStreamEndCapture(s, &g));
     double c1 = now_us();
+    if (K == 10 && getenv("FHELIUM_GRAPH_DOT")) {
+      char path[1024];
+      snprintf(path, sizeof path, "%sbaseline_K10.dot", getenv("FHELIUM_GRAPH_DOT"));
+      (void)cudaGraphDebugDotPrint(g, path, cudaGraphDebugDotFlagsVerbose);
+    }
     cudaGraphExec_t x;
     CHECK(cudaGraphInstantiate(&x, g, 0));
     double c2 = now_us();
