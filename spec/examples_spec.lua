@@ -51,3 +51,30 @@ describe("examples/quickstart.lua", function()
     assert.truthy(r.stdout:find("= 1ULL (expected 1)", 1, true))
   end)
 end)
+
+describe("examples/matrix_vector.lua (the README's main job)", function()
+  it("captures the CKKS program, replays it bit-identically to eager runs, within tolerance", function()
+    local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "4" }
+    assert.equal("", r.stderr)
+    assert.equal(0, r.code)
+    assert.truthy(r.stdout:find("HostGraphProgram: %d+ launches captured"), r.stdout)
+    local rows = 0
+    for line in r.stdout:gmatch("[^\n]+") do
+      local e_err, r_err, bitwise, status = line:match("^%d+%s+%S+%s+(%S+)%s+(%S+)%s+%S+%s+%S+%s+(%S+)%s+(%S+)$")
+      if status then
+        rows = rows + 1
+        assert.is_true(tonumber(e_err) < 1e-5 and tonumber(r_err) < 1e-5, line)
+        assert.equal("equal", bitwise)
+        assert.equal("ok", status)
+      end
+    end
+    assert.equal(3, rows)
+    assert.truthy(r.stdout:find("PASS\n$"), r.stdout)
+  end)
+
+  it("rejects unknown options with a usage message", function()
+    local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--bogus", "1" }
+    assert.equal(2, r.code)
+    assert.truthy(r.stderr:find("usage: matrix_vector.lua"), r.stderr)
+  end)
+end)
