@@ -288,8 +288,10 @@ fh_status fh_buffer_new(fh_tree_sig *sig, fh_tensor *const *examples, const fh_d
 void fh_buffer_retain(fh_buffer *b) { fh_rc_retain(&b->rc); }
 
 static void drop_inflight(fh_buffer *b, int k) {
+  if (k <= 0) return; /* also: inflight may be NULL */
   for (int i = 0; i < k; ++i) fh_copy_handle_release(b->inflight[i]);
-  memmove(b->inflight, b->inflight + k, sizeof *b->inflight * (size_t)(b->ninflight - k));
+  if (b->ninflight > k)
+    memmove(b->inflight, b->inflight + k, sizeof *b->inflight * (size_t)(b->ninflight - k));
   b->ninflight -= k;
 }
 
