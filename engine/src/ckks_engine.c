@@ -132,7 +132,6 @@ fh_status fh_ckks_engine_new(fh_ckks_context *ctx, fh_device dev, const uint64_t
   e->ctx = ctx;
   e->dev = dev;
   e->tb = tb;
-  e->seeded = seed != NULL;
   *out = e;
   return FH_OK;
 }
@@ -149,7 +148,7 @@ void fh_ckks_engine_release(fh_ckks_engine *e) {
 }
 fh_ckks_context *fh_ckks_engine_context(const fh_ckks_engine *e) { return e->ctx; }
 fh_device fh_ckks_engine_device(const fh_ckks_engine *e) { return e->dev; }
-bool fh_ckks_engine_is_seeded(const fh_ckks_engine *e) { return e->seeded; }
+bool fh_ckks_engine_is_seeded(const fh_ckks_engine *e) { return fh_ckks_rng_is_seeded(e->rng); }
 int fh_ckks_engine_dnum(const fh_ckks_engine *e) { return e->tb->dnum; }
 fh_ckks_tables *fh_ckks_engine_tables(const fh_ckks_engine *e) { return e->tb; }
 
