@@ -57,6 +57,10 @@ typedef struct fh_tensor_box { fh_tensor *t; } fh_tensor_box;
 typedef struct fh_stream_box { fh_stream *s; } fh_stream_box;
 typedef struct fh_event_box { fh_event *e; } fh_event_box;
 
+/* A new zero-filled userdata of `size` bytes with the registry metatable
+ * `mt`, left on the stack (the box a constructor creates before the engine
+ * object it will hold). Owned by Lua. */
+void *fh__lua_newbox(lua_State *L, size_t size, const char *mt);
 /* Userdata of metatable `mt` at idx, or NULL. */
 void *fh__lua_testudata(lua_State *L, int idx, const char *mt);
 /* Checked access; raises TypeError "<fn>: argument <n> (<name>) expected
@@ -75,6 +79,7 @@ fh_tensor_box *fh__lua_new_tensor_box(lua_State *L);
 void fh__lua_account(lua_State *L, fh_tensor *t);
 void fh__lua_push_stream(lua_State *L, fh_stream *s); /* retains */
 void fh__lua_push_event(lua_State *L, fh_event *e);   /* retains */
+void fh__lua_push_device(lua_State *L, fh_device d);  /* its name: "cpu", "cuda:0" */
 
 /* ---- argument helpers --------------------------------------------------- */
 /* Integral number check (LuaJIT numbers are doubles): raises ValueError
@@ -151,6 +156,11 @@ void fh__lua_setfuncs(lua_State *L, const luaL_Reg *l);
 /* Get or create a metatable with __index = methods table; leaves the
  * metatable on the stack. methods and meta may be NULL. */
 void fh__lua_newclass(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta);
+/* fh__lua_newclass, then __index = `index` with the methods table as its
+ * upvalue (index looks there first, then answers fields); leaves the
+ * metatable on the stack. */
+void fh__lua_newclass_indexed(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta,
+                              lua_CFunction index);
 
 int luaopen_fhelium_core(lua_State *L);
 

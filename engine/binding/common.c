@@ -193,38 +193,40 @@ void fh__lua_account(lua_State *L, fh_tensor *t) {
   }
 }
 
-fh_tensor_box *fh__lua_new_tensor_box(lua_State *L) {
-  fh_tensor_box *b = lua_newuserdata(L, sizeof *b);
-  b->t = NULL;
-  luaL_getmetatable(L, FH_TENSOR_MT);
+void *fh__lua_newbox(lua_State *L, size_t size, const char *mt) {
+  void *b = lua_newuserdata(L, size);
+  memset(b, 0, size);
+  luaL_getmetatable(L, mt);
   lua_setmetatable(L, -2);
   return b;
 }
 
+fh_tensor_box *fh__lua_new_tensor_box(lua_State *L) { return fh__lua_newbox(L, sizeof(fh_tensor_box), FH_TENSOR_MT); }
+
 void fh__lua_push_tensor(lua_State *L, fh_tensor *t) {
-  /* the box allocation is the only failure point; on a Lua memory error
-   * the reference would leak, so reserve stack first */
+  /* the box allocation is the only failure point: on a Lua memory error
+   * the caller's reference leaks (callers that can, use the box-first
+   * order of fh__lua_new_tensor_box instead) */
   fh_tensor_box *b = fh__lua_new_tensor_box(L);
   b->t = t;
   fh__lua_account(L, t);
 }
 
 void fh__lua_push_stream(lua_State *L, fh_stream *s) {
-  fh_stream_box *b = lua_newuserdata(L, sizeof *b);
-  b->s = NULL;
-  luaL_getmetatable(L, FH_STREAM_MT);
-  lua_setmetatable(L, -2);
+  fh_stream_box *b = fh__lua_newbox(L, sizeof *b, FH_STREAM_MT);
   fh_stream_retain(s);
   b->s = s;
 }
 
 void fh__lua_push_event(lua_State *L, fh_event *e) {
-  fh_event_box *b = lua_newuserdata(L, sizeof *b);
-  b->e = NULL;
-  luaL_getmetatable(L, FH_EVENT_MT);
-  lua_setmetatable(L, -2);
+  fh_event_box *b = fh__lua_newbox(L, sizeof *b, FH_EVENT_MT);
   fh_event_retain(e);
   b->e = e;
+}
+
+void fh__lua_push_device(lua_State *L, fh_device d) {
+  char n[FH_DEVICE_NAME_MAX];
+  lua_pushstring(L, fh_device_name(d, n));
 }
 
 /* ---- numbers and scalars ------------------------------------------------ */
@@ -443,6 +445,14 @@ void fh__lua_newclass(lua_State *L, const char *name, const luaL_Reg *methods, c
   } else {
     lua_pop(L, 2);
   }
+}
+
+void fh__lua_newclass_indexed(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta,
+                              lua_CFunction index) {
+  fh__lua_newclass(L, name, methods, meta);
+  lua_getfield(L, -1, "methods");
+  lua_pushcclosure(L, index, 1);
+  lua_setfield(L, -2, "__index");
 }
 
 /* ---- module ------------------------------------------------------------- */

@@ -133,10 +133,7 @@ static int l_tables(lua_State *L) {
   fh_device dev = fh__lua_optdevice(L, 4, "device", fh_cpu(), fn);
   uint64_t primes[FH_CKKS_MAX_PRIMES];
   fh__lua_check(L, fh_tensor_read(pt, primes));
-  tables_box *b = lua_newuserdata(L, sizeof *b);
-  b->t = NULL;
-  luaL_getmetatable(L, FH_CKKS_TABLES_MT);
-  lua_setmetatable(L, -2);
+  tables_box *b = fh__lua_newbox(L, sizeof *b, FH_CKKS_TABLES_MT);
   fh__lua_check(L, fh_ckks_tables_new(log_n, primes, nq, (int)pt->shape[0] - nq, dev, &b->t));
   return 1;
 }
@@ -316,10 +313,7 @@ static int tape_length(lua_State *L) {
 
 static int l_capture(lua_State *L) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
-  tape_box *b = lua_newuserdata(L, sizeof *b);
-  b->t = NULL;
-  luaL_getmetatable(L, FH_CKKS_TAPE_MT);
-  lua_setmetatable(L, -2);
+  tape_box *b = fh__lua_newbox(L, sizeof *b, FH_CKKS_TAPE_MT);
   fh__lua_check(L, fh_tape_new(&b->t));
   fh__lua_check(L, fh_tape_begin(b->t));
   lua_pushvalue(L, 1);
@@ -467,10 +461,7 @@ static int l_engine(lua_State *L) {
                          "%s: argument 1 expected a preset name (fh.Preset.*), a CkksContext or a parameter table, got %s",
                          fn, fh__lua_typename(L, 1));
   }
-  engine_box *b = lua_newuserdata(L, sizeof *b);
-  b->e = NULL;
-  luaL_getmetatable(L, FH_CKKS_ENGINE_MT);
-  lua_setmetatable(L, -2);
+  engine_box *b = fh__lua_newbox(L, sizeof *b, FH_CKKS_ENGINE_MT);
   fh_status st = fh_ckks_engine_new(ctx, dev, seeded ? &seed : NULL, &b->e);
   if (own) fh_ckks_context_release(ctx);
   if (st != FH_OK) {
@@ -490,9 +481,8 @@ static int e_index(lua_State *L) {
   engine_box *b = fh__lua_testudata(L, 1, FH_CKKS_ENGINE_MT);
   const char *k = lua_tostring(L, 2);
   if (b == NULL || b->e == NULL || k == NULL) return 0;
-  char dev[FH_DEVICE_NAME_MAX];
   if (strcmp(k, "context") == 0) fh__lua_push_context(L, fh_ckks_engine_context(b->e));
-  else if (strcmp(k, "device") == 0) lua_pushstring(L, fh_device_name(fh_ckks_engine_device(b->e), dev));
+  else if (strcmp(k, "device") == 0) fh__lua_push_device(L, fh_ckks_engine_device(b->e));
   else if (strcmp(k, "seeded") == 0) lua_pushboolean(L, fh_ckks_engine_is_seeded(b->e));
   else if (strcmp(k, "dnum") == 0) lua_pushinteger(L, fh_ckks_engine_dnum(b->e));
   else if (strcmp(k, "num_slots") == 0) lua_pushnumber(L, (lua_Number)fh_ckks_engine_context(b->e)->num_slots);
@@ -696,10 +686,7 @@ static void fh__lua_open_ckks_engine(lua_State *L) {
       {"sum_ciphertext_batch", e_sum_batch},
       {NULL, NULL}};
   static const luaL_Reg meta[] = {{"__gc", engine_gc}, {"__tostring", e_tostring}, {NULL, NULL}};
-  fh__lua_newclass(L, FH_CKKS_ENGINE_MT, methods, meta);
-  lua_getfield(L, -1, "methods");
-  lua_pushcclosure(L, e_index, 1);
-  lua_setfield(L, -2, "__index");
+  fh__lua_newclass_indexed(L, FH_CKKS_ENGINE_MT, methods, meta, e_index);
   lua_getfield(L, -1, "methods");
   lua_setfield(L, -3, "CkksEngine_methods");
   lua_pop(L, 1);

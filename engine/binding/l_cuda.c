@@ -21,26 +21,40 @@ static fh_device cuda_dev(int i) {
   return d;
 }
 
+/* checkindex, then raise unless that CUDA device is usable */
+static int checkdevice(lua_State *L, int idx, const char *fn) {
+  int i = checkindex(L, idx, fn);
+  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  return i;
+}
+
+/* the stream argument at idx, or the current stream of the current device */
+static fh_stream *optstream_arg(lua_State *L, int idx, const char *fn) {
+  if (!lua_isnoneornil(L, idx)) return fh__lua_checkstream(L, idx, fn, "stream");
+  fh_device d = cuda_dev(fh_cuda_current_device());
+  fh__lua_check(L, fh_device_check(d));
+  fh_stream *s;
+  fh__lua_check(L, fh_stream_current(d, &s));
+  return s;
+}
+
 static int l_is_available(lua_State *L) { lua_pushboolean(L, fh_cuda_is_available()); return 1; }
 static int l_device_count(lua_State *L) { lua_pushinteger(L, fh_cuda_device_count()); return 1; }
 static int l_current_device(lua_State *L) { lua_pushinteger(L, fh_cuda_current_device()); return 1; }
 static int l_set_device(lua_State *L) {
-  int i = checkindex(L, 1, "fh.cuda.set_device");
-  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  int i = checkdevice(L, 1, "fh.cuda.set_device");
   fh__lua_check(L, fh_cuda_set_device(i));
   return 0;
 }
 static int l_synchronize(lua_State *L) {
-  int i = checkindex(L, 1, "fh.cuda.synchronize");
-  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  int i = checkdevice(L, 1, "fh.cuda.synchronize");
   fh__lua_check(L, fh_cuda_synchronize(i));
   return 0;
 }
 static int l_unavailable_reason(lua_State *L) { lua_pushstring(L, fh_cuda_unavailable_reason()); return 1; }
 
 static int l_get_device_properties(lua_State *L) {
-  int i = checkindex(L, 1, "fh.cuda.get_device_properties");
-  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  int i = checkdevice(L, 1, "fh.cuda.get_device_properties");
   fh_device_properties p;
   fh__lua_check(L, fh_cuda_get_device_properties(i, &p));
   lua_createtable(L, 0, 5);
@@ -71,10 +85,7 @@ static int l_stream_new(lua_State *L) {
     lua_pop(L, 2);
   }
   fh__lua_check(L, fh_device_check(cuda_dev(dev)));
-  fh_stream_box *b = lua_newuserdata(L, sizeof *b);
-  b->s = NULL;
-  luaL_getmetatable(L, FH_STREAM_MT);
-  lua_setmetatable(L, -2);
+  fh_stream_box *b = fh__lua_newbox(L, sizeof *b, FH_STREAM_MT);
   fh__lua_check(L, fh_stream_new(cuda_dev(dev), prio, &b->s));
   return 1;
 }
@@ -111,10 +122,7 @@ static int s_wait_stream(lua_State *L) {
 }
 static int s_record_event(lua_State *L) {
   fh_stream *s = sself(L, "Stream:record_event");
-  fh_event_box *b = lua_newuserdata(L, sizeof *b);
-  b->e = NULL;
-  luaL_getmetatable(L, FH_EVENT_MT);
-  lua_setmetatable(L, -2);
+  fh_event_box *b = fh__lua_newbox(L, sizeof *b, FH_EVENT_MT);
   fh__lua_check(L, fh_event_new(false, &b->e));
   fh__lua_check(L, fh_event_record(b->e, s));
   return 1;
@@ -126,8 +134,7 @@ static int s_index(lua_State *L) {
     lua_getfield(L, lua_upvalueindex(1), k);
     if (!lua_isnil(L, -1)) return 1;
     lua_pop(L, 1);
-    char buf[FH_DEVICE_NAME_MAX];
-    if (strcmp(k, "device") == 0) { lua_pushstring(L, fh_device_name(fh_stream_device(s), buf)); return 1; }
+    if (strcmp(k, "device") == 0) { fh__lua_push_device(L, fh_stream_device(s)); return 1; }
     if (strcmp(k, "priority") == 0) { lua_pushinteger(L, fh_stream_priority(s)); return 1; }
     if (strcmp(k, "is_default") == 0) { lua_pushboolean(L, fh_stream_is_default(s)); return 1; }
     if (strcmp(k, "id") == 0) { lua_pushnumber(L, (lua_Number)fh_stream_id(s)); return 1; }
@@ -149,16 +156,14 @@ static int s_eq(lua_State *L) {
 }
 
 static int l_current_stream(lua_State *L) {
-  int i = checkindex(L, 1, "fh.cuda.current_stream");
-  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  int i = checkdevice(L, 1, "fh.cuda.current_stream");
   fh_stream *s;
   fh__lua_check(L, fh_stream_current(cuda_dev(i), &s));
   fh__lua_push_stream(L, s);
   return 1;
 }
 static int l_default_stream(lua_State *L) {
-  int i = checkindex(L, 1, "fh.cuda.default_stream");
-  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  int i = checkdevice(L, 1, "fh.cuda.default_stream");
   fh_stream *s;
   fh__lua_check(L, fh_stream_default(cuda_dev(i), &s));
   fh__lua_push_stream(L, s);
@@ -187,10 +192,7 @@ static int l_event_new(lua_State *L) {
   fh__lua_checkopts(L, 1, "fh.cuda.Event", event_opts);
   int timing = fh__lua_optbool(L, 1, "timing", 0, "fh.cuda.Event");
   if (!fh_cuda_is_available()) fh__lua_check(L, fh_device_check(cuda_dev(0)));
-  fh_event_box *b = lua_newuserdata(L, sizeof *b);
-  b->e = NULL;
-  luaL_getmetatable(L, FH_EVENT_MT);
-  lua_setmetatable(L, -2);
+  fh_event_box *b = fh__lua_newbox(L, sizeof *b, FH_EVENT_MT);
   fh__lua_check(L, fh_event_new(timing, &b->e));
   return 1;
 }
@@ -205,14 +207,7 @@ static int e_gc(lua_State *L) {
 static fh_event *eself(lua_State *L, const char *fn) { return fh__lua_checkevent(L, 1, fn, "self"); }
 static int e_record(lua_State *L) {
   fh_event *e = eself(L, "Event:record");
-  fh_stream *s;
-  if (lua_isnoneornil(L, 2)) {
-    fh_device d = cuda_dev(fh_cuda_current_device());
-    fh__lua_check(L, fh_device_check(d));
-    fh__lua_check(L, fh_stream_current(d, &s));
-  } else {
-    s = fh__lua_checkstream(L, 2, "Event:record", "stream");
-  }
+  fh_stream *s = optstream_arg(L, 2, "Event:record");
   fh__lua_check(L, fh_event_record(e, s));
   lua_settop(L, 1);
   return 1;
@@ -239,9 +234,8 @@ static int e_index(lua_State *L) {
     lua_getfield(L, lua_upvalueindex(1), k);
     if (!lua_isnil(L, -1)) return 1;
     lua_pop(L, 1);
-    char buf[FH_DEVICE_NAME_MAX];
     if (strcmp(k, "device") == 0) {
-      if (fh_event_is_recorded(e)) lua_pushstring(L, fh_device_name(fh_event_device(e), buf));
+      if (fh_event_is_recorded(e)) fh__lua_push_device(L, fh_event_device(e));
       else lua_pushnil(L);
       return 1;
     }
@@ -285,16 +279,14 @@ static void push_stats(lua_State *L, const fh_memory_stats *m) {
 }
 
 static int l_memory_stats(lua_State *L) {
-  int i = checkindex(L, 1, "fh.cuda.memory_stats");
-  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  int i = checkdevice(L, 1, "fh.cuda.memory_stats");
   fh_memory_stats m;
   fh__lua_check(L, fh_cuda_memory_stats(i, &m));
   push_stats(L, &m);
   return 1;
 }
 static int l_reset_peak_memory_stats(lua_State *L) {
-  int i = checkindex(L, 1, "fh.cuda.reset_peak_memory_stats");
-  fh__lua_check(L, fh_device_check(cuda_dev(i)));
+  int i = checkdevice(L, 1, "fh.cuda.reset_peak_memory_stats");
   fh__lua_check(L, fh_cuda_reset_peak_memory_stats(i));
   return 0;
 }
@@ -307,16 +299,6 @@ static int l_pinned_memory_stats(lua_State *L) {
 static int l_empty_cache(lua_State *L) {
   fh__lua_check(L, fh_cuda_empty_cache());
   return 0;
-}
-
-/* the stream argument at idx, or the current stream of the current device */
-static fh_stream *optstream_arg(lua_State *L, int idx, const char *fn) {
-  if (!lua_isnoneornil(L, idx)) return fh__lua_checkstream(L, idx, fn, "stream");
-  fh_device d = cuda_dev(fh_cuda_current_device());
-  fh__lua_check(L, fh_device_check(d));
-  fh_stream *s;
-  fh__lua_check(L, fh_stream_current(d, &s));
-  return s;
 }
 
 /* fh.cuda._spin(ms, stream): test aid, a kernel that runs for `ms`. */
@@ -346,10 +328,7 @@ static int l_capture(lua_State *L) {
   lua_settop(L, 1);
   fh__lua_push_stream(L, prev); /* 2: keeps the previous stream alive across errors */
   fh_stream_release(prev);
-  fh_stream_box *sb = lua_newuserdata(L, sizeof *sb); /* 3: the capture stream */
-  sb->s = NULL;
-  luaL_getmetatable(L, FH_STREAM_MT);
-  lua_setmetatable(L, -2);
+  fh_stream_box *sb = fh__lua_newbox(L, sizeof *sb, FH_STREAM_MT); /* 3: the capture stream */
   fh__lua_check(L, fh_stream_new(d, 0, &sb->s));
   fh_mempool *pool;
   fh__lua_check(L, fh_mempool_new(d, &pool));
@@ -371,25 +350,18 @@ static int l_capture(lua_State *L) {
   return 2;
 }
 
-static void class_with_index(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta,
-                             lua_CFunction index) {
-  fh__lua_newclass(L, name, methods, meta);
-  lua_getfield(L, -1, "methods");
-  lua_pushcclosure(L, index, 1);
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 1);
-}
-
 void fh__lua_open_cuda(lua_State *L) {
   static const luaL_Reg smethods[] = {{"synchronize", s_synchronize}, {"query", s_query},
                                       {"wait_event", s_wait_event},   {"wait_stream", s_wait_stream},
                                       {"record_event", s_record_event}, {NULL, NULL}};
   static const luaL_Reg smeta[] = {{"__gc", s_gc}, {"__tostring", s_tostring}, {"__eq", s_eq}, {NULL, NULL}};
-  class_with_index(L, FH_STREAM_MT, smethods, smeta, s_index);
+  fh__lua_newclass_indexed(L, FH_STREAM_MT, smethods, smeta, s_index);
+  lua_pop(L, 1);
   static const luaL_Reg emethods[] = {{"record", e_record}, {"query", e_query}, {"synchronize", e_synchronize},
                                       {"elapsed_ms", e_elapsed_ms}, {NULL, NULL}};
   static const luaL_Reg emeta[] = {{"__gc", e_gc}, {"__tostring", e_tostring}, {NULL, NULL}};
-  class_with_index(L, FH_EVENT_MT, emethods, emeta, e_index);
+  fh__lua_newclass_indexed(L, FH_EVENT_MT, emethods, emeta, e_index);
+  lua_pop(L, 1);
 
   static const luaL_Reg fns[] = {{"is_available", l_is_available},
                                  {"device_count", l_device_count},

@@ -259,10 +259,7 @@ static int l_buffer_like(lua_State *L) {
   bool has_dev = opt_given(L, 2, "device");
   fh_device dev = fh__lua_optdevice(L, 2, "device", fh_cpu(), fn);
   bool pin = fh__lua_optbool(L, 2, "pin_memory", 0, fn);
-  buffer_box *bb = lua_newuserdata(L, sizeof *bb);
-  bb->b = NULL;
-  luaL_getmetatable(L, FH_BUFFER_MT);
-  lua_setmetatable(L, -2);
+  buffer_box *bb = fh__lua_newbox(L, sizeof *bb, FH_BUFFER_MT);
   fh_tree_sig *sig = NULL;
   fh_tensor **leaves = NULL;
   fh_status st = fh__lua_tree_build(L, 1, root, &sig, &leaves);
@@ -285,11 +282,6 @@ static int buf_gc(lua_State *L) {
     b->b = NULL;
   }
   return 0;
-}
-
-static void push_device(lua_State *L, fh_device d) {
-  char n[FH_DEVICE_NAME_MAX];
-  lua_pushstring(L, fh_device_name(d, n));
 }
 
 /* Push buf.value: a new tree around the owned storages. */
@@ -323,7 +315,7 @@ static int buf_index(lua_State *L) {
       fh__lua_check(L, fh_buffer_check_open(b, what));
       switch (i) {
         case 0: fh__lua_push_treesig(L, fh_buffer_signature(b)); break;
-        case 1: push_device(L, fh_buffer_device(b)); break;
+        case 1: fh__lua_push_device(L, fh_buffer_device(b)); break;
         case 2: lua_pushboolean(L, fh_buffer_is_pinned(b)); break;
         default: lua_pushnumber(L, (lua_Number)fh_buffer_nbytes(b)); break;
       }
@@ -460,7 +452,7 @@ static int h_index(lua_State *L) {
     return 1;
   }
   if (strcmp(k, "device") == 0) {
-    push_device(L, fh_copy_handle_device(h));
+    fh__lua_push_device(L, fh_copy_handle_device(h));
     return 1;
   }
   if (strcmp(k, "bytes_copied") == 0) {
@@ -819,7 +811,7 @@ static int p_index(lua_State *L) {
   program_box *b = checkprogbox(L, 1, "Program.__index");
   if (k == NULL) return 0;
   if (strcmp(k, "device") == 0) {
-    push_device(L, fh_program_device(b->p));
+    fh__lua_push_device(L, fh_program_device(b->p));
     return 1;
   }
   if (strcmp(k, "kind") == 0) {
@@ -905,14 +897,6 @@ static int p_tostring(lua_State *L) {
 }
 
 /* ---- registration ------------------------------------------------------------------------ */
-static void class_with_index(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta,
-                             lua_CFunction index) {
-  fh__lua_newclass(L, name, methods, meta);
-  lua_getfield(L, -1, "methods");
-  lua_pushcclosure(L, index, 1);
-  lua_setfield(L, -2, "__index");
-}
-
 void fh__lua_open_exec(lua_State *L) {
   if (luaL_newmetatable(L, LEAFGUARD_MT)) {
     lua_pushcfunction(L, guard_gc);
@@ -925,13 +909,13 @@ void fh__lua_open_exec(lua_State *L) {
                                       {NULL, NULL}};
   static const luaL_Reg bmeta[] = {{"__gc", buf_gc}, {"__tostring", buf_tostring}, {"__newindex", buf_newindex},
                                    {NULL, NULL}};
-  class_with_index(L, FH_BUFFER_MT, bmethods, bmeta, buf_index);
+  fh__lua_newclass_indexed(L, FH_BUFFER_MT, bmethods, bmeta, buf_index);
   lua_setfield(L, -2, "ReusableValueBuffer_metatable");
 
   static const luaL_Reg hmethods[] = {{"done", h_done}, {"wait_on", h_wait_on}, {"synchronize", h_synchronize},
                                       {NULL, NULL}};
   static const luaL_Reg hmeta[] = {{"__gc", h_gc}, {"__tostring", h_tostring}, {NULL, NULL}};
-  class_with_index(L, FH_HANDLE_MT, hmethods, hmeta, h_index);
+  fh__lua_newclass_indexed(L, FH_HANDLE_MT, hmethods, hmeta, h_index);
   lua_setfield(L, -2, "CopyHandle_metatable");
 
   static const luaL_Reg pmethods[] = {{"replay", p_replay},
@@ -951,7 +935,7 @@ void fh__lua_open_exec(lua_State *L) {
                                       {NULL, NULL}};
   static const luaL_Reg pmeta[] = {{"__gc", p_gc}, {"__tostring", p_tostring}, {"__newindex", p_newindex},
                                    {NULL, NULL}};
-  class_with_index(L, FH_PROGRAM_MT, pmethods, pmeta, p_index);
+  fh__lua_newclass_indexed(L, FH_PROGRAM_MT, pmethods, pmeta, p_index);
   lua_setfield(L, -2, "Program_metatable");
 
   static const luaL_Reg fns[] = {{"buffer_like", l_buffer_like},

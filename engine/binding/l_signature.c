@@ -433,10 +433,7 @@ static void push_node(lua_State *L, const fh_tree_sig *s, fh_tensor *const *leav
       return;
     }
     case FH_TREE_VALUE: {
-      fh_value_box *b = lua_newuserdata(L, sizeof *b);
-      b->v = NULL;
-      luaL_getmetatable(L, FH_VALUE_MT);
-      lua_setmetatable(L, -2);
+      fh_value_box *b = fh__lua_newbox(L, sizeof *b, FH_VALUE_MT);
       fh__lua_check(L, fh_value_sig_build(&s->value, leaves + *li, &b->v));
       *li += s->value.ntensors;
       return;
@@ -472,12 +469,9 @@ typedef struct sig_box {
 } sig_box;
 
 static sig_box *push_box(lua_State *L, fh_tree_sig *s, int cls, int tindex) {
-  sig_box *b = lua_newuserdata(L, sizeof *b);
-  b->s = NULL;
+  sig_box *b = fh__lua_newbox(L, sizeof *b, FH_SIGNATURE_MT);
   b->cls = cls;
   b->tindex = tindex;
-  luaL_getmetatable(L, FH_SIGNATURE_MT);
-  lua_setmetatable(L, -2);
   if (s) {
     fh_tree_sig_retain(s);
     b->s = s;
@@ -828,10 +822,7 @@ void fh__lua_open_signature(lua_State *L) {
   static const luaL_Reg methods[] = {{"key", s_key}, {"validate", s_validate}, {"flatten", s_flatten},
                                      {"unflatten", s_unflatten}, {NULL, NULL}};
   static const luaL_Reg meta[] = {{"__gc", s_gc}, {"__eq", s_eq}, {"__tostring", s_tostring}, {NULL, NULL}};
-  fh__lua_newclass(L, FH_SIGNATURE_MT, methods, meta);
-  lua_getfield(L, -1, "methods");
-  lua_pushcclosure(L, s_index, 1);
-  lua_setfield(L, -2, "__index");
+  fh__lua_newclass_indexed(L, FH_SIGNATURE_MT, methods, meta, s_index);
   lua_setfield(L, -2, "Signature_metatable");
 
   static const luaL_Reg fns[] = {{"tensor_signature", l_tensor_signature},

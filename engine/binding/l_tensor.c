@@ -307,10 +307,7 @@ static int l_generator(lua_State *L) {
       return fh__lua_error(L);
     }
   }
-  gen_box *b = lua_newuserdata(L, sizeof *b);
-  b->g = NULL;
-  luaL_getmetatable(L, FH_GENERATOR_MT);
-  lua_setmetatable(L, -2);
+  gen_box *b = fh__lua_newbox(L, sizeof *b, FH_GENERATOR_MT);
   fh__lua_check(L, fh_generator_new(seed, &b->g));
   return 1;
 }
@@ -398,10 +395,9 @@ static int t_index(lua_State *L) {
     fh_tensor *t = fh__lua_totensor(L, 1);
     if (t == NULL) return 0;
     const char *k = lua_tostring(L, 2);
-    char dev[FH_DEVICE_NAME_MAX];
     if (strcmp(k, "shape") == 0) push_int64_array(L, t->shape, t->ndim);
     else if (strcmp(k, "dtype") == 0) lua_pushstring(L, fh_dtype_name((fh_dtype)t->dtype));
-    else if (strcmp(k, "device") == 0) lua_pushstring(L, fh_device_name(fh_tensor_device(t), dev));
+    else if (strcmp(k, "device") == 0) fh__lua_push_device(L, fh_tensor_device(t));
     else if (strcmp(k, "layout") == 0) lua_pushliteral(L, "strided");
     else if (strcmp(k, "requires_grad") == 0) lua_pushboolean(L, t->requires_grad);
     else if (strcmp(k, "nbytes") == 0) lua_pushnumber(L, (lua_Number)fh_tensor_nbytes(t));
@@ -923,11 +919,7 @@ void fh__lua_open_tensor(lua_State *L) {
   static const luaL_Reg meta[] = {{"__gc", t_gc}, {"__newindex", t_newindex}, {"__add", mt_add},
                                   {"__sub", mt_sub}, {"__mul", mt_mul}, {"__div", mt_div},
                                   {"__unm", mt_unm}, {NULL, NULL}};
-  fh__lua_newclass(L, FH_TENSOR_MT, methods, meta);
-  /* __index: methods (upvalue), then fields */
-  lua_getfield(L, -1, "methods");
-  lua_pushcclosure(L, t_index, 1);
-  lua_setfield(L, -2, "__index");
+  fh__lua_newclass_indexed(L, FH_TENSOR_MT, methods, meta, t_index);
   lua_getfield(L, -1, "methods");
   lua_setfield(L, -3, "Tensor_methods");
   lua_setfield(L, -2, "Tensor_metatable");

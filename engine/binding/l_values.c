@@ -14,10 +14,7 @@ fh_ckks_context *fh__lua_tocontext(lua_State *L, int idx) {
 }
 
 static fh_context_box *new_context_box(lua_State *L) {
-  fh_context_box *b = lua_newuserdata(L, sizeof *b);
-  b->c = NULL;
-  luaL_getmetatable(L, FH_CONTEXT_MT);
-  lua_setmetatable(L, -2);
+  fh_context_box *b = fh__lua_newbox(L, sizeof *b, FH_CONTEXT_MT);
   return b;
 }
 
@@ -320,10 +317,7 @@ fh_value *fh__lua_tovalue(lua_State *L, int idx) {
 }
 
 static fh_value_box *new_value_box(lua_State *L) {
-  fh_value_box *b = lua_newuserdata(L, sizeof *b);
-  b->v = NULL;
-  luaL_getmetatable(L, FH_VALUE_MT);
-  lua_setmetatable(L, -2);
+  fh_value_box *b = fh__lua_newbox(L, sizeof *b, FH_VALUE_MT);
   return b;
 }
 
@@ -553,7 +547,6 @@ static int v_index(lua_State *L) {
   const fh_value_state *s = &v->state;
   bool rns = !(s->type == FH_PLAINTEXT && s->representation == FH_REPR_SLOTS);
   bool leveled = s->type == FH_PLAINTEXT || s->type == FH_CIPHERTEXT;
-  char dev[FH_DEVICE_NAME_MAX];
   if (strcmp(k, "type") == 0 || strcmp(k, "value_type") == 0) lua_pushstring(L, fh_value_type_name((fh_value_type)s->type));
   else if (strcmp(k, "level") == 0 && leveled) lua_pushinteger(L, s->level);
   else if (strcmp(k, "scale") == 0 && leveled) lua_pushnumber(L, s->scale);
@@ -575,7 +568,7 @@ static int v_index(lua_State *L) {
     else lua_pushnil(L);
   } else if (strcmp(k, "data") == 0 && rns) push_tensor_ref(L, fh_value_data(v));
   else if (strcmp(k, "message") == 0 && !rns) push_tensor_ref(L, fh_value_data(v));
-  else if (strcmp(k, "device") == 0) lua_pushstring(L, fh_device_name(fh_value_device(v), dev));
+  else if (strcmp(k, "device") == 0) fh__lua_push_device(L, fh_value_device(v));
   else if (strcmp(k, "batch_shape") == 0 && leveled) {
     int64_t b[FH_MAX_DIMS];
     int n = fh_value_batch_shape(v, b);
@@ -866,12 +859,10 @@ static int push_loaded(lua_State *L, fh_status st, fh_tree_sig *sig, fh_tensor *
     if (strncmp(fh_error_message(), "fh.", 3) != 0) fh_error_prefix("%s", fn);
     return fh__lua_error(L);
   }
-  load_guard *g = lua_newuserdata(L, sizeof *g);
+  load_guard *g = fh__lua_newbox(L, sizeof *g, FH_LOAD_GUARD_MT);
   g->sig = sig;
   g->leaves = leaves;
   g->n = sig->nleaves;
-  luaL_getmetatable(L, FH_LOAD_GUARD_MT);
-  lua_setmetatable(L, -2);
   fh__lua_tree_push(L, sig, leaves);
   guard_clear(g);
   return 1;
@@ -914,10 +905,7 @@ void fh__lua_open_values(lua_State *L) {
   lua_pushcfunction(L, guard_gc);
   lua_setfield(L, -2, "__gc");
   lua_pop(L, 1);
-  fh__lua_newclass(L, FH_CONTEXT_MT, ctx_methods, ctx_meta);
-  lua_getfield(L, -1, "methods");
-  lua_pushcclosure(L, ctx_index, 1);
-  lua_setfield(L, -2, "__index");
+  fh__lua_newclass_indexed(L, FH_CONTEXT_MT, ctx_methods, ctx_meta, ctx_index);
   lua_getfield(L, -1, "methods");
   lua_setfield(L, -3, "CkksContext_methods");
   lua_setfield(L, -2, "CkksContext_metatable");
@@ -926,10 +914,7 @@ void fh__lua_open_values(lua_State *L) {
                                        {"clone", v_clone},   {"equal", v_equal},   {"metadata", v_metadata},
                                        {"tensors", v_tensors}, {NULL, NULL}};
   static const luaL_Reg v_meta[] = {{"__gc", v_gc}, {"__tostring", v_tostring}, {"__newindex", v_newindex}, {NULL, NULL}};
-  fh__lua_newclass(L, FH_VALUE_MT, v_methods, v_meta);
-  lua_getfield(L, -1, "methods");
-  lua_pushcclosure(L, v_index, 1);
-  lua_setfield(L, -2, "__index");
+  fh__lua_newclass_indexed(L, FH_VALUE_MT, v_methods, v_meta, v_index);
   lua_getfield(L, -1, "methods");
   lua_setfield(L, -3, "Value_methods");
   lua_setfield(L, -2, "Value_metatable");

@@ -244,22 +244,6 @@ static fh_status empty_like_on(const fh_tensor *t, fh_device dev, bool pin, fh_t
   return fh_tensor_empty(t->ndim, t->shape, &o, out);
 }
 
-/* Same-device strided copy launched on `s` (CUDA) through the boundary. */
-static fh_status device_copy(fh_tensor *dst, fh_tensor *src, fh_stream *s) {
-  fh_copy_args a;
-  memset(&a, 0, sizeof a);
-  a.it.ndim = dst->ndim;
-  a.it.numel = fh_tensor_numel(dst);
-  memcpy(a.it.shape, dst->shape, sizeof(int64_t) * (size_t)dst->ndim);
-  a.dst_dtype = dst->dtype;
-  a.src_dtype = src->dtype;
-  fh__operand_from(&a.dst, dst);
-  fh__operand_from(&a.src, src);
-  fh_iter_collapse(&a.it, a.dst.stride, a.src.stride, NULL, NULL);
-  fh_storage *uses[2] = {dst->storage, src->storage};
-  return fh__submit(FH_K_COPY, fh_tensor_device(dst), s, &a, sizeof a, uses, 2);
-}
-
 static fh_status sync_stream(fh_stream *s) {
   fh_status st = fh__cuda_use_device(s->dev.index); /* the legacy stream is the current device's */
   if (st != FH_OK) return st;
@@ -295,7 +279,7 @@ static fh_status h2d(fh_tensor *dst, fh_tensor *src, fh_stream *s, bool non_bloc
   } else if (st == FH_OK) {
     st = staged_h2d(fh_tensor_data(dt), fh_tensor_data(hs), n, s);
   }
-  if (st == FH_OK && dt != dst) st = device_copy(dst, dt, s);
+  if (st == FH_OK && dt != dst) st = fh__copy_submit(dst, dt, s);
   if (st == FH_OK && !non_blocking) st = sync_stream(s);
   fh_tensor_release(hs);
   fh_tensor_release(dt);
@@ -314,7 +298,7 @@ static fh_status d2h(fh_tensor *dst, fh_tensor *src, fh_stream *s, bool non_bloc
     ds = src;
   } else {
     if ((st = empty_like_on(src, fh_tensor_device(src), false, &ds)) != FH_OK) return st;
-    if ((st = device_copy(ds, src, s)) != FH_OK) {
+    if ((st = fh__copy_submit(ds, src, s)) != FH_OK) {
       fh_tensor_release(ds);
       return st;
     }
@@ -357,7 +341,7 @@ static fh_status d2d(fh_tensor *dst, fh_tensor *src, fh_stream *s, bool non_bloc
     cs = src;
   } else {
     if ((st = empty_like_on(src, sd, false, &cs)) != FH_OK) return st;
-    if ((st = device_copy(cs, src, ss)) != FH_OK) {
+    if ((st = fh__copy_submit(cs, src, ss)) != FH_OK) {
       fh_tensor_release(cs);
       return st;
     }
@@ -378,7 +362,7 @@ static fh_status d2d(fh_tensor *dst, fh_tensor *src, fh_stream *s, bool non_bloc
                                         fh_tensor_nbytes(dst), s->h);
     if (e != cudaSuccess) st = fh__cuda_fail(e, "cudaMemcpyPeerAsync");
   }
-  if (st == FH_OK && dt != dst) st = device_copy(dst, dt, s);
+  if (st == FH_OK && dt != dst) st = fh__copy_submit(dst, dt, s);
   if (st == FH_OK && !non_blocking) st = sync_stream(s);
   fh_tensor_release(cs);
   fh_tensor_release(dt);

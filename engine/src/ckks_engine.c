@@ -132,7 +132,6 @@ fh_status fh_ckks_engine_new(fh_ckks_context *ctx, fh_device dev, const uint64_t
   e->ctx = ctx;
   e->dev = dev;
   e->tb = tb;
-  e->seeded = seed != NULL;
   *out = e;
   return FH_OK;
 }
@@ -149,7 +148,7 @@ void fh_ckks_engine_release(fh_ckks_engine *e) {
 }
 fh_ckks_context *fh_ckks_engine_context(const fh_ckks_engine *e) { return e->ctx; }
 fh_device fh_ckks_engine_device(const fh_ckks_engine *e) { return e->dev; }
-bool fh_ckks_engine_is_seeded(const fh_ckks_engine *e) { return e->seeded; }
+bool fh_ckks_engine_is_seeded(const fh_ckks_engine *e) { return fh_ckks_rng_is_seeded(e->rng); }
 int fh_ckks_engine_dnum(const fh_ckks_engine *e) { return e->tb->dnum; }
 fh_ckks_tables *fh_ckks_engine_tables(const fh_ckks_engine *e) { return e->tb; }
 
@@ -327,21 +326,6 @@ static fh_status small_to_rns(fh_ckks_engine *e, fh__ckks_launcher *L, const fh_
   return fh__ckks_submit(L, FH_K_CKKS_EW, &a, sizeof a);
 }
 
-/* One element-wise launch over ngroups x nl rows with the given strides. */
-static fh_status ew(fh__ckks_launcher *L, int op, int64_t ngroups, const int32_t *primes, int nl, uint64_t *out,
-                    int64_t out_gs, const uint64_t *x, int64_t x_gs, const uint64_t *y, int64_t y_gs) {
-  fh_ckks_ew_args a;
-  fh__ckks_ew_init(L, &a, op, ngroups, primes, nl);
-  a.out = out;
-  a.out_gs = out_gs;
-  a.a = x;
-  a.a_gs = x_gs;
-  a.b = y;
-  a.b_gs = y_gs;
-  if (ngroups == 0) return FH_OK;
-  return fh__ckks_submit(L, FH_K_CKKS_EW, &a, sizeof a);
-}
-
 /* ---- keys ----------------------------------------------------------------------------- */
 static int all_primes(const fh_ckks_engine *e, int32_t *p) {
   for (int i = 0; i < e->ctx->num_primes; ++i) p[i] = i;
@@ -394,9 +378,10 @@ fh_status fh_ckks_create_public_key(fh_ckks_engine *e, const fh_value *sk, fh_va
       (st = fh__ckks_ntt(&L, true, fh__ckks_ptr(er), 0, fh__ckks_ptr(er), 0, 1, q, nq)) == FH_OK) {
     uint64_t *b = fh__ckks_ptr(data), *ap = b + (int64_t)nq * n;
     /* b = e - a s ; second row = a */
-    if ((st = ew(&L, FH_CKKS_EW_MONT_MUL, 1, q, nq, b, 0, fh__ckks_ptr(a), 0, fh__ckks_ptr(skd), 0)) == FH_OK &&
-        (st = ew(&L, FH_CKKS_EW_SUB, 1, q, nq, b, 0, fh__ckks_ptr(er), 0, b, 0)) == FH_OK)
-      st = ew(&L, FH_CKKS_EW_COPY, 1, q, nq, ap, 0, fh__ckks_ptr(a), 0, NULL, 0);
+    if ((st = fh__ckks_ew(&L, FH_CKKS_EW_MONT_MUL, 1, q, nq,
+                          b, 0, fh__ckks_ptr(a), 0, fh__ckks_ptr(skd), 0)) == FH_OK &&
+        (st = fh__ckks_ew(&L, FH_CKKS_EW_SUB, 1, q, nq, b, 0, fh__ckks_ptr(er), 0, b, 0)) == FH_OK)
+      st = fh__ckks_ew(&L, FH_CKKS_EW_COPY, 1, q, nq, ap, 0, fh__ckks_ptr(a), 0, NULL, 0);
   }
   if (st == FH_OK) st = fh_key_new(e->ctx, FH_PUBLIC_KEY, data, 0, FH_BASIS_Q, FH_DOMAIN_NTT, 0, out);
   fh_tensor *ts[5] = {skd, a, es, er, data};
@@ -422,9 +407,10 @@ static fh_status make_ks_key(fh_ckks_engine *e, fh__ckks_launcher *L, const uint
       (st = small_to_rns(e, L, es, dnum, qp, nall, &er)) == FH_OK && (st = fh__ckks_temp(L, 4, shape, &data)) == FH_OK &&
       (st = fh__ckks_ntt(L, true, fh__ckks_ptr(er), rows, fh__ckks_ptr(er), rows, dnum, qp, nall)) == FH_OK) {
     uint64_t *b = fh__ckks_ptr(data), *ap = b + rows;
-    if ((st = ew(L, FH_CKKS_EW_MONT_MUL, dnum, qp, nall, b, 2 * rows, fh__ckks_ptr(a), rows, s, 0)) == FH_OK &&
-        (st = ew(L, FH_CKKS_EW_SUB, dnum, qp, nall, b, 2 * rows, fh__ckks_ptr(er), rows, b, 2 * rows)) == FH_OK)
-      st = ew(L, FH_CKKS_EW_COPY, dnum, qp, nall, ap, 2 * rows, fh__ckks_ptr(a), rows, NULL, 0);
+    if ((st = fh__ckks_ew(L, FH_CKKS_EW_MONT_MUL, dnum, qp, nall, b, 2 * rows, fh__ckks_ptr(a), rows, s, 0)) == FH_OK &&
+        (st = fh__ckks_ew(L, FH_CKKS_EW_SUB, dnum, qp, nall,
+                          b, 2 * rows, fh__ckks_ptr(er), rows, b, 2 * rows)) == FH_OK)
+      st = fh__ckks_ew(L, FH_CKKS_EW_COPY, dnum, qp, nall, ap, 2 * rows, fh__ckks_ptr(a), rows, NULL, 0);
     /* gadget: digit j gets + (P mod q_i) s' on its own Q rows */
     for (int j = 0; j < dnum && st == FH_OK; ++j) {
       int lo = j * tb->alpha, hi = (j + 1) * tb->alpha < nq ? (j + 1) * tb->alpha : nq;
@@ -467,7 +453,8 @@ static fh_status ks_key_common(fh_ckks_engine *e, const char *op, const fh_value
   fh__ckks_use(&L, skd);
   if ((st = fh__ckks_temp(&L, 2, shape, &src)) == FH_OK) {
     if (type == FH_RELINEARIZATION_KEY) {
-      st = ew(&L, FH_CKKS_EW_MONT_MUL, 1, qp, nall, fh__ckks_ptr(src), 0, fh__ckks_ptr(skd), 0, fh__ckks_ptr(skd), 0);
+      st = fh__ckks_ew(&L, FH_CKKS_EW_MONT_MUL, 1, qp, nall,
+                       fh__ckks_ptr(src), 0, fh__ckks_ptr(skd), 0, fh__ckks_ptr(skd), 0);
     } else {
       fh_ckks_automorph_args a;
       memset(&a, 0, sizeof a);
@@ -643,15 +630,10 @@ static fh_status pt_coefficients(fh_ckks_engine *e, const fh_value *pt, fh_tenso
     if (pt->state.polynomial_domain == FH_DOMAIN_NTT)
       st = fh__ckks_ntt(&L, false, fh__ckks_ptr(r), gs, fh__ckks_ptr(d), gs, g.B, p, g.la);
     else
-      st = ew(&L, FH_CKKS_EW_FROM_MONT, g.B, p, g.la, fh__ckks_ptr(r), gs, fh__ckks_ptr(d), gs, NULL, 0);
+      st = fh__ckks_ew(&L, FH_CKKS_EW_FROM_MONT, g.B, p, g.la, fh__ckks_ptr(r), gs, fh__ckks_ptr(d), gs, NULL, 0);
   }
   fh_tensor_release(d);
-  if (st != FH_OK) {
-    if (r) fh_tensor_release(r);
-    return st;
-  }
-  *out = r;
-  return FH_OK;
+  return fh__deliver(st, r, out);
 }
 
 fh_status fh_ckks_decode(fh_ckks_engine *e, const fh_value *pt, bool is_real, fh_tensor **out) {
@@ -700,13 +682,13 @@ static fh_status encrypt_core(fh_ckks_engine *e, const fh__ckks_geo *g, fh_polyn
         (st = fh__ckks_ntt(&L, true, fh__ckks_ptr(r), gs, fh__ckks_ptr(r), gs, B, p, la)) == FH_OK) {
       uint64_t *c = fh__ckks_ptr(data), *u = fh__ckks_ptr(r), *err = u + B * gs;
       const uint64_t *pk0 = fh__ckks_ptr(pkd) + (int64_t)g->level * n, *pk1 = pk0 + (int64_t)nq * n;
-      if ((st = ew(&L, FH_CKKS_EW_MONT_MUL, B, p, la, c, gs, pk0, 0, u, gs)) == FH_OK &&
-          (st = ew(&L, FH_CKKS_EW_MONT_MUL, B, p, la, c + B * gs, gs, pk1, 0, u, gs)) == FH_OK) {
+      if ((st = fh__ckks_ew(&L, FH_CKKS_EW_MONT_MUL, B, p, la, c, gs, pk0, 0, u, gs)) == FH_OK &&
+          (st = fh__ckks_ew(&L, FH_CKKS_EW_MONT_MUL, B, p, la, c + B * gs, gs, pk1, 0, u, gs)) == FH_OK) {
         if (domain == FH_DOMAIN_COEFFICIENT) st = fh__ckks_ntt(&L, false, c, gs, c, gs, 2 * B, p, la);
         else st = fh__ckks_ntt(&L, true, err, gs, err, gs, 2 * B, p, la);
       }
-      if (st == FH_OK) st = ew(&L, FH_CKKS_EW_ADD, 2 * B, p, la, c, gs, c, gs, err, gs);
-      if (st == FH_OK && m) st = ew(&L, FH_CKKS_EW_ADD, B, p, la, c, gs, c, gs, fh__ckks_ptr(m), gs);
+      if (st == FH_OK) st = fh__ckks_ew(&L, FH_CKKS_EW_ADD, 2 * B, p, la, c, gs, c, gs, err, gs);
+      if (st == FH_OK && m) st = fh__ckks_ew(&L, FH_CKKS_EW_ADD, B, p, la, c, gs, c, gs, fh__ckks_ptr(m), gs);
     }
   }
   free(kinds);
@@ -790,7 +772,7 @@ fh_status fh_ckks_decrypt(fh_ckks_engine *e, const fh_value *ct, const fh_value 
     int64_t s2shape[2] = {g.la, n};
     if ((st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &data)) == FH_OK && g.comps == 3) {
       if ((st = fh__ckks_temp(&L, 2, s2shape, &s2)) == FH_OK)
-        st = ew(&L, FH_CKKS_EW_MONT_MUL, 1, p, g.la, fh__ckks_ptr(s2), 0, s, 0, s, 0);
+        st = fh__ckks_ew(&L, FH_CKKS_EW_MONT_MUL, 1, p, g.la, fh__ckks_ptr(s2), 0, s, 0, s, 0);
     }
     const uint64_t *c1 = c + B * gs, *c2 = c + 2 * B * gs;
     if (st == FH_OK && !ntt) { /* NTT of c1 (and c2) */
@@ -828,7 +810,7 @@ fh_status fh_ckks_decrypt(fh_ckks_engine *e, const fh_value *ct, const fh_value 
       }
       if (st == FH_OK && !ntt) {
         if ((st = fh__ckks_ntt(&L, false, o, gs, o, gs, B, p, g.la)) == FH_OK)
-          st = ew(&L, FH_CKKS_EW_ADD, B, p, g.la, o, gs, o, gs, c, gs);
+          st = fh__ckks_ew(&L, FH_CKKS_EW_ADD, B, p, g.la, o, gs, o, gs, c, gs);
       }
     }
   }

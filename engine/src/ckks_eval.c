@@ -38,20 +38,6 @@ static void release_all(fh_tensor **ts, int n) {
     if (ts[i]) fh_tensor_release(ts[i]);
 }
 
-static fh_status ew(fh__ckks_launcher *L, int op, int64_t ngroups, const int32_t *primes, int nl, uint64_t *out,
-                    int64_t out_gs, const uint64_t *x, int64_t x_gs, const uint64_t *y, int64_t y_gs) {
-  fh_ckks_ew_args a;
-  fh__ckks_ew_init(L, &a, op, ngroups, primes, nl);
-  a.out = out;
-  a.out_gs = out_gs;
-  a.a = x;
-  a.a_gs = x_gs;
-  a.b = y;
-  a.b_gs = y_gs;
-  if (ngroups == 0) return FH_OK;
-  return fh__ckks_submit(L, FH_K_CKKS_EW, &a, sizeof a);
-}
-
 /* contiguous data of a value, added to the launcher's uses */
 static fh_status data_of(fh__ckks_launcher *L, const fh_value *v, fh_tensor **out) {
   fh_status st = fh_tensor_contiguous(fh_value_data(v), out);
@@ -89,7 +75,7 @@ static fh_status ct_binop(fh_ckks_engine *e, const char *op, int ewop, const fh_
   int64_t gs = (int64_t)ga.la * fh_ckks_engine_context(e)->ring_degree;
   if ((st = data_of(&L, a, &ts[0])) == FH_OK && (st = data_of(&L, b, &ts[1])) == FH_OK &&
       (st = fh__ckks_alloc_poly(e, &L, ga.comps, &ga, ga.la, &ts[2])) == FH_OK)
-    st = ew(&L, ewop, ga.comps * ga.B, p, ga.la, fh__ckks_ptr(ts[2]), gs, fh__ckks_ptr(ts[0]), gs,
+    st = fh__ckks_ew(&L, ewop, ga.comps * ga.B, p, ga.la, fh__ckks_ptr(ts[2]), gs, fh__ckks_ptr(ts[0]), gs,
             fh__ckks_ptr(ts[1]), gs);
   if (st == FH_OK) st = wrap_ct(e, ts[2], ga.level, a->state.scale, a->state.polynomial_domain, out);
   release_all(ts, 3);
@@ -116,7 +102,8 @@ fh_status fh_ckks_negate(fh_ckks_engine *e, const fh_value *a, fh_value **out) {
   fh__ckks_active_primes(e, g.level, p);
   int64_t gs = (int64_t)g.la * fh_ckks_engine_context(e)->ring_degree;
   if ((st = data_of(&L, a, &ts[0])) == FH_OK && (st = fh__ckks_alloc_poly(e, &L, g.comps, &g, g.la, &ts[1])) == FH_OK)
-    st = ew(&L, FH_CKKS_EW_NEG, g.comps * g.B, p, g.la, fh__ckks_ptr(ts[1]), gs, fh__ckks_ptr(ts[0]), gs, NULL, 0);
+    st = fh__ckks_ew(&L, FH_CKKS_EW_NEG, g.comps * g.B, p, g.la,
+                     fh__ckks_ptr(ts[1]), gs, fh__ckks_ptr(ts[0]), gs, NULL, 0);
   if (st == FH_OK) st = wrap_ct(e, ts[1], g.level, a->state.scale, a->state.polynomial_domain, out);
   release_all(ts, 2);
   return st;
@@ -179,9 +166,10 @@ static fh_status pt_binop(fh_ckks_engine *e, const char *op, int ewop, const fh_
         (st = fh__ckks_alloc_poly(e, &L, gc.comps, &gc, gc.la, &ts[2])) == FH_OK) {
       uint64_t *o = fh__ckks_ptr(ts[2]);
       const uint64_t *c = fh__ckks_ptr(ts[0]);
-      st = ew(&L, ewop, gc.B, p, gc.la, o, gs, c, gs, fh__ckks_ptr(ts[1]), gp.nbatch ? gs : 0);
+      st = fh__ckks_ew(&L, ewop, gc.B, p, gc.la, o, gs, c, gs, fh__ckks_ptr(ts[1]), gp.nbatch ? gs : 0);
       if (st == FH_OK)
-        st = ew(&L, FH_CKKS_EW_COPY, (gc.comps - 1) * gc.B, p, gc.la, o + gc.B * gs, gs, c + gc.B * gs, gs, NULL, 0);
+        st = fh__ckks_ew(&L, FH_CKKS_EW_COPY, (gc.comps - 1) * gc.B, p, gc.la,
+                         o + gc.B * gs, gs, c + gc.B * gs, gs, NULL, 0);
     }
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], gc.level, ct->state.scale, ct->state.polynomial_domain, out);
@@ -429,10 +417,10 @@ fh_status fh_ckks_multiply_plaintext(fh_ckks_engine *e, const fh_value *ct, cons
     uint64_t *o = fh__ckks_ptr(ts[2]);
     const uint64_t *c = fh__ckks_ptr(ts[0]), *m = fh__ckks_ptr(ts[1]);
     if (gp.nbatch == 0) {
-      st = ew(&L, FH_CKKS_EW_MONT_MUL, gc.comps * gc.B, p, gc.la, o, gs, c, gs, m, 0);
+      st = fh__ckks_ew(&L, FH_CKKS_EW_MONT_MUL, gc.comps * gc.B, p, gc.la, o, gs, c, gs, m, 0);
     } else {
       for (int k = 0; k < gc.comps && st == FH_OK; ++k)
-        st = ew(&L, FH_CKKS_EW_MONT_MUL, gc.B, p, gc.la, o + k * cs, gs, c + k * cs, gs, m, gs);
+        st = fh__ckks_ew(&L, FH_CKKS_EW_MONT_MUL, gc.B, p, gc.la, o + k * cs, gs, c + k * cs, gs, m, gs);
     }
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], gc.level, scale, FH_DOMAIN_NTT, out);
@@ -473,7 +461,7 @@ static fh_status convert_domain(fh_ckks_engine *e, const fh_value *v, bool to_nt
     const uint64_t *in = fh__ckks_ptr(ts[0]);
     if (to_ntt && is_pt && v->state.residue_representation == FH_RESIDUE_MONTGOMERY) {
       /* coefficient-domain Montgomery plaintext: to standard first */
-      st = ew(&L, FH_CKKS_EW_FROM_MONT, g.B, p, g.la, o, gs, in, gs, NULL, 0);
+      st = fh__ckks_ew(&L, FH_CKKS_EW_FROM_MONT, g.B, p, g.la, o, gs, in, gs, NULL, 0);
       in = o;
     }
     if (st == FH_OK) st = fh__ckks_ntt(&L, to_ntt, o, gs, in, gs, g.comps * g.B, p, g.la);
@@ -659,9 +647,9 @@ fh_status fh_ckks_sum_ciphertext_batch(fh_ckks_engine *e, const fh_value *ct, fh
   if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = fh__ckks_alloc_poly(e, &L, g.comps, &r, g.la, &ts[1])) == FH_OK) {
     uint64_t *o = fh__ckks_ptr(ts[1]);
     const uint64_t *c = fh__ckks_ptr(ts[0]);
-    st = ew(&L, FH_CKKS_EW_COPY, g.comps, p, g.la, o, gs, c, cs, NULL, 0);
+    st = fh__ckks_ew(&L, FH_CKKS_EW_COPY, g.comps, p, g.la, o, gs, c, cs, NULL, 0);
     for (int64_t b = 1; b < g.B && st == FH_OK; ++b)
-      st = ew(&L, FH_CKKS_EW_ADD, g.comps, p, g.la, o, gs, o, gs, c + b * gs, cs);
+      st = fh__ckks_ew(&L, FH_CKKS_EW_ADD, g.comps, p, g.la, o, gs, o, gs, c + b * gs, cs);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[1], g.level, ct->state.scale, ct->state.polynomial_domain, out);
   release_all(ts, 2);

@@ -12,8 +12,7 @@ struct fh_ckks_engine {
   fh_ckks_context *ctx; /* one reference */
   fh_device dev;
   fh_ckks_tables *tb; /* borrowed from the context's extension slot (lives as long as ctx) */
-  fh_ckks_rng *rng;
-  bool seeded;
+  fh_ckks_rng *rng; /* owned; seeded or not (fh_ckks_engine_is_seeded asks it) */
   /* keys the engine created and remembers (one reference each) */
   fh_value **rot_keys;
   int nrot, caprot;

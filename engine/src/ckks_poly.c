@@ -52,6 +52,20 @@ fh_status fh__ckks_ntt(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_
   return fh__ckks_submit(L, forward ? FH_K_CKKS_NTT : FH_K_CKKS_INTT, &a, sizeof a);
 }
 
+fh_status fh__ckks_ew(fh__ckks_launcher *L, int op, int64_t ngroups, const int32_t *primes, int nl, uint64_t *out,
+                     int64_t out_gs, const uint64_t *x, int64_t x_gs, const uint64_t *y, int64_t y_gs) {
+  fh_ckks_ew_args a;
+  fh__ckks_ew_init(L, &a, op, ngroups, primes, nl);
+  a.out = out;
+  a.out_gs = out_gs;
+  a.a = x;
+  a.a_gs = x_gs;
+  a.b = y;
+  a.b_gs = y_gs;
+  if (ngroups == 0) return FH_OK;
+  return fh__ckks_submit(L, FH_K_CKKS_EW, &a, sizeof a);
+}
+
 void fh__ckks_ew_init(fh__ckks_launcher *L, fh_ckks_ew_args *a, int op, int64_t ngroups, const int32_t *prime,
                       int nlimbs) {
   memset(a, 0, sizeof *a);
@@ -140,12 +154,7 @@ fh_status fh_ckks_poly_ntt(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int
   int64_t gs = (int64_t)nids * tb->n;
   st = fh__ckks_ntt(&L, forward, fh__ckks_ptr(out), gs, fh__ckks_ptr(in), gs, ngroups, prime, nids);
   fh_tensor_release(in);
-  if (st != FH_OK) {
-    fh_tensor_release(out);
-    return st;
-  }
-  *result = out;
-  return FH_OK;
+  return fh__deliver(st, out, result);
 }
 
 /* ---- element-wise --------------------------------------------------------------------- */
@@ -242,14 +251,8 @@ fh_status fh_ckks_poly_ew(fh_ckks_tables *tb, int op, fh_tensor *a, fh_tensor *b
     }
     if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_EW, &args, sizeof args);
   }
-  for (int i = 0; i < 3; ++i)
-    if (in[i]) fh_tensor_release(in[i]);
-  if (st != FH_OK) {
-    if (out) fh_tensor_release(out);
-    return st;
-  }
-  *result = out;
-  return FH_OK;
+  for (int i = 0; i < 3; ++i) fh_tensor_release(in[i]);
+  return fh__deliver(st, out, result);
 }
 
 /* ---- automorphism ----------------------------------------------------------------------- */
@@ -286,12 +289,7 @@ fh_status fh_ckks_poly_automorph(fh_ckks_tables *tb, fh_tensor *t, const int *id
   for (int i = 0; i < nids; ++i) a.prime[i] = ids[i];
   if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_AUTOMORPH, &a, sizeof a);
   fh_tensor_release(in);
-  if (st != FH_OK) {
-    fh_tensor_release(out);
-    return st;
-  }
-  *result = out;
-  return FH_OK;
+  return fh__deliver(st, out, result);
 }
 
 /* ---- encode / decode ----------------------------------------------------------------------- */
@@ -384,13 +382,8 @@ fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, 
     if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_ENCODE, &a, sizeof a);
   }
   fh_tensor_release(in);
-  if (work) fh_tensor_release(work);
-  if (st != FH_OK) {
-    if (out) fh_tensor_release(out);
-    return st;
-  }
-  *result = out;
-  return FH_OK;
+  fh_tensor_release(work);
+  return fh__deliver(st, out, result);
 }
 
 fh_status fh_ckks_poly_decode(fh_ckks_tables *tb, fh_tensor *coeffs, double scale, bool complex_out,
@@ -444,11 +437,6 @@ fh_status fh_ckks_poly_decode(fh_ckks_tables *tb, fh_tensor *coeffs, double scal
     if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_DECODE, &a, sizeof a);
   }
   fh_tensor_release(in);
-  if (work) fh_tensor_release(work);
-  if (st != FH_OK) {
-    if (out) fh_tensor_release(out);
-    return st;
-  }
-  *result = out;
-  return FH_OK;
+  fh_tensor_release(work);
+  return fh__deliver(st, out, result);
 }

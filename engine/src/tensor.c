@@ -670,6 +670,19 @@ static fh_status check_same_shape(const fh_tensor *a, const fh_tensor *b, const 
   return FH_OK;
 }
 
+fh_status fh__copy_submit(fh_tensor *dst, fh_tensor *src, fh_stream *s) {
+  fh_copy_args a;
+  memset(&a, 0, sizeof a);
+  iter_init(&a.it, dst);
+  a.dst_dtype = dst->dtype;
+  a.src_dtype = src->dtype;
+  fh__operand_from(&a.dst, dst);
+  fh__operand_from(&a.src, src);
+  fh_iter_collapse(&a.it, a.dst.stride, a.src.stride, NULL, NULL);
+  fh_storage *uses[2] = {dst->storage, src->storage};
+  return fh__submit(FH_K_COPY, fh_tensor_device(dst), s, &a, sizeof a, uses, 2);
+}
+
 fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, bool non_blocking) {
   fh_status st = check_same_shape(dst, src, "copy_");
   if (st != FH_OK) return st;
@@ -700,47 +713,31 @@ fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, boo
     fh_tensor_release(snap);
     return st;
   }
-  fh_copy_args a;
-  memset(&a, 0, sizeof a);
-  iter_init(&a.it, dst);
-  a.dst_dtype = dst->dtype;
-  a.src_dtype = src->dtype;
-  fh__operand_from(&a.dst, dst);
-  fh__operand_from(&a.src, src);
-  fh_iter_collapse(&a.it, a.dst.stride, a.src.stride, NULL, NULL);
-  fh_storage *uses[2] = {dst->storage, src->storage};
-  st = fh__submit(FH_K_COPY, dd, s, &a, sizeof a, uses, 2);
+  st = fh__copy_submit(dst, src, s);
   if (st == FH_OK && !non_blocking && s != NULL && fh_tape_active() == NULL && !fh__cuda_is_capturing(dd))
     st = fh_stream_synchronize(s);
   return st;
 }
 
+/* A new contiguous tensor of t's shape with options `o`, filled by copy_. */
+static fh_status copy_to_new(fh_tensor *t, const fh_tensor_options *o, fh_stream *stream, bool non_blocking,
+                             fh_tensor **out) {
+  fh_tensor *r;
+  fh_status st = fh_tensor_empty(t->ndim, t->shape, o, &r);
+  if (st != FH_OK) return st;
+  return fh__deliver(fh_tensor_copy_(r, t, stream, non_blocking), r, out);
+}
+
 fh_status fh_tensor_to(fh_tensor *t, fh_device dev, bool pin, fh_stream *stream, bool non_blocking, fh_tensor **out) {
   fh_tensor_options o = {(fh_dtype)t->dtype, dev, pin && dev.type == FH_DEVICE_CPU, t->requires_grad};
-  fh_tensor *r;
-  fh_status st = fh_tensor_empty(t->ndim, t->shape, &o, &r);
-  if (st != FH_OK) return st;
-  if ((st = fh_tensor_copy_(r, t, stream, non_blocking)) != FH_OK) {
-    fh_tensor_release(r);
-    return st;
-  }
-  *out = r;
-  return FH_OK;
+  return copy_to_new(t, &o, stream, non_blocking, out);
 }
 
 fh_status fh_tensor_to_dtype(fh_tensor *t, fh_dtype dtype, fh_tensor **out) {
   if (fh_dtype_is_complex(t->dtype) && !fh_dtype_is_complex(dtype))
     return fh_error_set(FH_ERR_TYPE, "cannot convert complex128 to %s", fh_dtype_name(dtype));
   fh_tensor_options o = {dtype, fh_tensor_device(t), false, t->requires_grad};
-  fh_tensor *r;
-  fh_status st = fh_tensor_empty(t->ndim, t->shape, &o, &r);
-  if (st != FH_OK) return st;
-  if ((st = fh_tensor_copy_(r, t, NULL, true)) != FH_OK) {
-    fh_tensor_release(r);
-    return st;
-  }
-  *out = r;
-  return FH_OK;
+  return copy_to_new(t, &o, NULL, true, out);
 }
 
 fh_status fh_tensor_clone(fh_tensor *t, fh_tensor **out) {

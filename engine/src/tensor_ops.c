@@ -162,12 +162,7 @@ fh_status fh_binary(fh_binary_op op, fh_tensor *a, fh_tensor *b, const fh_scalar
   }
   fh_tensor_release(snap_a);
   fh_tensor_release(snap_b);
-  if (st != FH_OK) {
-    fh_tensor_release(r);
-    return st;
-  }
-  *result = r;
-  return FH_OK;
+  return fh__deliver(st, r, result);
 }
 
 fh_status fh_unary(fh_unary_op op, fh_tensor *a, fh_tensor *out, fh_tensor **result) {
@@ -198,12 +193,7 @@ fh_status fh_unary(fh_unary_op op, fh_tensor *a, fh_tensor *out, fh_tensor **res
     st = fh__submit(FH_K_UNARY, dev, s, &args, sizeof args, uses, 2);
   }
   fh_tensor_release(snap_a);
-  if (st != FH_OK) {
-    fh_tensor_release(r);
-    return st;
-  }
-  *result = r;
-  return FH_OK;
+  return fh__deliver(st, r, result);
 }
 
 fh_status fh_rns(fh_rns_op op, fh_tensor *a, fh_tensor *b, const uint64_t *moduli, int nmoduli, fh_tensor *out,
@@ -276,12 +266,7 @@ fh_status fh_rns(fh_rns_op op, fh_tensor *a, fh_tensor *b, const uint64_t *modul
   }
   fh_tensor_release(snap_a);
   fh_tensor_release(snap_b);
-  if (st != FH_OK) {
-    fh_tensor_release(r);
-    return st;
-  }
-  *result = r;
-  return FH_OK;
+  return fh__deliver(st, r, result);
 }
 
 static fh_dtype sum_dtype(fh_dtype d) {

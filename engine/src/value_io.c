@@ -237,10 +237,8 @@ static fh_status enc_node(enc *e, const fh_tree_sig *s, fh_tensor *const *leaves
   }
 }
 
-/* The header (prefix included) for a tree; e->tensors lists the leaves to
- * write after it, in order. */
-static fh_status encode(const fh_tree_sig *sig, fh_tensor *const *leaves, bool allow_secret, enc *e, char **header,
-                        size_t *hlen) {
+static fh_status encode_into(const fh_tree_sig *sig, fh_tensor *const *leaves, bool allow_secret, enc *e,
+                             char **header, size_t *hlen) {
   memset(e, 0, sizeof *e);
   e->allow_secret = allow_secret;
   e->contexts = json_object();
@@ -278,16 +276,23 @@ static fh_status encode(const fh_tree_sig *sig, fh_tensor *const *leaves, bool a
   return FH_OK;
 }
 
+/* The header (prefix included) for a tree; e->tensors lists the leaves to
+ * write after it, in order. On success the caller owns *header (free) and
+ * e (enc_free); on failure nothing is left to free. */
+static fh_status encode(const fh_tree_sig *sig, fh_tensor *const *leaves, bool allow_secret, enc *e, char **header,
+                        size_t *hlen) {
+  fh_status st = encode_into(sig, leaves, allow_secret, e, header, hlen);
+  if (st != FH_OK) enc_free(e);
+  return st;
+}
+
 fh_status fh_tree_serialize(const fh_tree_sig *sig, fh_tensor *const *leaves, bool allow_secret, unsigned char **bytes,
                             size_t *nbytes) {
   enc e;
   char *h = NULL;
   size_t hl = 0;
   fh_status st = encode(sig, leaves, allow_secret, &e, &h, &hl);
-  if (st != FH_OK) {
-    enc_free(&e);
-    return st;
-  }
+  if (st != FH_OK) return st;
   size_t total = hl;
   for (int64_t i = 0; i < e.n; ++i) total += e.entries[i].nbytes;
   unsigned char *buf = malloc(total ? total : 1);
@@ -334,10 +339,7 @@ fh_status fh_tree_save(const fh_tree_sig *sig, fh_tensor *const *leaves, const c
   char *h = NULL;
   size_t hl = 0;
   fh_status st = encode(sig, leaves, allow_secret, &e, &h, &hl);
-  if (st != FH_OK) {
-    enc_free(&e);
-    return st;
-  }
+  if (st != FH_OK) return st;
   struct stat sb;
   if (!overwrite && lstat(path, &sb) == 0) {
     free(h);

@@ -390,12 +390,6 @@ fh_status fh_key_new(fh_ckks_context *ctx, fh_value_type type, fh_tensor *data, 
   return fh_value_new(ctx, &st, &data, 1, out);
 }
 
-fh_status fh_value_with_tensors(const fh_value *v, fh_tensor *const *tensors, int ntensors, fh_value **out) {
-  if (ntensors != v->ntensors)
-    return fh_error_set(FH_ERR_VALUE, "%s: expected %d tensors, got %d", TN(&v->state), v->ntensors, ntensors);
-  return fh_value_new(v->ctx, &v->state, tensors, ntensors, out);
-}
-
 static fh_status map_tensors(const fh_value *v, fh_device dev, bool pin, bool clone, fh_value **out) {
   fh_tensor *ts[FH_VALUE_MAX_TENSORS] = {0};
   fh_status s = FH_OK;

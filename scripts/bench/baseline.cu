@@ -14,40 +14,9 @@
  *   d2d_gbs           cudaMemcpyAsync of 256 MiB (bytes counted once), GB/s
  * With the argument "eager", only the eager measures.
  * Built by CMake (target fhelium_bench_baseline) when CUDA is on. */
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
+#include "bench_common.h"
 #include "fh/internal.h"
-#include "fh/kernels.h"
-#include "fh/launch.h"
 #include "fh/tensor.h"
-
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
-
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 __global__ void raw_add(float *o, const float *a, const float *b, long long n) {
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
@@ -67,17 +36,7 @@ int main(int argc, char **argv) {
   CHECK(cudaMalloc((void **)&o, n * sizeof(float)));
   CHECK(cudaMemset(a, 0, n * sizeof(float)));
   CHECK(cudaMemset(b, 0, n * sizeof(float)));
-  fh_ew_args args;
-  memset(&args, 0, sizeof args);
-  args.it.ndim = 1;
-  args.it.numel = n;
-  args.it.shape[0] = n;
-  args.op = FH_OP_ADD;
-  args.dtype = FH_FLOAT32;
-  args.out.data = (char *)o;
-  args.a.data = (char *)a;
-  args.b.data = (char *)b;
-  args.out.stride[0] = args.a.stride[0] = args.b.stride[0] = 1;
+  fh_ew_args args = bench_add_args(o, a, b, n);
   fh_cuda_kernel_fn fn = fh__cuda_kernels[FH_K_BINARY];
   double tot[REPS], enq[REPS], raw[REPS];
   for (int r = -20; r < REPS; ++r) {

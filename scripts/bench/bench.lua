@@ -3,45 +3,15 @@
 --   source scripts/env.sh && luajit scripts/bench/bench.lua [path/to/fhelium_bench_baseline]
 -- (FHELIUM_BUILD names the build folder; the baseline defaults to
 -- $FHELIUM_BUILD/fhelium_bench_baseline). See scripts/bench/README.md.
-local ffi = require "ffi"
 local fh = require "fhelium"
+local lib = dofile((arg[0]:match("^(.*)/") or ".") .. "/lib.lua")
+local now_us, median = lib.now_us, lib.median
 
-ffi.cdef [[
-typedef struct { long tv_sec; long tv_nsec; } fh_bench_timespec;
-int clock_gettime(int clk, fh_bench_timespec *t);
-]]
-local ts = ffi.new("fh_bench_timespec")
-local function now_us()
-  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) * 1e6 + tonumber(ts.tv_nsec) * 1e-3
-end
+lib.require_cuda(fh)
 
-local function median(v)
-  table.sort(v)
-  local n = #v
-  return n % 2 == 1 and v[(n + 1) / 2] or 0.5 * (v[n / 2] + v[n / 2 + 1])
-end
-
-if not fh.cuda.is_available() then
-  io.stderr:write("bench: no CUDA device: ", fh.cuda.unavailable_reason(), "\n")
-  os.exit(1)
-end
-
-local build = os.getenv("FHELIUM_BUILD") or "build"
-local baseline_bin = arg[1] or (build .. "/fhelium_bench_baseline")
+local baseline_bin = lib.baseline_path("fhelium_bench_baseline")
 local results, base = {}, {}
-
--- ---- baseline ---------------------------------------------------------------
-local function run_baseline(args)
-  local out = {}
-  local p = assert(io.popen(baseline_bin .. (args and (" " .. args) or "") .. " 2>&1"))
-  for line in p:lines() do
-    local k, v = line:match("^(%S+)%s+(%S+)$")
-    if k and tonumber(v) then out[k] = tonumber(v) else io.stderr:write("baseline: ", line, "\n") end
-  end
-  assert(p:close(), "the baseline program failed")
-  return out
-end
+local function run_baseline(args) return lib.run_baseline(baseline_bin, args) end
 
 local sync = fh.cuda.synchronize
 

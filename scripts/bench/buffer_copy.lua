@@ -14,40 +14,14 @@
 --                compute stream, each copy waiting (wait_for) for the compute
 --                that last read its buffer; target: total <= 1.15 x
 --                max(copy, compute) x 16
-local ffi = require "ffi"
 local fh = require "fhelium"
 local ex = require "fhelium.execution"
+local lib = dofile((arg[0]:match("^(.*)/") or ".") .. "/lib.lua")
+local now_us, median = lib.now_us, lib.median
 
-ffi.cdef [[
-typedef struct { long tv_sec; long tv_nsec; } fh_bc_timespec;
-int clock_gettime(int clk, fh_bc_timespec *t);
-]]
-local ts = ffi.new("fh_bc_timespec")
-local function now_us()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.tv_sec) * 1e6 + tonumber(ts.tv_nsec) * 1e-3
-end
-local function median(v)
-  table.sort(v)
-  local n = #v
-  return n % 2 == 1 and v[(n + 1) / 2] or 0.5 * (v[n / 2] + v[n / 2 + 1])
-end
+lib.require_cuda(fh)
 
-if not fh.cuda.is_available() then
-  io.stderr:write("bench: no CUDA device: ", fh.cuda.unavailable_reason(), "\n")
-  os.exit(1)
-end
-
-local build = os.getenv("FHELIUM_BUILD") or "build"
-local base = {}
-do
-  local p = assert(io.popen((arg[1] or (build .. "/fhelium_bench_exec_baseline")) .. " 2>&1"))
-  for line in p:lines() do
-    local k, v = line:match("^(%S+)%s+(%S+)$")
-    if k and tonumber(v) then base[k] = tonumber(v) else io.stderr:write("baseline: ", line, "\n") end
-  end
-  assert(p:close(), "the baseline program failed")
-end
+local base = lib.run_baseline(lib.baseline_path("fhelium_bench_exec_baseline"))
 
 local rows = {}
 local function row(name, value, unit, baseline, ratio, target, ok)

@@ -8,17 +8,8 @@
 -- at level 0 (rescale: a 2-component product at level 0). On the CPU these
 -- are single-threaded figures; GPU figures come with the CUDA kernels.
 local fh = require "fhelium"
-local ffi = require "ffi"
-
-pcall(ffi.cdef, [[
-typedef struct { long tv_sec; long tv_nsec; } fh_bench_timespec;
-int clock_gettime(int clk, fh_bench_timespec *ts);
-]])
-local ts = ffi.new("fh_bench_timespec")
-local function now()
-  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
+local lib = dofile((arg[0]:match("^(.*)/") or ".") .. "/lib.lua")
+local now = lib.now
 
 local opts = { device = "cpu", slots = "8192,16384", ["min-time"] = "0.5" }
 local i = 1

@@ -19,51 +19,10 @@
  *   capture_K1000_ms       stream capture of those 1000 launches
  *   instantiate_K1000_ms   cudaGraphInstantiate of that graph
  * Built by CMake (target fhelium_bench_exec_baseline) when CUDA is on. */
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "fh/kernels.h"
-#include "fh/launch.h"
-
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
-
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_common.h"
 
 static void add_launch(fh_cuda_kernel_fn fn, float *o, const float *a, const float *b, int n, cudaStream_t s) {
-  fh_ew_args args;
-  memset(&args, 0, sizeof args);
-  args.it.ndim = 1;
-  args.it.numel = n;
-  args.it.shape[0] = n;
-  args.op = FH_OP_ADD;
-  args.dtype = FH_FLOAT32;
-  args.out.data = (char *)o;
-  args.a.data = (char *)a;
-  args.b.data = (char *)b;
-  args.out.stride[0] = args.a.stride[0] = args.b.stride[0] = 1;
+  fh_ew_args args = bench_add_args(o, a, b, n);
   if (fn(&args, (void *)s) != FH_OK) {
     fprintf(stderr, "kernel launch failed\n");
     exit(1);
@@ -141,15 +100,7 @@ int main(void) {
       printf("capture_K1000_ms %.3f\n", (c1 - c0) / 1e3);
       printf("instantiate_K1000_ms %.3f\n", (c2 - c1) / 1e3);
     }
-    double t[15];
-    for (int r = -3; r < 15; ++r) {
-      CHECK(cudaStreamSynchronize(s));
-      double t0 = now_us();
-      for (int i = 0; i < REPS; ++i) CHECK(cudaGraphLaunch(x, s));
-      CHECK(cudaStreamSynchronize(s));
-      if (r >= 0) t[r] = (now_us() - t0) / REPS;
-    }
-    printf("graph_K%d_us %.3f\n", K, median(t, 15));
+    printf("graph_K%d_us %.3f\n", K, bench_graph_replay_us(x, s, REPS));
     CHECK(cudaGraphExecDestroy(x));
     CHECK(cudaGraphDestroy(g));
     CHECK(cudaFree(buf));
@@ -172,15 +123,7 @@ int main(void) {
     CHECK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t x;
     CHECK(cudaGraphInstantiate(&x, g, 0));
-    double t[15];
-    for (int r = -3; r < 15; ++r) {
-      CHECK(cudaStreamSynchronize(s));
-      double t0 = now_us();
-      for (int i = 0; i < REPS; ++i) CHECK(cudaGraphLaunch(x, s));
-      CHECK(cudaStreamSynchronize(s));
-      if (r >= 0) t[r] = (now_us() - t0) / REPS;
-    }
-    printf("graph_K100_scattered_us %.3f\n", median(t, 15));
+    printf("graph_K100_scattered_us %.3f\n", bench_graph_replay_us(x, s, REPS));
     CHECK(cudaGraphExecDestroy(x));
     CHECK(cudaGraphDestroy(g));
     for (int k = 0; k <= K; ++k) CHECK(cudaFree(bufs[k]));

@@ -16,44 +16,18 @@
 --   capture      CudaGraphProgram.capture of the K = 1000 chain: capture +
 --                instantiate (stats.capture_seconds) against stream capture +
 --                cudaGraphInstantiate in C (reported)
-local ffi = require "ffi"
 local fh = require "fhelium"
 local ex = require "fhelium.execution"
+local lib = dofile((arg[0]:match("^(.*)/") or ".") .. "/lib.lua")
+local now_us, median = lib.now_us, lib.median
 
-ffi.cdef [[
-typedef struct { long tv_sec; long tv_nsec; } fh_gb_timespec;
-int clock_gettime(int clk, fh_gb_timespec *t);
-]]
-local ts = ffi.new("fh_gb_timespec")
-local function now_us()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.tv_sec) * 1e6 + tonumber(ts.tv_nsec) * 1e-3
-end
-local function median(v)
-  table.sort(v)
-  local n = #v
-  return n % 2 == 1 and v[(n + 1) / 2] or 0.5 * (v[n / 2] + v[n / 2 + 1])
-end
-
-if not fh.cuda.is_available() then
-  io.stderr:write("bench: no CUDA device: ", fh.cuda.unavailable_reason(), "\n")
-  os.exit(1)
-end
+lib.require_cuda(fh)
 
 -- Run on a non-blocking stream, as the C baseline does: graph launches on
 -- the legacy default stream pay for its implicit synchronization.
 fh.cuda.set_stream(fh.cuda.Stream())
 
-local build = os.getenv("FHELIUM_BUILD") or "build"
-local base = {}
-do
-  local p = assert(io.popen((arg[1] or (build .. "/fhelium_bench_exec_baseline")) .. " 2>&1"))
-  for line in p:lines() do
-    local k, v = line:match("^(%S+)%s+(%S+)$")
-    if k and tonumber(v) then base[k] = tonumber(v) else io.stderr:write("baseline: ", line, "\n") end
-  end
-  assert(p:close(), "the baseline program failed")
-end
+local base = lib.run_baseline(lib.baseline_path("fhelium_bench_exec_baseline"))
 
 local sync = fh.cuda.synchronize
 local rows = {}

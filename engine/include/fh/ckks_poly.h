@@ -66,6 +66,11 @@ fh_status fh__ckks_submit(fh__ckks_launcher *L, int kernel, const void *args, si
 /* NTT / INTT of ngroups x nlimbs rows. */
 fh_status fh__ckks_ntt(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_t out_gs, const uint64_t *in,
                        int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs);
+/* One element-wise launch (no constants) over ngroups x nlimbs rows:
+ * out = op(x, y), each operand with its group stride (y may be NULL for
+ * unary ops). Nothing is launched when ngroups is 0. */
+fh_status fh__ckks_ew(fh__ckks_launcher *L, int op, int64_t ngroups, const int32_t *prime, int nlimbs, uint64_t *out,
+                     int64_t out_gs, const uint64_t *x, int64_t x_gs, const uint64_t *y, int64_t y_gs);
 /* Fill the common fields of an element-wise block (constants zero). */
 void fh__ckks_ew_init(fh__ckks_launcher *L, fh_ckks_ew_args *a, int op, int64_t ngroups, const int32_t *prime,
                       int nlimbs);

@@ -33,6 +33,23 @@ void fh__operand_from(fh_operand *op, const fh_tensor *t);
 typedef enum fh__overlap_kind { FH__NO_OVERLAP = 0, FH__SAME_ELEMENTS, FH__PARTIAL_OVERLAP } fh__overlap_kind;
 fh__overlap_kind fh__overlap(const fh_tensor *out, const fh_tensor *in);
 
+/* The last step of an engine function that makes a tensor: on FH_OK hand
+ * `t` over to *result (the caller owns that reference) and return FH_OK;
+ * otherwise release `t` (NULL allowed) and return st. */
+static inline fh_status fh__deliver(fh_status st, fh_tensor *t, fh_tensor **result) {
+  if (st != FH_OK) {
+    fh_tensor_release(t);
+    return st;
+  }
+  *result = t;
+  return FH_OK;
+}
+
+/* The strided copy kernel (dtype conversion included) from src to dst, both
+ * on dst's device, same shape, submitted on `s` (NULL on the CPU) through
+ * the launch boundary. Validates nothing: callers have. */
+fh_status fh__copy_submit(fh_tensor *dst, fh_tensor *src, fh_stream *s);
+
 /* Submit a kernel over `dev` with the given uses (convenience). */
 fh_status fh__submit(int kernel, fh_device dev, fh_stream *stream, const void *args, size_t size,
                      fh_storage *const *uses, int nuses);

@@ -154,9 +154,6 @@ fh_status fh_plaintext_slots_new(fh_ckks_context *ctx, fh_tensor *message, int32
 fh_status fh_key_new(fh_ckks_context *ctx, fh_value_type type, fh_tensor *data, int32_t level, fh_modulus_basis basis,
                      fh_polynomial_domain domain, int64_t step, fh_value **out);
 
-/* Same type, state and context around other tensors (same count; the
- * tensors are validated like fh_value_new's). Used by buffers. */
-fh_status fh_value_with_tensors(const fh_value *v, fh_tensor *const *tensors, int ntensors, fh_value **out);
 /* Contiguous copies of every tensor on `dev` (pinned when `pin` and dev is
  * the CPU) / on the same device. */
 fh_status fh_value_to(const fh_value *v, fh_device dev, bool pin, fh_value **out);
