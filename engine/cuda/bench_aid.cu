@@ -126,3 +126,28 @@ fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double 
   *us = t[7];
   return FH_OK;
 }
+
+/* The context's limits and flags (see FH_CUDA_LIMIT_NAMES); -1 where the
+ * query fails. */
+fh_status fh_cuda_context_limits(int dev, double out[FH_CUDA_NLIMITS]) {
+  fh_device d = {FH_DEVICE_CUDA, dev};
+  fh_status st = fh_device_check(d);
+  if (st != FH_OK) return st;
+  if ((st = fh__cuda_use_device(dev)) != FH_OK) return st;
+  static const cudaLimit limits[] = {cudaLimitStackSize,
+                                     cudaLimitPrintfFifoSize,
+                                     cudaLimitMallocHeapSize,
+                                     cudaLimitDevRuntimePendingLaunchCount,
+                                     cudaLimitMaxL2FetchGranularity,
+                                     cudaLimitPersistingL2CacheSize};
+  for (int i = 0; i < 6; ++i) {
+    size_t v = 0;
+    out[i] = cudaDeviceGetLimit(&v, limits[i]) == cudaSuccess ? (double)v : -1;
+  }
+  unsigned flags = 0;
+  out[6] = cudaGetDeviceFlags(&flags) == cudaSuccess ? (double)flags : -1;
+  cudaFuncCache cc;
+  out[7] = cudaDeviceGetCacheConfig(&cc) == cudaSuccess ? (double)cc : -1;
+  (void)cudaGetLastError();
+  return FH_OK;
+}

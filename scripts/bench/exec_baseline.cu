@@ -18,6 +18,8 @@
  *                          a separate cudaMalloc of 16 KiB (the layout of a
  *                          capture pool whose blocks are one cudaMalloc each),
  *                          to tell allocation layout from replay overhead
+ *   limit_<name>           the context's limits and flags (cudaDeviceGetLimit,
+ *                          cudaGetDeviceFlags, cudaDeviceGetCacheConfig)
  *   capture_K1000_ms       stream capture of those 1000 launches
  *   instantiate_K1000_ms   cudaGraphInstantiate of that graph
  * Built by CMake (target fhelium_bench_exec_baseline) when CUDA is on. */
@@ -131,6 +133,28 @@ int main(void) {
   CHECK(cudaSetDevice(0));
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  {
+    /* the context's limits and flags, to compare with fhelium's
+     * (fh.cuda._context_limits, scripts/bench/graph_gap.lua) */
+    static const cudaLimit limits[] = {cudaLimitStackSize,
+                                       cudaLimitPrintfFifoSize,
+                                       cudaLimitMallocHeapSize,
+                                       cudaLimitDevRuntimePendingLaunchCount,
+                                       cudaLimitMaxL2FetchGranularity,
+                                       cudaLimitPersistingL2CacheSize};
+    static const char *const names[] = {"stack_size", "printf_fifo_size", "malloc_heap_size",
+                                        "dev_runtime_pending_launch_count", "max_l2_fetch_granularity",
+                                        "persisting_l2_cache_size"};
+    for (int i = 0; i < 6; ++i) {
+      size_t v = 0;
+      printf("limit_%s %.0f\n", names[i], cudaDeviceGetLimit(&v, limits[i]) == cudaSuccess ? (double)v : -1.0);
+    }
+    unsigned flags = 0;
+    printf("limit_device_flags %.0f\n", cudaGetDeviceFlags(&flags) == cudaSuccess ? (double)flags : -1.0);
+    cudaFuncCache cc;
+    printf("limit_cache_config %.0f\n", cudaDeviceGetCacheConfig(&cc) == cudaSuccess ? (double)cc : -1.0);
+    (void)cudaGetLastError();
+  }
 
   /* ---- copies ---- */
   {

@@ -139,6 +139,13 @@ fh_status fh_cuda_spin(fh_stream *s, double ms);
  * *us gets the median of 15 rounds in microseconds per replay. Synchronizes
  * the device; fails while a capture runs. */
 fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double *us);
+/* Benchmark aid: the context's limits (cudaDeviceGetLimit) and flags, in
+ * the order of FH_CUDA_LIMIT_NAMES; -1 where a query fails. */
+#define FH_CUDA_NLIMITS 8
+#define FH_CUDA_LIMIT_NAMES                                                                                  \
+  {"stack_size", "printf_fifo_size", "malloc_heap_size", "dev_runtime_pending_launch_count", "max_l2_fetch_granularity", \
+   "persisting_l2_cache_size", "device_flags", "cache_config"}
+fh_status fh_cuda_context_limits(int dev, double out[FH_CUDA_NLIMITS]);
 /* A minimal CUDA graph capture for testing the pools (the execution layer
  * has the real one): begin routes allocations to `p` and starts a
  * thread-local capture on `s` (which the caller makes current); end stops
