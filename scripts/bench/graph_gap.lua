@@ -28,6 +28,39 @@ local variants = {
     fh.cuda.synchronize()
     return x
   end },
+  { "side_eager", "1000 eager adds on a fresh fhelium stream (as a warmup runs)", function()
+    local s = fh.cuda.Stream()
+    fh.cuda.with_stream(s, function()
+      local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+      for _ = 1, 1000 do x = x + w end
+    end)
+    fh.cuda.synchronize()
+  end },
+  { "pool_capture", "fh.cuda._capture of 100 adds (pool, capture, one replay; no program)", function()
+    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+    assert(fh.cuda._capture(function()
+      local y = x
+      for _ = 1, 100 do y = y + w end
+      return y
+    end, 1))
+    collectgarbage()
+  end },
+  { "inplace_w0", "a CudaGraphProgram of 100 in-place adds, warmup = 0 (no allocation)", function()
+    local ex = require "fhelium.execution"
+    local p = ex.CudaGraphProgram.capture(function(x, w)
+      for _ = 1, 100 do x:add_(w) end
+      return x
+    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) },
+      warmup = 0 })
+    p:close()
+  end },
+  { "inplace_k1", "a CudaGraphProgram of one in-place add, warmup = 0", function()
+    local ex = require "fhelium.execution"
+    local p = ex.CudaGraphProgram.capture(function(x, w) x:add_(w) return x end,
+      { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) },
+        warmup = 0 })
+    p:close()
+  end },
   { "program", "a K = 100 CudaGraphProgram captured and closed", function()
     local ex = require "fhelium.execution"
     local p = ex.CudaGraphProgram.capture(function(x, w)
