@@ -573,6 +573,120 @@ describe("CudaGraphProgram", function()
     p3:close()
   end)
 
+  -- replay() moves small leaves from pinned host memory with one batch
+  -- kernel on the replay stream (engine/src/buffer.c, copy_small_pinned)
+  -- instead of copy-engine transfers; everything else takes cudaMemcpyAsync.
+  local function launches() return fh.info().launches end
+
+  H.gpu_it("copies small pinned inputs with one kernel, any alignment and layout, mixed with other sources", function()
+    -- leaves: float64 contiguous, uint8 at an odd offset (1-byte units), a
+    -- non-contiguous view (same strides on both sides: the span is copied
+    -- with its gaps), a pageable leaf, a device leaf, a pinned leaf over the
+    -- batch limit (64 KiB: the copy engine)
+    local function fn(a, b, c, d, e, f)
+      return { a * 2, b + 1, c * 3, d - 1, e + 5, f * 0.5 }
+    end
+    local big = 16384 -- float64: 128 KiB
+    -- where: "cuda:0", "pinned" or nil (pageable); views are made in place,
+    -- so every source has the example's strides
+    local function make(k, where)
+      local function place(t)
+        if where == "pinned" then return t:pin_memory() end
+        return where and t:to(where) or t
+      end
+      local u8 = place(fh.arange(0, 16, 1, { dtype = "uint8" }):add_(k)):narrow(1, 2, 7)
+      local g = place(seq(32, k)):reshape({ 4, 8 }):narrow(2, 2, 3)
+      local pageable = where == "cuda:0" and seq(64, k, "cuda:0") or seq(64, k)
+      return { place(seq(512, k)), u8, g, pageable, seq(64, 3 * k, "cuda:0"), place(seq(big, -k)) }
+    end
+    local prog = ex.CudaGraphProgram.capture(fn, { example_inputs = make(0, "cuda:0") })
+    assert.is_false(prog:_input_value()[3]:is_contiguous())
+    for k = 1, 3 do
+      local src = make(k, "pinned")
+      assert.is_true(src[1]:is_pinned() and src[2]:is_pinned() and src[3]:is_pinned() and src[6]:is_pinned())
+      assert.equal(1, src[2]:storage_offset() % 2) -- odd address: 1-byte units
+      fh.cuda.synchronize()
+      local before = launches()
+      local out = prog:replay(src, { synchronize = true })
+      -- one batch for the three small pinned leaves, one copy kernel for the
+      -- device leaf; the pageable and the large pinned leaf use the copy engine
+      assert.equal(2, launches() - before)
+      local ref = fn(unpack(make(k)))
+      for i = 1, 6 do assert.same(ref[i]:tolist(), out[i]:tolist()) end
+    end
+    prog:close()
+  end)
+
+  H.gpu_it("splits small pinned inputs into batches of at most 32 leaves and 64 KiB", function()
+    local fn = function(...)
+      local r = {}
+      for i, t in ipairs({ ... }) do r[i] = t + i end
+      return r
+    end
+    local function args(n, len, k, pin)
+      local r = {}
+      for i = 1, n do
+        local t = seq(len, k * 100 + i)
+        r[i] = pin and t:pin_memory() or t:to("cuda:0")
+      end
+      return r
+    end
+    for _, case in ipairs({ { 40, 4, 2 }, { 3, 4096, 2 }, { 32, 4, 1 } }) do
+      local n, len, want = case[1], case[2], case[3] -- 40 tiny leaves; 3 x 32 KiB; 32 tiny
+      local prog = ex.CudaGraphProgram.capture(fn, { example_inputs = args(n, len, 0, false), warmup = 0 })
+      local src = args(n, len, 1, true)
+      fh.cuda.synchronize()
+      local before = launches()
+      local out = prog:replay(src, { synchronize = true })
+      assert.equal(want, launches() - before)
+      for i = 1, n do assert.same((seq(len, 100 + i) + i):tolist(), out[i]:tolist()) end
+      prog:close()
+    end
+  end)
+
+  H.gpu_it("orders the batch copy after pending work and guards the pinned sources", function()
+    local prog = ex.CudaGraphProgram.capture(function(x) return x * 2 end,
+      { example_inputs = { seq(512, 0, "cuda:0") } })
+    local s1, s2 = fh.cuda.Stream(), fh.cuda.Stream()
+    -- a replay on another stream waits for the previous replay, which reads
+    -- the inputs late: its owned output still sees its own inputs
+    local x1, x2 = seq(512, 1):pin_memory(), seq(512, 1000):pin_memory()
+    local o1 = fh.cuda.with_stream(s1, function()
+      spin(100, s1)
+      return prog:replay({ x1 }, { copy_output = true })
+    end)
+    local o2 = fh.cuda.with_stream(s2, function() return prog:replay({ x2 }) end)
+    s2:synchronize()
+    s1:synchronize()
+    assert.same((seq(512, 1) * 2):tolist(), o1:tolist())
+    assert.same((seq(512, 1000) * 2):tolist(), o2:tolist())
+    -- after a pending copy_inputs_from on a transfer stream: replay() writes last
+    local transfer = fh.cuda.Stream()
+    spin(100, transfer)
+    local h = prog:copy_inputs_from({ seq(512, 7):pin_memory() }, { stream = transfer })
+    local out = prog:replay({ seq(512, 9):pin_memory() }, { synchronize = true })
+    h:synchronize()
+    assert.same((seq(512, 9) * 2):tolist(), out:tolist())
+    assert.same(seq(512, 9):tolist(), prog:_input_value()[1]:tolist())
+    -- a pinned source dropped right after replay() returns is not reused
+    -- before the kernel has read it
+    local s = fh.cuda.current_stream()
+    spin(200, s)
+    local src = seq(512, 42):pin_memory()
+    local addr = src:data_ptr()
+    prog:replay({ src })
+    src = nil
+    collectgarbage()
+    collectgarbage()
+    for _ = 1, 8 do
+      local t = fh.zeros({ 512 }, { dtype = "float64", pin_memory = true })
+      assert.are_not.equal(addr, t:data_ptr(), "a pinned source was reused before the copy kernel read it")
+    end
+    s:synchronize()
+    assert.same((seq(512, 42) * 2):tolist(), prog.output:tolist())
+    prog:close()
+  end)
+
   H.gpu_it("rejects outputs on another device at the warmup stage", function()
     local err = H.expect_error("CudaGraphCaptureError", { "warmup failed", "outputs must live on the capture device" },
       ex.CudaGraphProgram.capture, function(x) return fh.zeros({ 2 }) end,

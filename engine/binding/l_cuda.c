@@ -311,6 +311,34 @@ static int l_spin(lua_State *L) {
   return 0;
 }
 
+/* fh.cuda._raw_graph_bench(K, random, reps): benchmark aid, the baseline's
+ * raw CUDA graph of K adds replayed in this process (fh_cuda_raw_graph_bench
+ * on the current device); microseconds per replay. */
+static int l_raw_graph_bench(lua_State *L) {
+  const char *fn = "fh.cuda._raw_graph_bench";
+  int K = (int)fh__lua_checkint(L, 1, fn, "K", 1, 10000);
+  bool random = lua_toboolean(L, 2);
+  int reps = lua_isnoneornil(L, 3) ? 200 : (int)fh__lua_checkint(L, 3, fn, "reps", 1, 100000);
+  double us = 0;
+  fh__lua_check(L, fh_cuda_raw_graph_bench(fh_cuda_current_device(), K, reps, random, &us));
+  lua_pushnumber(L, us);
+  return 1;
+}
+
+/* fh.cuda._context_limits(): benchmark aid, {name = value} of the current
+ * device's context limits and flags (fh_cuda_context_limits). */
+static int l_context_limits(lua_State *L) {
+  static const char *const names[] = FH_CUDA_LIMIT_NAMES;
+  double v[FH_CUDA_NLIMITS];
+  fh__lua_check(L, fh_cuda_context_limits(fh_cuda_current_device(), v));
+  lua_createtable(L, 0, FH_CUDA_NLIMITS);
+  for (int i = 0; i < FH_CUDA_NLIMITS; ++i) {
+    lua_pushnumber(L, v[i]);
+    lua_setfield(L, -2, names[i]);
+  }
+  return 1;
+}
+
 /* fh.cuda._capture(fn, replays): test aid for capture-private pools. Runs
  * fn() with a fresh stream current while that stream captures a CUDA graph
  * into a fresh pool, then replays the graph `replays` times (default 1) and
@@ -382,6 +410,8 @@ void fh__lua_open_cuda(lua_State *L) {
                                  {"empty_cache", l_empty_cache},
                                  {"_spin", l_spin},
                                  {"_capture", l_capture},
+                                 {"_raw_graph_bench", l_raw_graph_bench},
+                                 {"_context_limits", l_context_limits},
                                  {NULL, NULL}};
   lua_newtable(L);
   fh__lua_setfuncs(L, fns);

@@ -672,6 +672,8 @@ static int push_output(lua_State *L, program_box *b, bool copy) {
     fh__lua_check(L, fh_tensor_empty_like_layout(b->out_leaves[i], dev, false, &g->t[i]));
     fh__lua_check(L, fh_tensor_copy_(g->t[i], b->out_leaves[i], s, true));
   }
+  /* the next replay (on any stream) overwrites the output after these reads */
+  if (s != NULL) fh__lua_check(L, fh_program_note_reads(b->p, s));
   push_tree_from_guard(L, b->out_sig, g);
   return 1;
 }

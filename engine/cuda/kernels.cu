@@ -677,6 +677,38 @@ static fh_status k_compare(const void *argp, void *stream) {
   return st;
 }
 
+/* ---- copy batch ----------------------------------------------------------------------------- */
+/* One block row (blockIdx.y) per segment; the blocks of a row stride over
+ * the segment in units of the widest power of two (<= 16 bytes) dividing
+ * its addresses and length. Sources in pinned host memory are read over the
+ * bus by the SMs: for a few KiB this costs far less GPU time than a
+ * copy-engine transfer and the cross-engine dependency after it. */
+template <typename U>
+__device__ __forceinline__ void copy_units(char *d, const char *s, int64_t n) {
+  GRID_STRIDE(i, n) reinterpret_cast<U *>(d)[i] = reinterpret_cast<const U *>(s)[i];
+}
+
+__global__ void copy_batch_kernel(__grid_constant__ const fh_copy_batch_args a) {
+  const fh_copy_seg &g = a.seg[blockIdx.y];
+  uint64_t m = (uint64_t)(uintptr_t)g.dst | (uint64_t)(uintptr_t)g.src | (uint64_t)g.nbytes;
+  if ((m & 15) == 0) copy_units<uint4>(g.dst, g.src, g.nbytes / 16);
+  else if ((m & 7) == 0) copy_units<uint2>(g.dst, g.src, g.nbytes / 8);
+  else if ((m & 3) == 0) copy_units<unsigned>(g.dst, g.src, g.nbytes / 4);
+  else if ((m & 1) == 0) copy_units<unsigned short>(g.dst, g.src, g.nbytes / 2);
+  else copy_units<unsigned char>(g.dst, g.src, g.nbytes);
+}
+
+static fh_status k_copy_batch(const void *argp, void *stream) {
+  const fh_copy_batch_args *a = (const fh_copy_batch_args *)argp;
+  if (a->n <= 0) return FH_OK;
+  int64_t most = 0;
+  for (int i = 0; i < a->n; ++i) most = a->seg[i].nbytes > most ? a->seg[i].nbytes : most;
+  /* enough blocks for 16-byte units of the longest segment */
+  int bx = blocks_for((most + 15) / 16);
+  copy_batch_kernel<<<dim3((unsigned)bx, (unsigned)a->n), THREADS, 0, (cudaStream_t)stream>>>(*a);
+  return launched("kernel 'copy_batch'");
+}
+
 /* ---- test aid: a kernel that spins ---------------------------------------------------------- */
 __device__ __forceinline__ uint64_t globaltimer(void) {
   uint64_t t;
@@ -696,4 +728,4 @@ fh_status fh_cuda_spin(fh_stream *s, double ms) {
   return launched("kernel 'spin'");
 }
 
-const fh_cuda_kernel_fn fh__cuda_kernels[FH_K_MAX] = {k_fill, k_copy, k_unary, k_binary, k_rns, k_sum, k_compare};
+const fh_cuda_kernel_fn fh__cuda_kernels[FH_K_MAX] = {k_fill, k_copy, k_unary, k_binary, k_rns, k_sum, k_compare, k_copy_batch};

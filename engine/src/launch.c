@@ -11,6 +11,7 @@ uint64_t fh_launch_count(void) { return atomic_load(&launches); }
 static const char *const builtin_names[FH_K_BUILTIN_END] = {
     [FH_K_FILL] = "fill", [FH_K_COPY] = "copy",       [FH_K_UNARY] = "unary",     [FH_K_BINARY] = "binary",
     [FH_K_RNS] = "rns",   [FH_K_SUM] = "sum",         [FH_K_COMPARE] = "compare",
+    [FH_K_COPY_BATCH] = "copy_batch",
 };
 
 const char *fh_kernel_name(int kernel) {

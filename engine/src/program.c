@@ -460,6 +460,11 @@ fh_status fh_program_synchronize(fh_program *p) {
   return fh_event_synchronize(p->replay_event);
 }
 
+fh_status fh_program_note_reads(fh_program *p, fh_stream *s) {
+  if (p->replay_stream == NULL || s != p->replay_stream) return FH_OK;
+  return fh_event_record(p->replay_event, s);
+}
+
 fh_status fh_program_close(fh_program *p) {
   if (p->closed) return FH_OK;
   if (p->state == ST_CAPTURING)

@@ -5,7 +5,9 @@
 -- for `ms` milliseconds on `stream` (default: the current stream), to open
 -- race windows on purpose; fh.cuda._capture(fn, replays) runs fn while a
 -- fresh stream captures a CUDA graph into a capture-private pool, replays
--- it and returns ok, fn's first result or error.
+-- it and returns ok, fn's first result or error. Benchmark aid (not API):
+-- fh.cuda._raw_graph_bench(K, random, reps) replays the raw CUDA graph of
+-- scripts/bench/exec_baseline.cu inside this process (us per replay).
 local core = require "fhelium.core"
 local errors = require "fhelium.errors"
 local M = {}

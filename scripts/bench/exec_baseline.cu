@@ -12,10 +12,14 @@
  *                          replayed 200 times back to back with
  *                          cudaGraphLaunch, then a synchronize: microseconds
  *                          per replay (k = 10, 100, 1000)
+ *   graph_K100_random_us  the K = 100 graph over uniform [0, 1) data
+ *                          instead of zeros (graph.lua adds fh.rand data)
  *   graph_K100_scattered_us  the K = 100 graph with each of its 101 buffers
  *                          a separate cudaMalloc of 16 KiB (the layout of a
  *                          capture pool whose blocks are one cudaMalloc each),
  *                          to tell allocation layout from replay overhead
+ *   limit_<name>           the context's limits and flags (cudaDeviceGetLimit,
+ *                          cudaGetDeviceFlags, cudaDeviceGetCacheConfig)
  *   capture_K1000_ms       stream capture of those 1000 launches
  *   instantiate_K1000_ms   cudaGraphInstantiate of that graph
  * Built by CMake (target fhelium_bench_exec_baseline) when CUDA is on. */
@@ -29,10 +33,80 @@ static void add_launch(fh_cuda_kernel_fn fn, float *o, const float *a, const flo
   }
 }
 
+/* A graph of K chained adds (out = in + w through K + 1 buffers of one
+ * allocation), zeros or uniform [0, 1) data; microseconds per replay
+ * (median of 15 rounds of `reps` back-to-back launches). */
+static double chain_graph(fh_cuda_kernel_fn fn, cudaStream_t s, int K, int n, int reps, int random, double *cap_ms,
+                          double *inst_ms) {
+  float *buf, *w;
+  size_t total = (size_t)(K + 1) * n;
+  CHECK(cudaMalloc((void **)&buf, total * sizeof(float)));
+  CHECK(cudaMalloc((void **)&w, n * sizeof(float)));
+  if (random) {
+    float *h = (float *)malloc((total + n) * sizeof(float));
+    unsigned x = 12345;
+    for (size_t i = 0; i < total + n; ++i) {
+      x = x * 1664525u + 1013904223u;
+      h[i] = (float)(x >> 8) * (1.0f / 16777216.0f);
+    }
+    CHECK(cudaMemcpy(buf, h, total * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(w, h + total, n * sizeof(float), cudaMemcpyHostToDevice));
+    free(h);
+  } else {
+    CHECK(cudaMemset(buf, 0, total * sizeof(float)));
+    CHECK(cudaMemset(w, 0, n * sizeof(float)));
+  }
+  CHECK(cudaDeviceSynchronize());
+  double c0 = now_us();
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int k = 0; k < K; ++k) add_launch(fn, buf + (size_t)(k + 1) * n, buf + (size_t)k * n, w, n, s);
+  cudaGraph_t g;
+  CHECK(cudaStreamEndCapture(s, &g));
+  double c1 = now_us();
+  if (K == 10 && !random && getenv("FHELIUM_GRAPH_DOT")) {
+    char path[1024];
+    snprintf(path, sizeof path, "%sbaseline_K10.dot", getenv("FHELIUM_GRAPH_DOT"));
+    (void)cudaGraphDebugDotPrint(g, path, cudaGraphDebugDotFlagsVerbose);
+  }
+  cudaGraphExec_t x;
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  double c2 = now_us();
+  *cap_ms = (c1 - c0) / 1e3;
+  *inst_ms = (c2 - c1) / 1e3;
+  double us = bench_graph_replay_us(x, s, reps);
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaFree(buf));
+  CHECK(cudaFree(w));
+  return us;
+}
+
 int main(void) {
   CHECK(cudaSetDevice(0));
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  {
+    /* the context's limits and flags, to compare with fhelium's
+     * (fh.cuda._context_limits, scripts/bench/graph_gap.lua) */
+    static const cudaLimit limits[] = {cudaLimitStackSize,
+                                       cudaLimitPrintfFifoSize,
+                                       cudaLimitMallocHeapSize,
+                                       cudaLimitDevRuntimePendingLaunchCount,
+                                       cudaLimitMaxL2FetchGranularity,
+                                       cudaLimitPersistingL2CacheSize};
+    static const char *const names[] = {"stack_size", "printf_fifo_size", "malloc_heap_size",
+                                        "dev_runtime_pending_launch_count", "max_l2_fetch_granularity",
+                                        "persisting_l2_cache_size"};
+    for (int i = 0; i < 6; ++i) {
+      size_t v = 0;
+      printf("limit_%s %.0f\n", names[i], cudaDeviceGetLimit(&v, limits[i]) == cudaSuccess ? (double)v : -1.0);
+    }
+    unsigned flags = 0;
+    printf("limit_device_flags %.0f\n", cudaGetDeviceFlags(&flags) == cudaSuccess ? (double)flags : -1.0);
+    cudaFuncCache cc;
+    printf("limit_cache_config %.0f\n", cudaDeviceGetCacheConfig(&cc) == cudaSuccess ? (double)cc : -1.0);
+    (void)cudaGetLastError();
+  }
 
   /* ---- copies ---- */
   {
@@ -76,35 +150,19 @@ int main(void) {
   const int ks[3] = {10, 100, 1000};
   for (int ki = 0; ki < 3; ++ki) {
     int K = ks[ki];
-    float *buf, *w;
-    CHECK(cudaMalloc((void **)&buf, (size_t)(K + 1) * n * sizeof(float)));
-    CHECK(cudaMalloc((void **)&w, n * sizeof(float)));
-    CHECK(cudaMemset(buf, 0, (size_t)(K + 1) * n * sizeof(float)));
-    CHECK(cudaMemset(w, 0, n * sizeof(float)));
-    CHECK(cudaDeviceSynchronize());
-    double c0 = now_us();
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int k = 0; k < K; ++k) add_launch(fn, buf + (size_t)(k + 1) * n, buf + (size_t)k * n, w, n, s);
-    cudaGraph_t g;
-    CHECK(cudaStreamEndCapture(s, &g));
-    double c1 = now_us();
-    if (K == 10 && getenv("FHELIUM_GRAPH_DOT")) {
-      char path[1024];
-      snprintf(path, sizeof path, "%sbaseline_K10.dot", getenv("FHELIUM_GRAPH_DOT"));
-      (void)cudaGraphDebugDotPrint(g, path, cudaGraphDebugDotFlagsVerbose);
-    }
-    cudaGraphExec_t x;
-    CHECK(cudaGraphInstantiate(&x, g, 0));
-    double c2 = now_us();
+    double cap_ms, inst_ms;
+    double us = chain_graph(fn, s, K, n, REPS, 0, &cap_ms, &inst_ms);
     if (K == 1000) {
-      printf("capture_K1000_ms %.3f\n", (c1 - c0) / 1e3);
-      printf("instantiate_K1000_ms %.3f\n", (c2 - c1) / 1e3);
+      printf("capture_K1000_ms %.3f\n", cap_ms);
+      printf("instantiate_K1000_ms %.3f\n", inst_ms);
     }
-    printf("graph_K%d_us %.3f\n", K, bench_graph_replay_us(x, s, REPS));
-    CHECK(cudaGraphExecDestroy(x));
-    CHECK(cudaGraphDestroy(g));
-    CHECK(cudaFree(buf));
-    CHECK(cudaFree(w));
+    printf("graph_K%d_us %.3f\n", K, us);
+  }
+  /* the same K = 100 chain over random data (graph.lua's chain adds
+   * fh.rand tensors; the chain above adds zeros) */
+  {
+    double cap_ms, inst_ms;
+    printf("graph_K100_random_us %.3f\n", chain_graph(fn, s, 100, n, REPS, 1, &cap_ms, &inst_ms));
   }
   /* ---- the K = 100 graph over separately allocated buffers ---- */
   {

@@ -13,6 +13,9 @@
 --   replay       prog:replay({x}) with a 4 KiB pinned input (a chain of 100
 --                adds over 1024 float32) against replay_prepared() of the same
 --                program; target: at most 5 us more per call
+--   gap probes   for K = 100: the baseline graph over random data; a program
+--                over zeros; the baseline's raw graph run inside this process
+--                (fh.cuda._raw_graph_bench, engine/cuda/bench_aid.cu)
 --   capture      CudaGraphProgram.capture of the K = 1000 chain: capture +
 --                instantiate (stats.capture_seconds) against stream capture +
 --                cudaGraphInstantiate in C (reported)
@@ -73,6 +76,23 @@ for _, K in ipairs({ 10, 100, 1000 }) do
     row("K= 100 raw graph over 101 separate cudaMallocs, per replay", base.graph_K100_scattered_us, "us", raw,
       base.graph_K100_scattered_us / raw, "report", true)
   end
+  if K == 100 then
+    -- where the replay gap comes from: data (the baseline adds zeros, this
+    -- chain fh.rand data) or the process (the baseline's own code, run here)
+    if base.graph_K100_random_us then
+      row("K= 100 raw graph, random data (baseline process)", base.graph_K100_random_us, "us", raw,
+        base.graph_K100_random_us / raw, "report", true)
+    end
+    local zx, zw = fh.zeros({ 4096 }, { device = "cuda" }), fh.zeros({ 4096 }, { device = "cuda" })
+    local zprog = ex.CudaGraphProgram.capture(fn, { example_inputs = { zx, zw } })
+    local zprep = time_calls(function() zprog:replay_prepared() end, 200, 15)
+    zprog:close()
+    row("K= 100 replay_prepared, zero data", zprep, "us", raw, zprep / raw, "report", true)
+    local in_zero = fh.cuda._raw_graph_bench(100, false)
+    local in_rand = fh.cuda._raw_graph_bench(100, true)
+    row("K= 100 raw graph in this process, zeros", in_zero, "us", raw, in_zero / raw, "report", true)
+    row("K= 100 raw graph in this process, random data", in_rand, "us", raw, in_rand / raw, "report", true)
+  end
   if K == 1000 then
     local s = prog.stats
     local c_ms = base.capture_K1000_ms + base.instantiate_K1000_ms
@@ -101,6 +121,14 @@ do
   assert(fh.allclose(prog:replay(inputs, { synchronize = true }), fn(x:cuda()), { rtol = 1e-5, atol = 1e-5 }))
   row("replay() with a 4 KiB input, per call", replay_us, "us", prep_us, replay_us / prep_us, "<= +5 us",
     replay_us - prep_us <= 5)
+  -- the copy engine's way (what replay() did before small pinned inputs
+  -- moved by a kernel): cudaMemcpyAsync on the replay stream, then the launch
+  local cur = fh.cuda.current_stream()
+  local ce_us = time_calls(function()
+    prog:replay_prepared({ copy_handle = prog:copy_inputs_from(inputs, { stream = cur }) })
+  end, 200, 15)
+  row("copy_inputs_from (copy engine, same stream) + replay_prepared", ce_us, "us", prep_us, ce_us / prep_us, "report",
+    true)
   -- host time only: enqueue cost of each path, GPU not waited for
   local h = {}
   for r = -3, 15 do

@@ -134,7 +134,10 @@ size_t fh_leaves_nbytes(fh_tensor *const *leaves, int64_t n);
 /* Programs' replay(): copy `src` (validated) into `b` on `s` (NULL for a
  * CPU buffer: synchronous) after `wait` (may be NULL) and after the
  * buffer's last in-flight copy, without a handle or event: the caller
- * orders later work on `s` and records the event that covers the copy. */
+ * orders later work on `s` and records the event that covers the copy.
+ * Small leaves from pinned host memory with the target's exact layout move
+ * in FH_K_COPY_BATCH kernels on `s` (no copy-engine latency); the others
+ * through fh_tensor_copy_. Sources are guarded by record-stream either way. */
 fh_status fh__buffer_copy_ordered(fh_buffer *b, fh_tensor *const *src, fh_stream *s, fh_event *wait);
 
 /* Execution capture state of the calling thread (set by programs while a

@@ -76,6 +76,25 @@ typedef struct fh_compare_args {
   char *out;
 } fh_compare_args;
 
+/* A batch of small contiguous byte copies into device memory, in one
+ * kernel launch (the input copies of CudaGraphProgram:replay, engine/src/
+ * buffer.c): every source is device-accessible (device memory, or pinned
+ * host memory, which unified addressing maps at the same address) and no
+ * source overlaps a destination. Each segment moves in the widest unit (16,
+ * 8, 4, 2 or 1 bytes) that divides its addresses and length. CUDA only:
+ * the CPU table has no entry (host copies are plain memcpy). */
+#define FH_COPY_BATCH_MAX 32
+typedef struct fh_copy_seg {
+  char *dst;
+  const char *src;
+  int64_t nbytes; /* > 0 */
+} fh_copy_seg;
+typedef struct fh_copy_batch_args {
+  int32_t n; /* 1..FH_COPY_BATCH_MAX */
+  int32_t unused;
+  fh_copy_seg seg[FH_COPY_BATCH_MAX];
+} fh_copy_batch_args;
+
 /* Host helpers shared by the back ends. */
 /* Collapse the iteration space for up to 3 operands (stride arrays may be
  * NULL for unused operands); keeps `keep_dim` (>= 0) separate, updating it. */

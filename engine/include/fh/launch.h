@@ -33,6 +33,7 @@ typedef enum fh_kernel_id {
   FH_K_RNS,        /* fh_rns_args */
   FH_K_SUM,        /* fh_reduce_args */
   FH_K_COMPARE,    /* fh_compare_args */
+  FH_K_COPY_BATCH, /* fh_copy_batch_args: small byte copies, sources device-accessible (CUDA only) */
   FH_K_BUILTIN_END,
   /* CKKS kernels follow (fh/ckks_kernels.h). */
   FH_K_MAX = 128

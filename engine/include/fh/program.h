@@ -96,6 +96,12 @@ fh_stream *fh_program_replay_stream(const fh_program *p);
 fh_event *fh_program_replay_event(const fh_program *p);
 /* Block until the last launch has completed. */
 fh_status fh_program_synchronize(fh_program *p);
+/* Work enqueued on the replay stream after the last launch reads the
+ * program's storage (copy_output's copies): record the replay event again
+ * on that stream, so that the next replay's input copy and launch, and
+ * close, also wait for it. No-op for host graphs, before the first launch,
+ * or when `s` is not the replay stream. */
+fh_status fh_program_note_reads(fh_program *p, fh_stream *s);
 /* Wait for pending copies and launches, then release everything.
  * Idempotent. ExecutionError while the program is capturing. */
 fh_status fh_program_close(fh_program *p);

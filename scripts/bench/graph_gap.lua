@@ -1,0 +1,140 @@
+-- scripts/bench/graph_gap.lua: where the K = 100 replay gap of graph.lua comes
+-- from (scripts/bench/README.md, "The replay_prepared gap"). The raw CUDA
+-- graph of exec_baseline.cu (100 chained adds, its own cudaMalloc'd buffers,
+-- a fresh cudaStream, captured and launched by hand) runs inside a fresh
+-- fhelium process twice: right after the module is loaded, then after one
+-- kind of fhelium work (each variant in its own process). The baseline
+-- program's own number is the reference. On a GPU machine after building:
+--   source scripts/env.sh && luajit scripts/bench/graph_gap.lua
+-- (`luajit scripts/bench/graph_gap.lua <variant>` runs one variant.)
+local fh = require "fhelium"
+
+local variants = {
+  { "bare", "nothing (the module loaded, the device initialised)", function() end },
+  { "alloc", "a CUDA tensor (the caching allocator's first segment)", function()
+    local x = fh.rand({ 4096 }, { device = "cuda" })
+    fh.cuda.synchronize()
+    return x
+  end },
+  { "stream", "a fhelium stream made current", function() fh.cuda.set_stream(fh.cuda.Stream()) end },
+  { "eager", "1000 eager adds", function()
+    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+    for _ = 1, 1000 do x = x + w end
+    fh.cuda.synchronize()
+  end },
+  { "pinned", "a pinned host tensor", function() return fh.rand({ 1024 }, { pin_memory = true }) end },
+  { "pageable", "a 16 MiB pageable host-to-device copy (staging, host threads)", function()
+    local x = fh.rand({ 4194304 }):cuda()
+    fh.cuda.synchronize()
+    return x
+  end },
+  { "side_eager", "1000 eager adds on a fresh fhelium stream (as a warmup runs)", function()
+    local s = fh.cuda.Stream()
+    fh.cuda.with_stream(s, function()
+      local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+      for _ = 1, 1000 do x = x + w end
+    end)
+    fh.cuda.synchronize()
+  end },
+  { "pool_capture", "fh.cuda._capture of 100 adds (pool, capture, one replay; no program)", function()
+    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+    assert(fh.cuda._capture(function()
+      local y = x
+      for _ = 1, 100 do y = y + w end
+      return y
+    end, 1))
+    collectgarbage()
+  end },
+  { "inplace_w0", "a CudaGraphProgram of 100 in-place adds, warmup = 0 (no allocation)", function()
+    local ex = require "fhelium.execution"
+    local p = ex.CudaGraphProgram.capture(function(x, w)
+      for _ = 1, 100 do x:add_(w) end
+      return x
+    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) },
+      warmup = 0 })
+    p:close()
+  end },
+  { "inplace_k1", "a CudaGraphProgram of one in-place add, warmup = 0", function()
+    local ex = require "fhelium.execution"
+    local p = ex.CudaGraphProgram.capture(function(x, w) x:add_(w) return x end,
+      { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) },
+        warmup = 0 })
+    p:close()
+  end },
+  { "program", "a K = 100 CudaGraphProgram captured and closed", function()
+    local ex = require "fhelium.execution"
+    local p = ex.CudaGraphProgram.capture(function(x, w)
+      for _ = 1, 100 do x = x + w end
+      return x
+    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) } })
+    p:close()
+    collectgarbage()
+  end },
+  { "program_alive", "a K = 100 CudaGraphProgram captured and kept", function()
+    local ex = require "fhelium.execution"
+    return ex.CudaGraphProgram.capture(function(x, w)
+      for _ = 1, 100 do x = x + w end
+      return x
+    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) } })
+  end },
+}
+
+if not fh.cuda.is_available() then
+  io.stderr:write("graph_gap: no CUDA device: ", fh.cuda.unavailable_reason(), "\n")
+  os.exit(1)
+end
+
+if arg[1] then
+  for _, v in ipairs(variants) do
+    if v[1] == arg[1] then
+      local before = fh.cuda._raw_graph_bench(100, false)
+      local keep = v[3]() -- luacheck: ignore keep
+      local after = fh.cuda._raw_graph_bench(100, false)
+      local lim, parts = fh.cuda._context_limits(), {}
+      for k, x in pairs(lim) do parts[#parts + 1] = ("%s=%.0f"):format(k, x) end
+      table.sort(parts)
+      print(("%s %.3f %.3f"):format(v[1], before, after))
+      print("limits " .. table.concat(parts, " "))
+      os.exit(0)
+    end
+  end
+  io.stderr:write("graph_gap: unknown variant ", arg[1], "\n")
+  os.exit(1)
+end
+
+local build = os.getenv("FHELIUM_BUILD") or "build"
+local function baseline()
+  local p = assert(io.popen(build .. "/fhelium_bench_exec_baseline 2>&1"))
+  local us, parts = nil, {}
+  for line in p:lines() do
+    local v = line:match("^graph_K100_us%s+(%S+)$")
+    if v then us = tonumber(v) end
+    local k, x = line:match("^limit_(%S+)%s+(%S+)$")
+    if k then parts[#parts + 1] = ("%s=%s"):format(k, x) end
+  end
+  p:close()
+  table.sort(parts)
+  return us, "limits " .. table.concat(parts, " ")
+end
+local self = arg[0]
+local exe = arg[-1] or "luajit"
+local b0, blim = baseline()
+local limits = { "baseline " .. blim }
+print(("%-15s %12s %12s  %s"):format("variant", "raw before", "raw after", "fhelium work between"))
+print(("%-15s %9.3f us %12s  %s"):format("baseline", b0, "", "the baseline process (exec_baseline.cu)"))
+for _, v in ipairs(variants) do
+  local p = assert(io.popen(("%s %s %s 2>&1"):format(exe, self, v[1])))
+  local out = p:read("*a")
+  p:close()
+  local name, before, after = out:match("(%S+) (%S+) (%S+)")
+  local lim = out:match("(limits [^\n]*)")
+  if lim then limits[#limits + 1] = v[1] .. " " .. lim end
+  if name then
+    print(("%-15s %9.3f us %9.3f us  %s"):format(name, tonumber(before), tonumber(after), v[2]))
+  else
+    print(("%-15s failed: %s"):format(v[1], out))
+  end
+end
+print(("%-15s %9.3f us %12s  %s"):format("baseline", baseline(), "", "the baseline process again"))
+print()
+for _, l in ipairs(limits) do print(l) end
