@@ -70,6 +70,165 @@ local variants = {
     p:close()
     collectgarbage()
   end },
+  { "program_w0", "a K = 100 CudaGraphProgram (out of place), warmup = 0, closed", function()
+    local ex = require "fhelium.execution"
+    local p = ex.CudaGraphProgram.capture(function(x, w)
+      for _ = 1, 100 do x = x + w end
+      return x
+    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) },
+      warmup = 0 })
+    p:close()
+    collectgarbage()
+  end },
+  { "inplace_w3", "a CudaGraphProgram of 100 in-place adds, warmup = 3, closed", function()
+    local ex = require "fhelium.execution"
+    local p = ex.CudaGraphProgram.capture(function(x, w)
+      for _ = 1, 100 do x:add_(w) end
+      return x
+    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) } })
+    p:close()
+  end },
+  { "program_empty", "a K = 100 CudaGraphProgram captured, closed, then fh.cuda.empty_cache()", function()
+    local ex = require "fhelium.execution"
+    local p = ex.CudaGraphProgram.capture(function(x, w)
+      for _ = 1, 100 do x = x + w end
+      return x
+    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) } })
+    p:close()
+    collectgarbage()
+    fh.cuda.synchronize()
+    fh.cuda.empty_cache()
+  end },
+  { "buffer", "a ReusableValueBuffer of two CUDA tensors made and closed", function()
+    local ex = require "fhelium.execution"
+    local b = ex.ReusableValueBuffer.like({ fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) })
+    fh.cuda.synchronize()
+    b:close()
+  end },
+  { "buffer_adds", "in-place adds on a fresh buffer's value on a fresh stream, then close", function()
+    local ex = require "fhelium.execution"
+    local b = ex.ReusableValueBuffer.like({ fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) })
+    local s = fh.cuda.Stream()
+    local v = b.value
+    fh.cuda.with_stream(s, function() for _ = 1, 100 do v[1]:add_(v[2]) end end)
+    s:synchronize()
+    v = nil
+    b:close()
+  end },
+  { "plain_adds", "in-place adds on plain tensors on a fresh stream", function()
+    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+    local s = fh.cuda.Stream()
+    fh.cuda.with_stream(s, function() for _ = 1, 100 do x:add_(w) end end)
+    s:synchronize()
+  end },
+  { "inplace_w1", "a CudaGraphProgram of 100 in-place adds, warmup = 1, closed", function()
+    local ex = require "fhelium.execution"
+    local p = ex.CudaGraphProgram.capture(function(x, w)
+      for _ = 1, 100 do x:add_(w) end
+      return x
+    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) },
+      warmup = 1 })
+    p:close()
+  end },
+  { "eager_then_w0", "100 eager in-place adds on a fresh stream, then a warmup = 0 program", function()
+    local ex = require "fhelium.execution"
+    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+    local s = fh.cuda.Stream()
+    fh.cuda.with_stream(s, function() for _ = 1, 100 do x:add_(w) end end)
+    s:synchronize()
+    local p = ex.CudaGraphProgram.capture(function(a, b)
+      for _ = 1, 100 do a:add_(b) end
+      return a
+    end, { example_inputs = { x, w }, warmup = 0 })
+    p:close()
+  end },
+  { "eager_then_pool", "100 eager in-place adds, then fh.cuda._capture of 100 in-place adds", function()
+    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+    for _ = 1, 100 do x:add_(w) end
+    fh.cuda.synchronize()
+    assert(fh.cuda._capture(function() for _ = 1, 100 do x:add_(w) end return x end, 1))
+  end },
+  { "side_eager_capture", "program steps by hand: eager adds on the side stream, then capture on it", function()
+    local core = fh.core
+    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+    local buf = core.buffer_like({ x, w }, nil, "example_inputs")
+    local prog = core.program_new("cuda", buf)
+    local side = prog.side_stream
+    local y, z = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+    fh.cuda.with_stream(side, function() for _ = 1, 100 do y:add_(z) end end)
+    side:synchronize()
+    local args = prog:_input_value()
+    prog:_capture_begin()
+    for _ = 1, 100 do args[1]:add_(args[2]) end
+    prog:_capture_end(true)
+    prog:_set_output(args[1])
+    prog:_instantiate()
+    prog:_launch(true)
+    prog:close()
+  end },
+  { "hand_check", "program steps by hand with a warmup on a fresh buffer, output checked", function()
+    local core = fh.core
+    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+    local buf = core.buffer_like({ x, w }, nil, "example_inputs")
+    local prog = core.program_new("cuda", buf)
+    local side = prog.side_stream
+    local fresh = core.buffer_like({ x, w }, { device = "cuda:0" }, "example_inputs")
+    local a = fresh.value
+    local out = fh.cuda.with_stream(side, function() for _ = 1, 100 do a[1]:add_(a[2]) end return a[1] end)
+    prog:_check_output(out, 'output')
+    side:synchronize()
+    fresh:close()
+    local args = prog:_input_value()
+    prog:_capture_begin()
+    for _ = 1, 100 do args[1]:add_(args[2]) end
+    prog:_capture_end(true)
+    prog:_set_output(args[1])
+    prog:_instantiate()
+    prog:_launch(true)
+    prog:close()
+  end },
+  { "hand_nocheck", "program steps by hand with a warmup on a fresh buffer", function()
+    local core = fh.core
+    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+    local buf = core.buffer_like({ x, w }, nil, "example_inputs")
+    local prog = core.program_new("cuda", buf)
+    local side = prog.side_stream
+    local fresh = core.buffer_like({ x, w }, { device = "cuda:0" }, "example_inputs")
+    local a = fresh.value
+    local out = fh.cuda.with_stream(side, function() for _ = 1, 100 do a[1]:add_(a[2]) end return a[1] end)
+    
+    side:synchronize()
+    fresh:close()
+    local args = prog:_input_value()
+    prog:_capture_begin()
+    for _ = 1, 100 do args[1]:add_(args[2]) end
+    prog:_capture_end(true)
+    prog:_set_output(args[1])
+    prog:_instantiate()
+    prog:_launch(true)
+    prog:close()
+  end },
+  { "hand_noclose", "program steps by hand with a warmup on a fresh buffer", function()
+    local core = fh.core
+    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+    local buf = core.buffer_like({ x, w }, nil, "example_inputs")
+    local prog = core.program_new("cuda", buf)
+    local side = prog.side_stream
+    local fresh = core.buffer_like({ x, w }, { device = "cuda:0" }, "example_inputs")
+    local a = fresh.value
+    local out = fh.cuda.with_stream(side, function() for _ = 1, 100 do a[1]:add_(a[2]) end return a[1] end)
+    
+    side:synchronize()
+    local args = prog:_input_value()
+    prog:_capture_begin()
+    for _ = 1, 100 do args[1]:add_(args[2]) end
+    prog:_capture_end(true)
+    prog:_set_output(args[1])
+    prog:_instantiate()
+    prog:_launch(true)
+    prog:close()
+    fresh:close()
+  end },
   { "program_alive", "a K = 100 CudaGraphProgram captured and kept", function()
     local ex = require "fhelium.execution"
     return ex.CudaGraphProgram.capture(function(x, w)
