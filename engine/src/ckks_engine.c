@@ -860,6 +860,7 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
     b.primes = tb->primes_dev;
     b.consts = tb->modup[level * dnum + j];
     b.copy_src = 1;
+    b.center = 1; /* zero-mean digits: see fh_ckks_bconv_args */
     for (int i = 0; i < b.nsrc; ++i) {
       b.src_prime[i] = first + i;
       b.src_row[i] = b.src_out_row[i] = first + i - level;
@@ -903,18 +904,16 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
     memcpy(k.key_row, qp, sizeof(int32_t) * (size_t)lk);
     if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_INNER, &k, sizeof k))) goto done;
   }
-  /* 4. mod-down: divide by P with rounding */
+  /* 4. mod-down: out = (A - conv(A mod P)) * P^-1 with the centered conversion from the P
+   * rows: conv(x) = x + u P with x + u P = sum_k y'_k Phat_k, so the result is A / P minus
+   * sum_k y'_k / p_k, a zero-mean rounding error in (-np/2, np/2] (for one P prime: exact
+   * rounding to nearest). Centering replaces the usual "+ floor(P/2), then floor" rounding,
+   * whose approximate conversion would leave an offset of about (np - 1) / 2 in every
+   * coefficient. */
   {
     uint64_t *A = fh__ckks_ptr(acc), *w = fh__ckks_ptr(W), *t = fh__ckks_ptr(T);
     if ((st = fh__ckks_ntt(L, false, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, qp + la, np)))
       goto done;
-    fh_ckks_ew_args h;
-    fh__ckks_ew_init(L, &h, FH_CKKS_EW_ADD_CONST, 2 * G, qp + la, np);
-    h.out = w;
-    h.a = w;
-    h.out_gs = h.a_gs = (int64_t)np * n;
-    for (int k = 0; k < np; ++k) h.k[k] = tb->p_half_p[k];
-    if ((st = fh__ckks_submit(L, FH_K_CKKS_EW, &h, sizeof h))) goto done;
     fh_ckks_bconv_args b;
     memset(&b, 0, sizeof b);
     b.out = t;
@@ -927,6 +926,7 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
     b.log_n = tb->log_n;
     b.primes = tb->primes_dev;
     b.consts = tb->moddown[level];
+    b.center = 1;
     for (int k = 0; k < np; ++k) {
       b.src_prime[k] = nq + k;
       b.src_row[k] = k;
@@ -936,22 +936,10 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
       b.dst_row[i] = i;
     }
     if ((st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &b, sizeof b))) goto done;
-    /* The rounding offset h = floor(P/2) is added to every coefficient, so
-     * it is not a constant in the NTT domain: for an NTT-domain result it is
-     * taken out of t before t's NTT (t - h), and the final step adds
-     * nothing; for a coefficient-domain result the final step adds h. */
-    if (ntt_out) {
-      fh_ckks_ew_args m;
-      fh__ckks_ew_init(L, &m, FH_CKKS_EW_ADD_CONST, 2 * G, qp, la);
-      m.out = t;
-      m.a = t;
-      m.out_gs = m.a_gs = (int64_t)la * n;
-      for (int i = 0; i < la; ++i) m.k[i] = fh_mod_neg(tb->p_half_q[level + i], tb->primes[level + i]);
-      if ((st = fh__ckks_submit(L, FH_K_CKKS_EW, &m, sizeof m))) goto done;
+    if (ntt_out)
       st = fh__ckks_ntt(L, true, t, (int64_t)la * n, t, (int64_t)la * n, 2 * G, qp, la);
-    } else {
+    else
       st = fh__ckks_ntt(L, false, A, (int64_t)lk * n, A, (int64_t)lk * n, 2 * G, qp, la);
-    }
     if (st) goto done;
     uint64_t *outs[2] = {out0, out1};
     const uint64_t *adds[2] = {add0, add1};
@@ -967,7 +955,7 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
       f.c = adds[c];
       f.c_gs = add_gs;
       for (int i = 0; i < la; ++i) {
-        f.k[i] = ntt_out ? 0 : tb->p_half_q[level + i];
+        f.k[i] = 0;
         fh__ckks_ew_set_const(L, &f, i, tb->p_inv[level + i]);
       }
       st = fh__ckks_submit(L, FH_K_CKKS_EW, &f, sizeof f);

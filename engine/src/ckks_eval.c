@@ -323,7 +323,8 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
       st = fh__ckks_submit(&L, FH_K_CKKS_BCONV, &b, sizeof b);
     }
     /* the offset h went into every coefficient: an NTT-domain result takes
-     * it out of t before t's NTT (see fh__ckks_keyswitch) */
+     * it out of t before t's NTT (a constant added to every NTT slot would
+     * only reach the X^0 coefficient) */
     if (st == FH_OK && ntt) {
       fh_ckks_ew_args m;
       fh__ckks_ew_init(&L, &m, FH_CKKS_EW_ADD_CONST, G, p + 1, lo);

@@ -242,6 +242,9 @@ fh_status fh__ckks_cpu_bconv(const void *argp) {
   const uint64_t *shat_inv = a->consts, *mat = a->consts + 2 * ns;
   uint64_t (*y)[BCONV_BLOCK] = malloc(sizeof *y * (size_t)(ns > 0 ? ns : 1));
   if (y == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_bconv: out of memory");
+  /* centered: v = #{i : y_i > s_i / 2} per coefficient; sum_i (y_i - [y_i > s_i/2] s_i) Shat_i
+   * = sum_i y_i Shat_i - v S, and S mod t = Shat_0 * s_0 mod t */
+  uint32_t v[BCONV_BLOCK];
   for (int64_t g = 0; g < a->ngroups; ++g) {
     const uint64_t *in = a->in + g * a->in_gs;
     uint64_t *out = a->out + g * a->out_gs;
@@ -255,10 +258,19 @@ fh_status fh__ckks_cpu_bconv(const void *argp) {
         uint64_t q = a->primes[a->src_prime[i]].q, w = shat_inv[2 * i], ws = shat_inv[2 * i + 1];
         for (int64_t j = 0; j < bl; ++j) y[i][j] = fh_shoup_mul(x[j], w, ws, q);
       }
+      if (a->center) {
+        for (int64_t j = 0; j < bl; ++j) v[j] = 0;
+        for (int i = 0; i < ns; ++i) {
+          uint64_t half = a->primes[a->src_prime[i]].q >> 1; /* (s_i - 1) / 2: s_i is odd */
+          for (int64_t j = 0; j < bl; ++j) v[j] += y[i][j] > half;
+        }
+      }
       for (int t = 0; t < a->ndst; ++t) {
         const fh_modulus *m = &a->primes[a->dst_prime[t]].bar;
         const uint64_t *row = mat + (int64_t)t * ns;
         uint64_t *o = out + (int64_t)a->dst_row[t] * n + j0;
+        uint64_t s_mod_t = 0;
+        if (a->center && ns > 0) s_mod_t = fh_mod_mul(row[0], a->primes[a->src_prime[0]].q % m->q, m);
         for (int64_t j = 0; j < bl; ++j) {
           /* each product < 2^124: reduce every 16 terms */
           uint64_t r = 0;
@@ -268,6 +280,7 @@ fh_status fh__ckks_cpu_bconv(const void *argp) {
             for (int i = i0; i < i1; ++i) acc += (unsigned __int128)y[i][j] * row[i];
             r = fh_mod_add(r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), m), m->q);
           }
+          if (a->center && v[j]) r = fh_mod_sub(r, fh_mod_mul(v[j], s_mod_t, m), m->q);
           o[j] = r;
         }
       }

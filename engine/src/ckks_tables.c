@@ -123,7 +123,6 @@ static void tables_free(fh_ckks_tables *t) {
   free(t->rescale_inv);
   free(t->rescale_half);
   free(t->p_inv);
-  free(t->p_half_q);
   free(t);
 }
 
@@ -250,11 +249,10 @@ fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, 
   t->rescale_inv = calloc((size_t)nq * (size_t)nq, sizeof(uint64_t));
   t->rescale_half = calloc((size_t)nq * (size_t)nq, sizeof(uint64_t));
   t->p_inv = calloc((size_t)nq, sizeof(uint64_t));
-  t->p_half_q = calloc((size_t)nq, sizeof(uint64_t));
   fh_tensor *host = NULL;
   fh_tensor_options o = {FH_UINT64, fh_cpu(), false, false};
   int64_t shape[1] = {(int64_t)lo.total};
-  if (!t->rescale_inv || !t->rescale_half || !t->p_inv || !t->p_half_q) {
+  if (!t->rescale_inv || !t->rescale_half || !t->p_inv) {
     st = fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
   } else {
     st = fh_tensor_empty(1, shape, &o, &host);
@@ -361,11 +359,7 @@ fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, 
       uint64_t pm = 1 % m->q;
       for (int k = 0; k < np; ++k) pm = fh_mod_mul(pm, primes[nq + k] % m->q, m);
       t->p_inv[i] = fh_mod_inv_prime(pm, m);
-      /* (P - 1) / 2 mod q_i = (P mod q_i - 1) * 2^-1 */
-      uint64_t inv2 = (m->q + 1) / 2;
-      t->p_half_q[i] = fh_mod_mul(fh_mod_sub(pm, 1 % m->q, m->q), inv2, m);
     }
-    for (int k = 0; k < np; ++k) t->p_half_p[k] = (primes[nq + k] - 1) / 2;
   }
 
   /* move to the device */

@@ -154,7 +154,15 @@ typedef struct fh_ckks_tensor_args {
  * primes T (rows out + dst_row[j] * N):
  *   y_j = sum_i [x_i * shat_inv_i]_{s_i} * (Shat_i mod t_j)  mod t_j,
  * Shat_i = prod_{k != i} s_k. The result is x + u * S for some integer
- * 0 <= u < ns (no correction). `consts` points at the table entry for this
+ * 0 <= u < ns (no correction). With `center`, each [x_i * shat_inv_i]_{s_i}
+ * is lifted to (-s_i/2, s_i/2] instead of [0, s_i): the result is then
+ * sum_i y'_i * Shat_i = x + u * S with x in [0, S) and u = sum_i y'_i / s_i - x / S,
+ * in (-ns/2 - 1, ns/2], distributed symmetrically about -x/S (for one source prime: the
+ * centered residue of x exactly). Key switching converts centered, so that neither the
+ * extended digits nor the mod-down rounding carry an input-independent offset (an
+ * offset c in every coefficient of a polynomial multiplied by the key's error or by s
+ * is a bias of c * (1 + X + ... + X^{N-1}) * e, about c * 2N/pi * |e(zeta)| in slot 1).
+ * `consts` points at the table entry for this
  * (S, T) pair: ns pairs (shat_inv_i, Shoup companion), then the ndst x ns
  * matrix (Shat_i mod t_j) row by row (j major). With copy_src, source row i
  * is also copied to out + src_out_row[i] * N (mod-up writes the digit's own
@@ -171,6 +179,7 @@ typedef struct fh_ckks_bconv_args {
   int32_t dst_prime[FH_CKKS_MAX_PRIMES], dst_row[FH_CKKS_MAX_PRIMES];
   int32_t copy_src;
   int32_t src_out_row[FH_CKKS_MAX_PRIMES];
+  int32_t center; /* lift the scaled source residues to (-s_i/2, s_i/2] */
 } fh_ckks_bconv_args;
 
 /* ---- key-switching inner product (NTT domain, Montgomery) ---------------------
