@@ -9,6 +9,64 @@
 -- (`luajit scripts/bench/graph_gap.lua <variant>` runs one variant.)
 local fh = require "fhelium"
 
+-- Helpers for the program-shaped variants.
+local function cuda_pair()
+  return fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+end
+local function inplace(k)
+  return function(x, w)
+    for _ = 1, k do x:add_(w) end
+    return x
+  end
+end
+local function outofplace(x, w)
+  for _ = 1, 100 do x = x + w end
+  return x
+end
+-- capture `fn` as a CudaGraphProgram with `warmup`; closed unless `keep`
+local function program(fn, warmup, keep)
+  return function()
+    local ex = require "fhelium.execution"
+    local x, w = cuda_pair()
+    local p = ex.CudaGraphProgram.capture(fn, { example_inputs = { x, w }, warmup = warmup })
+    if keep then return p end
+    p:close()
+    collectgarbage()
+  end
+end
+-- The program's steps by hand (lua/fhelium/programs.lua): an eager "warmup"
+-- of 100 in-place adds on the side stream, over a fresh input buffer
+-- (`fresh_buffer`) or plain tensors, optionally checked and closed before the
+-- capture of the in-place chain on the side stream.
+local function by_hand(opts)
+  return function()
+    local core = fh.core
+    local x, w = cuda_pair()
+    local prog = core.program_new("cuda", core.buffer_like({ x, w }, nil, "example_inputs"))
+    local side = prog.side_stream
+    local fresh, a
+    if opts.fresh_buffer then
+      fresh = core.buffer_like({ x, w }, { device = "cuda:0" }, "example_inputs")
+      a = fresh.value
+    else
+      a = { cuda_pair() }
+    end
+    local out = fh.cuda.with_stream(side, function() return inplace(100)(a[1], a[2]) end)
+    if opts.check then prog:_check_output(out, "output") end
+    side:synchronize()
+    if fresh and opts.close_before then fresh:close() end
+    local args = prog:_input_value()
+    prog:_capture_begin()
+    inplace(100)(args[1], args[2])
+    prog:_capture_end(true)
+    prog:_set_output(args[1])
+    prog:_instantiate()
+    prog:_launch(true)
+    prog:close()
+    if fresh and not opts.close_before then fresh:close() end
+  end
+end
+
 local variants = {
   { "bare", "nothing (the module loaded, the device initialised)", function() end },
   { "alloc", "a CUDA tensor (the caching allocator's first segment)", function()
@@ -45,197 +103,59 @@ local variants = {
     end, 1))
     collectgarbage()
   end },
-  { "inplace_w0", "a CudaGraphProgram of 100 in-place adds, warmup = 0 (no allocation)", function()
-    local ex = require "fhelium.execution"
-    local p = ex.CudaGraphProgram.capture(function(x, w)
-      for _ = 1, 100 do x:add_(w) end
-      return x
-    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) },
-      warmup = 0 })
-    p:close()
-  end },
-  { "inplace_k1", "a CudaGraphProgram of one in-place add, warmup = 0", function()
-    local ex = require "fhelium.execution"
-    local p = ex.CudaGraphProgram.capture(function(x, w) x:add_(w) return x end,
-      { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) },
-        warmup = 0 })
-    p:close()
-  end },
-  { "program", "a K = 100 CudaGraphProgram captured and closed", function()
-    local ex = require "fhelium.execution"
-    local p = ex.CudaGraphProgram.capture(function(x, w)
-      for _ = 1, 100 do x = x + w end
-      return x
-    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) } })
-    p:close()
-    collectgarbage()
-  end },
-  { "program_w0", "a K = 100 CudaGraphProgram (out of place), warmup = 0, closed", function()
-    local ex = require "fhelium.execution"
-    local p = ex.CudaGraphProgram.capture(function(x, w)
-      for _ = 1, 100 do x = x + w end
-      return x
-    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) },
-      warmup = 0 })
-    p:close()
-    collectgarbage()
-  end },
-  { "inplace_w3", "a CudaGraphProgram of 100 in-place adds, warmup = 3, closed", function()
-    local ex = require "fhelium.execution"
-    local p = ex.CudaGraphProgram.capture(function(x, w)
-      for _ = 1, 100 do x:add_(w) end
-      return x
-    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) } })
-    p:close()
-  end },
+  { "inplace_w0", "a CudaGraphProgram of 100 in-place adds, warmup = 0 (no allocation)", program(inplace(100), 0) },
+  { "inplace_k1", "a CudaGraphProgram of one in-place add, warmup = 0", program(inplace(1), 0) },
+  { "inplace_w1", "a CudaGraphProgram of 100 in-place adds, warmup = 1, closed", program(inplace(100), 1) },
+  { "inplace_w3", "a CudaGraphProgram of 100 in-place adds, warmup = 3, closed", program(inplace(100), 3) },
+  { "program", "a K = 100 CudaGraphProgram captured and closed", program(outofplace, 3) },
+  { "program_w0", "a K = 100 CudaGraphProgram (out of place), warmup = 0, closed", program(outofplace, 0) },
+  { "program_alive", "a K = 100 CudaGraphProgram captured and kept", program(outofplace, 3, true) },
   { "program_empty", "a K = 100 CudaGraphProgram captured, closed, then fh.cuda.empty_cache()", function()
-    local ex = require "fhelium.execution"
-    local p = ex.CudaGraphProgram.capture(function(x, w)
-      for _ = 1, 100 do x = x + w end
-      return x
-    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) } })
-    p:close()
-    collectgarbage()
+    program(outofplace, 3)()
     fh.cuda.synchronize()
     fh.cuda.empty_cache()
   end },
   { "buffer", "a ReusableValueBuffer of two CUDA tensors made and closed", function()
     local ex = require "fhelium.execution"
-    local b = ex.ReusableValueBuffer.like({ fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) })
+    local b = ex.ReusableValueBuffer.like({ cuda_pair() })
     fh.cuda.synchronize()
     b:close()
   end },
   { "buffer_adds", "in-place adds on a fresh buffer's value on a fresh stream, then close", function()
     local ex = require "fhelium.execution"
-    local b = ex.ReusableValueBuffer.like({ fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) })
-    local s = fh.cuda.Stream()
-    local v = b.value
-    fh.cuda.with_stream(s, function() for _ = 1, 100 do v[1]:add_(v[2]) end end)
+    local b = ex.ReusableValueBuffer.like({ cuda_pair() })
+    local s, v = fh.cuda.Stream(), b.value
+    fh.cuda.with_stream(s, function() inplace(100)(v[1], v[2]) end)
     s:synchronize()
-    v = nil
     b:close()
   end },
   { "plain_adds", "in-place adds on plain tensors on a fresh stream", function()
-    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+    local x, w = cuda_pair()
     local s = fh.cuda.Stream()
-    fh.cuda.with_stream(s, function() for _ = 1, 100 do x:add_(w) end end)
+    fh.cuda.with_stream(s, function() inplace(100)(x, w) end)
     s:synchronize()
-  end },
-  { "inplace_w1", "a CudaGraphProgram of 100 in-place adds, warmup = 1, closed", function()
-    local ex = require "fhelium.execution"
-    local p = ex.CudaGraphProgram.capture(function(x, w)
-      for _ = 1, 100 do x:add_(w) end
-      return x
-    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) },
-      warmup = 1 })
-    p:close()
   end },
   { "eager_then_w0", "100 eager in-place adds on a fresh stream, then a warmup = 0 program", function()
-    local ex = require "fhelium.execution"
-    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
+    local x, w = cuda_pair()
     local s = fh.cuda.Stream()
-    fh.cuda.with_stream(s, function() for _ = 1, 100 do x:add_(w) end end)
+    fh.cuda.with_stream(s, function() inplace(100)(x, w) end)
     s:synchronize()
-    local p = ex.CudaGraphProgram.capture(function(a, b)
-      for _ = 1, 100 do a:add_(b) end
-      return a
-    end, { example_inputs = { x, w }, warmup = 0 })
-    p:close()
+    program(inplace(100), 0)()
   end },
   { "eager_then_pool", "100 eager in-place adds, then fh.cuda._capture of 100 in-place adds", function()
-    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
-    for _ = 1, 100 do x:add_(w) end
+    local x, w = cuda_pair()
+    inplace(100)(x, w)
     fh.cuda.synchronize()
-    assert(fh.cuda._capture(function() for _ = 1, 100 do x:add_(w) end return x end, 1))
+    assert(fh.cuda._capture(function() return inplace(100)(x, w) end, 1))
   end },
-  { "side_eager_capture", "program steps by hand: eager adds on the side stream, then capture on it", function()
-    local core = fh.core
-    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
-    local buf = core.buffer_like({ x, w }, nil, "example_inputs")
-    local prog = core.program_new("cuda", buf)
-    local side = prog.side_stream
-    local y, z = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
-    fh.cuda.with_stream(side, function() for _ = 1, 100 do y:add_(z) end end)
-    side:synchronize()
-    local args = prog:_input_value()
-    prog:_capture_begin()
-    for _ = 1, 100 do args[1]:add_(args[2]) end
-    prog:_capture_end(true)
-    prog:_set_output(args[1])
-    prog:_instantiate()
-    prog:_launch(true)
-    prog:close()
-  end },
-  { "hand_check", "program steps by hand with a warmup on a fresh buffer, output checked", function()
-    local core = fh.core
-    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
-    local buf = core.buffer_like({ x, w }, nil, "example_inputs")
-    local prog = core.program_new("cuda", buf)
-    local side = prog.side_stream
-    local fresh = core.buffer_like({ x, w }, { device = "cuda:0" }, "example_inputs")
-    local a = fresh.value
-    local out = fh.cuda.with_stream(side, function() for _ = 1, 100 do a[1]:add_(a[2]) end return a[1] end)
-    prog:_check_output(out, 'output')
-    side:synchronize()
-    fresh:close()
-    local args = prog:_input_value()
-    prog:_capture_begin()
-    for _ = 1, 100 do args[1]:add_(args[2]) end
-    prog:_capture_end(true)
-    prog:_set_output(args[1])
-    prog:_instantiate()
-    prog:_launch(true)
-    prog:close()
-  end },
-  { "hand_nocheck", "program steps by hand with a warmup on a fresh buffer", function()
-    local core = fh.core
-    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
-    local buf = core.buffer_like({ x, w }, nil, "example_inputs")
-    local prog = core.program_new("cuda", buf)
-    local side = prog.side_stream
-    local fresh = core.buffer_like({ x, w }, { device = "cuda:0" }, "example_inputs")
-    local a = fresh.value
-    local out = fh.cuda.with_stream(side, function() for _ = 1, 100 do a[1]:add_(a[2]) end return a[1] end)
-    
-    side:synchronize()
-    fresh:close()
-    local args = prog:_input_value()
-    prog:_capture_begin()
-    for _ = 1, 100 do args[1]:add_(args[2]) end
-    prog:_capture_end(true)
-    prog:_set_output(args[1])
-    prog:_instantiate()
-    prog:_launch(true)
-    prog:close()
-  end },
-  { "hand_noclose", "program steps by hand with a warmup on a fresh buffer", function()
-    local core = fh.core
-    local x, w = fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
-    local buf = core.buffer_like({ x, w }, nil, "example_inputs")
-    local prog = core.program_new("cuda", buf)
-    local side = prog.side_stream
-    local fresh = core.buffer_like({ x, w }, { device = "cuda:0" }, "example_inputs")
-    local a = fresh.value
-    local out = fh.cuda.with_stream(side, function() for _ = 1, 100 do a[1]:add_(a[2]) end return a[1] end)
-    
-    side:synchronize()
-    local args = prog:_input_value()
-    prog:_capture_begin()
-    for _ = 1, 100 do args[1]:add_(args[2]) end
-    prog:_capture_end(true)
-    prog:_set_output(args[1])
-    prog:_instantiate()
-    prog:_launch(true)
-    prog:close()
-    fresh:close()
-  end },
-  { "program_alive", "a K = 100 CudaGraphProgram captured and kept", function()
-    local ex = require "fhelium.execution"
-    return ex.CudaGraphProgram.capture(function(x, w)
-      for _ = 1, 100 do x = x + w end
-      return x
-    end, { example_inputs = { fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" }) } })
-  end },
+  { "side_eager_capture", "program steps by hand: eager adds on plain tensors on the side stream, then capture on it",
+    by_hand {} },
+  { "hand_check", "program steps by hand, warmup on a fresh buffer, output checked, buffer closed",
+    by_hand { fresh_buffer = true, check = true, close_before = true } },
+  { "hand_nocheck", "program steps by hand, warmup on a fresh buffer, buffer closed",
+    by_hand { fresh_buffer = true, close_before = true } },
+  { "hand_noclose", "program steps by hand, warmup on a fresh buffer closed only after the program",
+    by_hand { fresh_buffer = true } },
 }
 
 if not fh.cuda.is_available() then
