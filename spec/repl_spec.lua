@@ -329,3 +329,23 @@ describe("repl.complete", function()
     assert.same({}, repl.complete("nosuchglobal.x"))
   end)
 end)
+
+describe("REPL completion of computed fields", function()
+  local fh = require "fhelium"
+  local repl = require "fhelium.repl"
+  it("lists userdata fields answered by C __index (metatable `fields`), without running metamethods", function()
+    _G.__fh_t = fh.zeros(2)
+    _G.__fh_pt = fh.Plaintext { message = fh.zeros(2, { dtype = "float64" }), scale = 2 }
+    local function has(list, x)
+      for _, v in ipairs(list) do if v == x then return true end end
+      return false
+    end
+    local c = repl.complete("__fh_t.sh", "__fh_t.sh")
+    assert.is_true(has(c, "__fh_t.shape"), table.concat(c, " "))
+    c = repl.complete("__fh_t.dt", "__fh_t.dt")
+    assert.is_true(has(c, "__fh_t.dtype"), table.concat(c, " "))
+    c = repl.complete("__fh_pt.le", "__fh_pt.le")
+    assert.is_true(has(c, "__fh_pt.level"), table.concat(c, " "))
+    _G.__fh_t, _G.__fh_pt = nil, nil
+  end)
+end)

@@ -159,6 +159,10 @@ void fh__lua_newclass(lua_State *L, const char *name, const luaL_Reg *methods, c
 /* fh__lua_newclass, then __index = `index` with the methods table as its
  * upvalue (index looks there first, then answers fields); leaves the
  * metatable on the stack. */
+/* metatable.fields = {names...} for the metatable at -1: the computed
+ * fields its __index function answers, listed for the REPL's completion
+ * (which never runs metamethods). `names` is NULL-terminated. */
+void fh__lua_setfields(lua_State *L, const char *const *names);
 void fh__lua_newclass_indexed(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta,
                               lua_CFunction index);
 

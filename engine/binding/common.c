@@ -455,6 +455,15 @@ void fh__lua_newclass_indexed(lua_State *L, const char *name, const luaL_Reg *me
   lua_setfield(L, -2, "__index");
 }
 
+void fh__lua_setfields(lua_State *L, const char *const *names) {
+  lua_newtable(L);
+  for (int i = 0; names[i]; ++i) {
+    lua_pushstring(L, names[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "fields");
+}
+
 /* ---- module ------------------------------------------------------------- */
 static int l_info(lua_State *L) {
   lua_createtable(L, 0, 6);

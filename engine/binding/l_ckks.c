@@ -687,6 +687,10 @@ static void fh__lua_open_ckks_engine(lua_State *L) {
       {NULL, NULL}};
   static const luaL_Reg meta[] = {{"__gc", engine_gc}, {"__tostring", e_tostring}, {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_CKKS_ENGINE_MT, methods, meta, e_index);
+  {
+    static const char *const fields[] = {"context", "device", "seeded", "dnum", "num_slots", "max_level", NULL};
+    fh__lua_setfields(L, fields);
+  }
   lua_getfield(L, -1, "methods");
   lua_setfield(L, -3, "CkksEngine_methods");
   lua_pop(L, 1);

@@ -384,11 +384,19 @@ void fh__lua_open_cuda(lua_State *L) {
                                       {"record_event", s_record_event}, {NULL, NULL}};
   static const luaL_Reg smeta[] = {{"__gc", s_gc}, {"__tostring", s_tostring}, {"__eq", s_eq}, {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_STREAM_MT, smethods, smeta, s_index);
+  {
+    static const char *const fields[] = {"device", "priority", "is_default", "id", NULL};
+    fh__lua_setfields(L, fields);
+  }
   lua_pop(L, 1);
   static const luaL_Reg emethods[] = {{"record", e_record}, {"query", e_query}, {"synchronize", e_synchronize},
                                       {"elapsed_ms", e_elapsed_ms}, {NULL, NULL}};
   static const luaL_Reg emeta[] = {{"__gc", e_gc}, {"__tostring", e_tostring}, {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_EVENT_MT, emethods, emeta, e_index);
+  {
+    static const char *const fields[] = {"device", "recorded", NULL};
+    fh__lua_setfields(L, fields);
+  }
   lua_pop(L, 1);
 
   static const luaL_Reg fns[] = {{"is_available", l_is_available},

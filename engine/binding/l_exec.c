@@ -912,12 +912,20 @@ void fh__lua_open_exec(lua_State *L) {
   static const luaL_Reg bmeta[] = {{"__gc", buf_gc}, {"__tostring", buf_tostring}, {"__newindex", buf_newindex},
                                    {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_BUFFER_MT, bmethods, bmeta, buf_index);
+  {
+    static const char *const fields[] = {"value", "signature", "device", "is_pinned", "nbytes", NULL};
+    fh__lua_setfields(L, fields);
+  }
   lua_setfield(L, -2, "ReusableValueBuffer_metatable");
 
   static const luaL_Reg hmethods[] = {{"done", h_done}, {"wait_on", h_wait_on}, {"synchronize", h_synchronize},
                                       {NULL, NULL}};
   static const luaL_Reg hmeta[] = {{"__gc", h_gc}, {"__tostring", h_tostring}, {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_HANDLE_MT, hmethods, hmeta, h_index);
+  {
+    static const char *const fields[] = {"event", "device", "bytes_copied", NULL};
+    fh__lua_setfields(L, fields);
+  }
   lua_setfield(L, -2, "CopyHandle_metatable");
 
   static const luaL_Reg pmethods[] = {{"replay", p_replay},
@@ -938,6 +946,10 @@ void fh__lua_open_exec(lua_State *L) {
   static const luaL_Reg pmeta[] = {{"__gc", p_gc}, {"__tostring", p_tostring}, {"__newindex", p_newindex},
                                    {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_PROGRAM_MT, pmethods, pmeta, p_index);
+  {
+    static const char *const fields[] = {"device", "output", "stats", "input_signature", "input_nbytes", NULL};
+    fh__lua_setfields(L, fields);
+  }
   lua_setfield(L, -2, "Program_metatable");
 
   static const luaL_Reg fns[] = {{"buffer_like", l_buffer_like},

@@ -823,6 +823,10 @@ void fh__lua_open_signature(lua_State *L) {
                                      {"unflatten", s_unflatten}, {NULL, NULL}};
   static const luaL_Reg meta[] = {{"__gc", s_gc}, {"__eq", s_eq}, {"__tostring", s_tostring}, {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_SIGNATURE_MT, methods, meta, s_index);
+  {
+    static const char *const fields[] = {"class", "kind", "leaf", "children", "keys", "nleaves", "depth", "type_name", "schema_version", "context_id", "metadata", "metadata_keys", "tensors", "shape", "stride", "dtype", "layout", "requires_grad", NULL};
+    fh__lua_setfields(L, fields);
+  }
   lua_setfield(L, -2, "Signature_metatable");
 
   static const luaL_Reg fns[] = {{"tensor_signature", l_tensor_signature},

@@ -920,6 +920,10 @@ void fh__lua_open_tensor(lua_State *L) {
                                   {"__sub", mt_sub}, {"__mul", mt_mul}, {"__div", mt_div},
                                   {"__unm", mt_unm}, {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_TENSOR_MT, methods, meta, t_index);
+  {
+    static const char *const fields[] = {"shape", "dtype", "device", "layout", "requires_grad", "nbytes", "ndim", NULL};
+    fh__lua_setfields(L, fields);
+  }
   lua_getfield(L, -1, "methods");
   lua_setfield(L, -3, "Tensor_methods");
   lua_setfield(L, -2, "Tensor_metatable");

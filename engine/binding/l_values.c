@@ -906,6 +906,10 @@ void fh__lua_open_values(lua_State *L) {
   lua_setfield(L, -2, "__gc");
   lua_pop(L, 1);
   fh__lua_newclass_indexed(L, FH_CONTEXT_MT, ctx_methods, ctx_meta, ctx_index);
+  {
+    static const char *const fields[] = {"id", "ring_degree", "num_slots", "log_n", "max_level", "default_scale", "num_q_primes", "num_p_primes", "modulus_bits", "security_budget_bits", "preset", NULL};
+    fh__lua_setfields(L, fields);
+  }
   lua_getfield(L, -1, "methods");
   lua_setfield(L, -3, "CkksContext_methods");
   lua_setfield(L, -2, "CkksContext_metatable");
@@ -915,6 +919,10 @@ void fh__lua_open_values(lua_State *L) {
                                        {"tensors", v_tensors}, {NULL, NULL}};
   static const luaL_Reg v_meta[] = {{"__gc", v_gc}, {"__tostring", v_tostring}, {"__newindex", v_newindex}, {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_VALUE_MT, v_methods, v_meta, v_index);
+  {
+    static const char *const fields[] = {"type", "value_type", "level", "scale", "representation", "prime_ids", "polynomial_domain", "residue_representation", "modulus_basis", "num_components", "num_digits", "step", "context_id", "context", "data", "message", "device", "batch_shape", "schema_version", "is_secret", "nbytes", NULL};
+    fh__lua_setfields(L, fields);
+  }
   lua_getfield(L, -1, "methods");
   lua_setfield(L, -3, "Value_methods");
   lua_setfield(L, -2, "Value_metatable");
