@@ -45,9 +45,23 @@ local function by_hand(opts)
     local prog = core.program_new("cuda", core.buffer_like({ x, w }, nil, "example_inputs"))
     local side = prog.side_stream
     local fresh, a
-    if opts.fresh_buffer then
+    if opts.fresh_buffer and opts.buffer_on_side then
+      -- the buffer made (and filled) on the side stream: its leaves' home
+      -- stream is the side stream, so the adds record no other stream
+      fh.cuda.with_stream(side, function()
+        fresh = core.buffer_like({ x, w }, { device = "cuda:0" }, "example_inputs")
+      end)
+      a = fresh.value
+    elseif opts.fresh_buffer then
       fresh = core.buffer_like({ x, w }, { device = "cuda:0" }, "example_inputs")
       a = fresh.value
+    elseif opts.copied then
+      -- plain tensors filled by a device copy on the caller's stream, as a
+      -- buffer's leaves are, then synchronized
+      a = { fh.empty({ 4096 }, { device = "cuda" }), fh.empty({ 4096 }, { device = "cuda" }) }
+      a[1]:copy_(x)
+      a[2]:copy_(w)
+      fh.cuda.synchronize()
     else
       a = { cuda_pair() }
     end
@@ -156,6 +170,11 @@ local variants = {
     by_hand { fresh_buffer = true, close_before = true } },
   { "hand_noclose", "program steps by hand, warmup on a fresh buffer closed only after the program",
     by_hand { fresh_buffer = true } },
+  -- not yet run on a GPU (the next experiments of scripts/bench/README.md)
+  { "hand_copied", "program steps by hand, warmup on plain tensors filled by a device copy",
+    by_hand { copied = true } },
+  { "hand_buffer_on_side", "program steps by hand, warmup on a fresh buffer made on the side stream",
+    by_hand { fresh_buffer = true, buffer_on_side = true, close_before = true } },
 }
 
 if not fh.cuda.is_available() then
