@@ -132,6 +132,22 @@ static fh_status new_like(const fh_tensor *t, fh_dtype dtype, fh_tensor **out) {
   return fh_tensor_empty(t->ndim, t->shape, &o, out);
 }
 
+/* A contiguous view (or copy) of `t` and a new uint64 output of its shape,
+ * both registered as uses of the launcher. New references; on failure
+ * nothing is held. */
+static fh_status unary_io(fh__ckks_launcher *L, fh_tensor *t, fh_tensor **in, fh_tensor **out) {
+  fh_status st = fh_tensor_contiguous(t, in);
+  if (st != FH_OK) return st;
+  if ((st = new_like(t, FH_UINT64, out)) != FH_OK) {
+    fh_tensor_release(*in);
+    *in = NULL;
+    return st;
+  }
+  fh__ckks_use(L, *in);
+  fh__ckks_use(L, *out);
+  return FH_OK;
+}
+
 /* ---- NTT ------------------------------------------------------------------------------ */
 fh_status fh_ckks_poly_ntt(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int nids, bool forward,
                            fh_tensor **result) {
@@ -142,13 +158,7 @@ fh_status fh_ckks_poly_ntt(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int
   fh__ckks_launcher L;
   if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
   fh_tensor *in = NULL, *out = NULL;
-  if ((st = fh_tensor_contiguous(t, &in)) != FH_OK) return st;
-  if ((st = new_like(t, FH_UINT64, &out)) != FH_OK) {
-    fh_tensor_release(in);
-    return st;
-  }
-  fh__ckks_use(&L, in);
-  fh__ckks_use(&L, out);
+  if ((st = unary_io(&L, t, &in, &out)) != FH_OK) return st;
   int32_t prime[FH_CKKS_MAX_PRIMES];
   for (int i = 0; i < nids; ++i) prime[i] = ids[i];
   int64_t gs = (int64_t)nids * tb->n;
@@ -268,13 +278,7 @@ fh_status fh_ckks_poly_automorph(fh_ckks_tables *tb, fh_tensor *t, const int *id
   fh__ckks_launcher L;
   if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
   fh_tensor *in = NULL, *out = NULL;
-  if ((st = fh_tensor_contiguous(t, &in)) != FH_OK) return st;
-  if ((st = new_like(t, FH_UINT64, &out)) != FH_OK) {
-    fh_tensor_release(in);
-    return st;
-  }
-  fh__ckks_use(&L, in);
-  fh__ckks_use(&L, out);
+  if ((st = unary_io(&L, t, &in, &out)) != FH_OK) return st;
   fh_ckks_automorph_args a;
   memset(&a, 0, sizeof a);
   a.out = fh__ckks_ptr(out);
