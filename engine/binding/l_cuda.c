@@ -325,6 +325,19 @@ static int l_raw_graph_bench(lua_State *L) {
   return 1;
 }
 
+/* fh.cuda._raw_graph_probe(K, reps): benchmark aid, the timeline probe
+ * (fh_cuda_raw_graph_probe): us per replay, mean kernel ns, mean gap ns,
+ * SM MHz. */
+static int l_raw_graph_probe(lua_State *L) {
+  const char *fn = "fh.cuda._raw_graph_probe";
+  int K = (int)fh__lua_checkint(L, 1, fn, "K", 2, 10000);
+  int reps = lua_isnoneornil(L, 2) ? 200 : (int)fh__lua_checkint(L, 2, fn, "reps", 1, 100000);
+  double v[FH_CUDA_NPROBE];
+  fh__lua_check(L, fh_cuda_raw_graph_probe(fh_cuda_current_device(), K, reps, v));
+  for (int i = 0; i < FH_CUDA_NPROBE; ++i) lua_pushnumber(L, v[i]);
+  return FH_CUDA_NPROBE;
+}
+
 /* fh.cuda._context_limits(): benchmark aid, {name = value} of the current
  * device's context limits and flags (fh_cuda_context_limits). */
 static int l_context_limits(lua_State *L) {
@@ -419,6 +432,7 @@ void fh__lua_open_cuda(lua_State *L) {
                                  {"_spin", l_spin},
                                  {"_capture", l_capture},
                                  {"_raw_graph_bench", l_raw_graph_bench},
+                                 {"_raw_graph_probe", l_raw_graph_probe},
                                  {"_context_limits", l_context_limits},
                                  {NULL, NULL}};
   lua_newtable(L);

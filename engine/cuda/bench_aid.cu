@@ -127,6 +127,115 @@ fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double 
   return FH_OK;
 }
 
+/* ---- timeline probe ---------------------------------------------------------------- */
+static __device__ __forceinline__ unsigned long long gtime(void) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* out = a + b over n floats, stamping the earliest block start and the
+ * latest block end of launch k (globaltimer, ns) */
+static __global__ void stamped_add(float *out, const float *a, const float *b, int n, unsigned long long *first,
+                                   unsigned long long *last) {
+  if (threadIdx.x == 0) atomicMin(first, gtime());
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = a[i] + b[i];
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(last, gtime());
+}
+
+/* one thread counts SM clock cycles against the global timer */
+static __global__ void clock_rate(unsigned long long cycles, unsigned long long *out) {
+  unsigned long long t0 = gtime();
+  long long c0 = clock64(), c;
+  do {
+    c = clock64();
+  } while ((unsigned long long)(c - c0) < cycles);
+  unsigned long long t1 = gtime();
+  out[0] = (unsigned long long)(c - c0);
+  out[1] = t1 - t0;
+}
+
+fh_status fh_cuda_raw_graph_probe(int dev, int K, int reps, double out[FH_CUDA_NPROBE]) {
+  if (K < 2 || K > 10000 || reps < 1 || reps > 100000)
+    return fh_error_set(FH_ERR_VALUE, "raw graph probe: K must be in [2, 10000] and reps in [1, 100000]");
+  fh_device d = {FH_DEVICE_CUDA, dev};
+  fh_status st = fh_device_check(d);
+  if (st != FH_OK) return st;
+  if ((st = fh__cuda_use_device(dev)) != FH_OK) return st;
+  if (fh__cuda_captures_active()) return fh_error_set(FH_ERR_EXECUTION, "raw graph probe: a capture is running");
+  const int n = 4096;
+  raw_bench r;
+  memset(&r, 0, sizeof r);
+  unsigned long long *stamps = NULL, *clk = NULL, *h = NULL;
+#define PTRY(call, what)                        \
+  do {                                          \
+    cudaError_t e_ = (call);                    \
+    if (e_ != cudaSuccess) {                    \
+      fh_status st_ = fh__cuda_fail(e_, what);  \
+      (void)cudaFree(stamps);                   \
+      (void)cudaFree(clk);                      \
+      free(h);                                  \
+      raw_bench_free(&r);                       \
+      return st_;                               \
+    }                                           \
+  } while (0)
+  h = (unsigned long long *)malloc((size_t)2 * K * sizeof *h);
+  if (h == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory");
+  PTRY(cudaStreamCreateWithFlags(&r.s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  PTRY(cudaMalloc((void **)&r.buf, (size_t)(K + 1) * n * sizeof(float)), "cudaMalloc");
+  PTRY(cudaMalloc((void **)&r.w, n * sizeof(float)), "cudaMalloc");
+  PTRY(cudaMalloc((void **)&stamps, (size_t)2 * K * sizeof *stamps), "cudaMalloc");
+  PTRY(cudaMalloc((void **)&clk, 2 * sizeof *clk), "cudaMalloc");
+  PTRY(cudaMemset(r.buf, 0, (size_t)(K + 1) * n * sizeof(float)), "cudaMemset");
+  PTRY(cudaMemset(r.w, 0, n * sizeof(float)), "cudaMemset");
+  PTRY(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  PTRY(cudaStreamBeginCapture(r.s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  for (int k = 0; k < K; ++k)
+    stamped_add<<<16, 256, 0, r.s>>>(r.buf + (size_t)(k + 1) * n, r.buf + (size_t)k * n, r.w, n, stamps + 2 * k,
+                                      stamps + 2 * k + 1);
+  PTRY(cudaGetLastError(), "stamped_add");
+  PTRY(cudaStreamEndCapture(r.s, &r.g), "cudaStreamEndCapture");
+  PTRY(cudaGraphInstantiate(&r.x, r.g, 0), "cudaGraphInstantiate");
+  double t[15], dur[15], gap[15];
+  for (int i = -3; i < 15; ++i) {
+    PTRY(cudaStreamSynchronize(r.s), "cudaStreamSynchronize");
+    double t0 = now_us();
+    for (int j = 0; j < reps; ++j) PTRY(cudaGraphLaunch(r.x, r.s), "cudaGraphLaunch");
+    PTRY(cudaStreamSynchronize(r.s), "cudaStreamSynchronize");
+    if (i < 0) continue;
+    t[i] = (now_us() - t0) / reps;
+    /* one stamped replay: first = max, last = 0 before it */
+    for (int k = 0; k < K; ++k) h[2 * k] = ~0ULL, h[2 * k + 1] = 0;
+    PTRY(cudaMemcpy(stamps, h, (size_t)2 * K * sizeof *h, cudaMemcpyHostToDevice), "cudaMemcpy");
+    PTRY(cudaGraphLaunch(r.x, r.s), "cudaGraphLaunch");
+    PTRY(cudaStreamSynchronize(r.s), "cudaStreamSynchronize");
+    PTRY(cudaMemcpy(h, stamps, (size_t)2 * K * sizeof *h, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    double sd = 0, sg = 0;
+    for (int k = 0; k < K; ++k) sd += (double)(h[2 * k + 1] - h[2 * k]);
+    for (int k = 1; k < K; ++k) sg += (double)h[2 * k] - (double)h[2 * k - 1];
+    dur[i] = sd / K;
+    gap[i] = sg / (K - 1);
+  }
+  clock_rate<<<1, 1, 0, r.s>>>(20000000ULL, clk);
+  PTRY(cudaGetLastError(), "clock_rate");
+  unsigned long long c[2];
+  PTRY(cudaMemcpy(c, clk, sizeof c, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  qsort(t, 15, sizeof *t, cmp_double);
+  qsort(dur, 15, sizeof *dur, cmp_double);
+  qsort(gap, 15, sizeof *gap, cmp_double);
+  out[0] = t[7];
+  out[1] = dur[7];
+  out[2] = gap[7];
+  out[3] = c[1] ? (double)c[0] / (double)c[1] * 1000.0 : -1;
+  (void)cudaFree(stamps);
+  (void)cudaFree(clk);
+  free(h);
+  raw_bench_free(&r);
+  return FH_OK;
+#undef PTRY
+}
+
 /* The context's limits and flags (see FH_CUDA_LIMIT_NAMES); -1 where the
  * query fails. */
 fh_status fh_cuda_context_limits(int dev, double out[FH_CUDA_NLIMITS]) {

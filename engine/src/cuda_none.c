@@ -86,6 +86,11 @@ fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double 
   *us = 0;
   return no_cuda();
 }
+fh_status fh_cuda_raw_graph_probe(int dev, int K, int reps, double out[FH_CUDA_NPROBE]) {
+  (void)dev; (void)K; (void)reps;
+  for (int i = 0; i < FH_CUDA_NPROBE; ++i) out[i] = 0;
+  return no_cuda();
+}
 fh_status fh__cuda_test_capture_begin(fh_stream *s, fh_mempool *p) { (void)s; (void)p; return no_cuda(); }
 fh_status fh__cuda_test_capture_end(fh_stream *s, fh_mempool *p, int replays) {
   (void)s; (void)p; (void)replays;

@@ -170,11 +170,53 @@ local variants = {
     by_hand { fresh_buffer = true, close_before = true } },
   { "hand_noclose", "program steps by hand, warmup on a fresh buffer closed only after the program",
     by_hand { fresh_buffer = true } },
-  -- not yet run on a GPU (the next experiments of scripts/bench/README.md)
+  -- the bisection of the trigger (hand_* above were slow; the next ones split them)
   { "hand_copied", "program steps by hand, warmup on plain tensors filled by a device copy",
     by_hand { copied = true } },
   { "hand_buffer_on_side", "program steps by hand, warmup on a fresh buffer made on the side stream",
     by_hand { fresh_buffer = true, buffer_on_side = true, close_before = true } },
+  { "copy_only", "plain tensors filled by a device copy on the caller's stream, synchronized", function()
+    local x, w = cuda_pair()
+    local a, b = fh.empty({ 4096 }, { device = "cuda" }), fh.empty({ 4096 }, { device = "cuda" })
+    a:copy_(x)
+    b:copy_(w)
+    fh.cuda.synchronize()
+  end },
+  { "copy_side_adds", "device-copied tensors, then 100 in-place adds on a fresh stream (no capture)", function()
+    local x, w = cuda_pair()
+    local a, b = fh.empty({ 4096 }, { device = "cuda" }), fh.empty({ 4096 }, { device = "cuda" })
+    a:copy_(x)
+    b:copy_(w)
+    fh.cuda.synchronize()
+    local s = fh.cuda.Stream()
+    fh.cuda.with_stream(s, function() inplace(100)(a, b) end)
+    s:synchronize()
+  end },
+  { "copy_pool", "device-copied tensors, then fh.cuda._capture of 100 in-place adds on them", function()
+    local x, w = cuda_pair()
+    local a, b = fh.empty({ 4096 }, { device = "cuda" }), fh.empty({ 4096 }, { device = "cuda" })
+    a:copy_(x)
+    b:copy_(w)
+    fh.cuda.synchronize()
+    assert(fh.cuda._capture(function() return inplace(100)(a, b) end, 1))
+  end },
+  { "copy_side_pool", "device-copied tensors, 100 adds on a fresh stream, then fh.cuda._capture of 100 adds", function()
+    local x, w = cuda_pair()
+    local a, b = fh.empty({ 4096 }, { device = "cuda" }), fh.empty({ 4096 }, { device = "cuda" })
+    a:copy_(x)
+    b:copy_(w)
+    fh.cuda.synchronize()
+    local s = fh.cuda.Stream()
+    fh.cuda.with_stream(s, function() inplace(100)(a, b) end)
+    s:synchronize()
+    assert(fh.cuda._capture(function() return inplace(100)(a, b) end, 1))
+  end },
+  { "d2d_raw", "one device-to-device tensor copy (cudaMemcpyAsync), nothing else", function()
+    local x = fh.rand({ 4096 }, { device = "cuda" })
+    local y = fh.empty({ 4096 }, { device = "cuda" })
+    y:copy_(x)
+    fh.cuda.synchronize()
+  end },
 }
 
 if not fh.cuda.is_available() then
@@ -185,13 +227,21 @@ end
 if arg[1] then
   for _, v in ipairs(variants) do
     if v[1] == arg[1] then
+      -- the raw graph, then the timeline probe (us/replay, kernel ns, gap ns, SM MHz)
+      local function probe()
+        return ("probe %.1f us, kernel %.0f ns, gap %.0f ns, SM %.0f MHz"):format(fh.cuda._raw_graph_probe(100))
+      end
       local before = fh.cuda._raw_graph_bench(100, false)
+      local pbefore = probe()
       local keep = v[3]() -- luacheck: ignore keep
       local after = fh.cuda._raw_graph_bench(100, false)
+      local pafter = probe()
       local lim, parts = fh.cuda._context_limits(), {}
       for k, x in pairs(lim) do parts[#parts + 1] = ("%s=%.0f"):format(k, x) end
       table.sort(parts)
       print(("%s %.3f %.3f"):format(v[1], before, after))
+      print("before " .. pbefore)
+      print("after  " .. pafter)
       print("limits " .. table.concat(parts, " "))
       os.exit(0)
     end
@@ -229,6 +279,7 @@ for _, v in ipairs(variants) do
   if lim then limits[#limits + 1] = v[1] .. " " .. lim end
   if name then
     print(("%-15s %9.3f us %9.3f us  %s"):format(name, tonumber(before), tonumber(after), v[2]))
+    for l in out:gmatch("\n(%a+%s*probe[^\n]*)") do print("                " .. l) end
   else
     print(("%-15s failed: %s"):format(v[1], out))
   end

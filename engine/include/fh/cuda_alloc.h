@@ -139,6 +139,15 @@ fh_status fh_cuda_spin(fh_stream *s, double ms);
  * *us gets the median of 15 rounds in microseconds per replay. Synchronizes
  * the device; fails while a capture runs. */
 fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double *us);
+/* Benchmark aid: a timeline probe of the same chain (K >= 2 launches of a
+ * timestamped add kernel, captured and replayed as raw_graph_bench does):
+ * out[0] us per replay (median of 15 rounds of `reps`), out[1] mean kernel
+ * duration and out[2] mean gap between one kernel's last block end and the
+ * next kernel's first block start, in ns (globaltimer, medians of one
+ * stamped replay per round), out[3] the SM clock in MHz (clock64 against
+ * globaltimer on one thread). Synchronizes the device. */
+#define FH_CUDA_NPROBE 4
+fh_status fh_cuda_raw_graph_probe(int dev, int K, int reps, double out[FH_CUDA_NPROBE]);
 /* Benchmark aid: the context's limits (cudaDeviceGetLimit) and flags, in
  * the order of FH_CUDA_LIMIT_NAMES; -1 where a query fails. */
 #define FH_CUDA_NLIMITS 8
