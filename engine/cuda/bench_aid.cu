@@ -219,6 +219,7 @@ fh_status fh_cuda_raw_graph_probe(int dev, int K, int reps, double out[FH_CUDA_N
   }
   clock_rate<<<1, 1, 0, r.s>>>(20000000ULL, clk);
   PTRY(cudaGetLastError(), "clock_rate");
+  PTRY(cudaStreamSynchronize(r.s), "cudaStreamSynchronize");
   unsigned long long c[2];
   PTRY(cudaMemcpy(c, clk, sizeof c, cudaMemcpyDeviceToHost), "cudaMemcpy");
   qsort(t, 15, sizeof *t, cmp_double);
