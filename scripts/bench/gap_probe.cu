@@ -35,11 +35,23 @@ typedef struct probe {
   double us, gap_ns, kernel_ns;
 } probe;
 
+/* the measuring stream and graph: GAP_PRIO=<p> creates it with priority p
+ * (default: cudaStreamCreateWithFlags); GAP_STREAM=legacy launches on the
+ * legacy default stream (captured on a fresh one); GAP_FLAGS=<n> passes n to
+ * cudaGraphInstantiateWithFlags; GAP_UPLOAD=1 uploads the graph first. */
+static int env_int(const char *k, int dflt) {
+  const char *v = getenv(k);
+  return v && *v ? atoi(v) : dflt;
+}
+
 static probe measure(void) {
-  cudaStream_t s;
+  cudaStream_t s, ls;
   float *buf, *w;
   unsigned long long *st, h[2 * K];
-  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  if (getenv("GAP_PRIO")) CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, env_int("GAP_PRIO", 0)));
+  else CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const char *gs = getenv("GAP_STREAM");
+  ls = gs && strcmp(gs, "legacy") == 0 ? (cudaStream_t)0 : s;
   CHECK(cudaMalloc((void **)&buf, (size_t)(K + 1) * N * sizeof(float)));
   CHECK(cudaMalloc((void **)&w, N * sizeof(float)));
   CHECK(cudaMalloc((void **)&st, sizeof h));
@@ -52,20 +64,21 @@ static probe measure(void) {
   cudaGraph_t g;
   CHECK(cudaStreamEndCapture(s, &g));
   cudaGraphExec_t x;
-  CHECK(cudaGraphInstantiate(&x, g, 0));
+  CHECK(cudaGraphInstantiateWithFlags(&x, g, (unsigned long long)env_int("GAP_FLAGS", 0)));
+  if (env_int("GAP_UPLOAD", 0)) CHECK(cudaGraphUpload(x, ls));
   double t[15], gap[15], dur[15];
   for (int r = -3; r < 15; ++r) {
-    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaStreamSynchronize(ls));
     double t0 = now_us();
-    for (int j = 0; j < 200; ++j) CHECK(cudaGraphLaunch(x, s));
-    CHECK(cudaStreamSynchronize(s));
+    for (int j = 0; j < 200; ++j) CHECK(cudaGraphLaunch(x, ls));
+    CHECK(cudaStreamSynchronize(ls));
     if (r < 0) continue;
     t[r] = (now_us() - t0) / 200;
     for (int k = 0; k < K; ++k) h[2 * k] = ~0ULL, h[2 * k + 1] = 0;
-    CHECK(cudaMemcpyAsync(st, h, sizeof h, cudaMemcpyHostToDevice, s));
-    CHECK(cudaGraphLaunch(x, s));
-    CHECK(cudaMemcpyAsync(h, st, sizeof h, cudaMemcpyDeviceToHost, s));
-    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpyAsync(st, h, sizeof h, cudaMemcpyHostToDevice, ls));
+    CHECK(cudaGraphLaunch(x, ls));
+    CHECK(cudaMemcpyAsync(h, st, sizeof h, cudaMemcpyDeviceToHost, ls));
+    CHECK(cudaStreamSynchronize(ls));
     double sg = 0, sd = 0;
     for (int k = 0; k < K; ++k) sd += (double)(h[2 * k + 1] - h[2 * k]);
     for (int k = 1; k < K; ++k) sg += (double)h[2 * k] - (double)h[2 * k - 1];
@@ -175,6 +188,53 @@ static void a_streams_idle(void) {
   for (int i = 0; i < 40; ++i) (void)fresh();
 }
 
+static void a_two_streams_destroyed(void) {
+  a_stream_destroyed();
+  a_stream_destroyed();
+}
+static void a_same_stream_twice(void) {
+  cudaStream_t s = fresh();
+  launches(s, 100);
+  CHECK(cudaStreamSynchronize(s));
+  launches(s, 100);
+  CHECK(cudaStreamSynchronize(s));
+}
+static void a_two_streams_one_launch(void) {
+  cudaStream_t s1 = fresh(), s2 = fresh();
+  launches(s1, 1);
+  CHECK(cudaStreamSynchronize(s1));
+  launches(s2, 1);
+  CHECK(cudaStreamSynchronize(s2));
+}
+static void a_two_streams_sleep(void) {
+  a_two_streams();
+  struct timespec ts = {2, 0};
+  nanosleep(&ts, NULL);
+}
+static void a_memset_two_streams(void) {
+  cudaStream_t s1 = fresh(), s2 = fresh();
+  CHECK(cudaMemsetAsync(C, 0, N * sizeof(float), s1));
+  CHECK(cudaStreamSynchronize(s1));
+  CHECK(cudaMemsetAsync(C, 0, N * sizeof(float), s2));
+  CHECK(cudaStreamSynchronize(s2));
+}
+static void a_memset_then_stream(void) {
+  cudaStream_t s1 = fresh();
+  CHECK(cudaMemsetAsync(C, 0, N * sizeof(float), s1));
+  CHECK(cudaStreamSynchronize(s1));
+  a_stream();
+}
+/* graphs (not eager launches) on two fresh streams */
+static void a_graphs_two_streams(void) {
+  capture_on(fresh(), 100);
+  capture_on(fresh(), 100);
+}
+static void a_three_streams(void) {
+  a_stream();
+  a_stream();
+  a_stream();
+}
+
 typedef struct action {
   const char *name, *what;
   void (*fn)(void);
@@ -193,6 +253,14 @@ static const action actions[] = {
     {"event_xstream", "a fresh stream waits on an event of the legacy stream, 100 launches", a_event_xstream},
     {"many_streams", "40 fresh streams with 3 launches each", a_many_streams},
     {"streams_idle", "40 fresh streams, no work", a_streams_idle},
+    {"two_streams_destroyed", "100 launches on each of two fresh streams, each destroyed", a_two_streams_destroyed},
+    {"same_stream_twice", "100 launches on one fresh stream, twice", a_same_stream_twice},
+    {"two_streams_one_launch", "one launch on each of two fresh streams", a_two_streams_one_launch},
+    {"two_streams_sleep", "two_streams, then 2 s of sleep", a_two_streams_sleep},
+    {"memset_two_streams", "a cudaMemsetAsync on each of two fresh streams", a_memset_two_streams},
+    {"memset_then_stream", "a cudaMemsetAsync on a fresh stream, then 100 launches on another", a_memset_then_stream},
+    {"graphs_two_streams", "a captured graph of 100 launches launched on each of two fresh streams", a_graphs_two_streams},
+    {"three_streams", "100 launches on each of three fresh streams", a_three_streams},
 };
 enum { NACTIONS = sizeof actions / sizeof actions[0] };
 
