@@ -235,6 +235,25 @@ static void a_three_streams(void) {
   a_stream();
 }
 
+/* GAP_N (default 100) launches on one fresh stream, then GAP_M (default
+ * GAP_N) on another: where the threshold lies */
+static void a_two_streams_n(void) {
+  int n = env_int("GAP_N", 100), m = env_int("GAP_M", n);
+  cudaStream_t s1 = fresh(), s2 = fresh();
+  launches(s1, n);
+  CHECK(cudaStreamSynchronize(s1));
+  launches(s2, m);
+  CHECK(cudaStreamSynchronize(s2));
+}
+/* GAP_N launches alternating between two fresh streams, no synchronization
+ * between them */
+static void a_alternate_n(void) {
+  int n = env_int("GAP_N", 100);
+  cudaStream_t s[2] = {fresh(), fresh()};
+  for (int i = 0; i < n; ++i) launches(s[i & 1], 1);
+  CHECK(cudaDeviceSynchronize());
+}
+
 typedef struct action {
   const char *name, *what;
   void (*fn)(void);
@@ -260,6 +279,8 @@ static const action actions[] = {
     {"memset_two_streams", "a cudaMemsetAsync on each of two fresh streams", a_memset_two_streams},
     {"memset_then_stream", "a cudaMemsetAsync on a fresh stream, then 100 launches on another", a_memset_then_stream},
     {"graphs_two_streams", "a captured graph of 100 launches launched on each of two fresh streams", a_graphs_two_streams},
+    {"two_streams_n", "GAP_N launches on a fresh stream, then GAP_M on another", a_two_streams_n},
+    {"alternate_n", "GAP_N launches alternating between two fresh streams", a_alternate_n},
     {"three_streams", "100 launches on each of three fresh streams", a_three_streams},
 };
 enum { NACTIONS = sizeof actions / sizeof actions[0] };
