@@ -20,6 +20,16 @@
  *                          to tell allocation layout from replay overhead
  *   limit_<name>           the context's limits and flags (cudaDeviceGetLimit,
  *                          cudaGetDeviceFlags, cudaDeviceGetCacheConfig)
+ *   graph_K<k>_2stream_us  the same graphs (k = 10, 100, 1000) measured again
+ *                          after eager launches of the add kernel on two
+ *                          streams (100 on each of two fresh non-blocking
+ *                          streams): the device state every process that
+ *                          launches kernels on more than one stream is in,
+ *                          fhelium's after any CudaGraphProgram warmup (its
+ *                          side stream) -- on the H200 it adds ~175 ns
+ *                          between consecutive kernel nodes of every graph
+ *                          launched afterwards (scripts/bench/README.md,
+ *                          "The two-stream state"; fhelium_bench_gap_probe)
  *   capture_K1000_ms       stream capture of those 1000 launches
  *   instantiate_K1000_ms   cudaGraphInstantiate of that graph
  * Built by CMake (target fhelium_bench_exec_baseline) when CUDA is on. */
@@ -186,6 +196,28 @@ int main(void) {
     CHECK(cudaGraphDestroy(g));
     for (int k = 0; k <= K; ++k) CHECK(cudaFree(bufs[k]));
     CHECK(cudaFree(w));
+  }
+  /* ---- the same chains in the two-stream state (this must come last: the
+   * state lasts for the rest of the process) ---- */
+  {
+    float *a, *w;
+    CHECK(cudaMalloc((void **)&a, n * sizeof(float)));
+    CHECK(cudaMalloc((void **)&w, n * sizeof(float)));
+    CHECK(cudaMemset(a, 0, n * sizeof(float)));
+    CHECK(cudaMemset(w, 0, n * sizeof(float)));
+    for (int j = 0; j < 2; ++j) {
+      cudaStream_t e;
+      CHECK(cudaStreamCreateWithFlags(&e, cudaStreamNonBlocking));
+      for (int i = 0; i < 100; ++i) add_launch(fn, a, a, w, n, e);
+      CHECK(cudaStreamSynchronize(e));
+      CHECK(cudaStreamDestroy(e));
+    }
+    CHECK(cudaFree(a));
+    CHECK(cudaFree(w));
+    for (int ki = 0; ki < 3; ++ki) {
+      double cap_ms, inst_ms;
+      printf("graph_K%d_2stream_us %.3f\n", ks[ki], chain_graph(fn, s, ks[ki], n, REPS, 0, &cap_ms, &inst_ms));
+    }
   }
   CHECK(cudaStreamDestroy(s));
   return 0;
