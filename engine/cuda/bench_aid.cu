@@ -2,11 +2,13 @@
  * run inside the fhelium process (fh_cuda_raw_graph_bench, fh/cuda_alloc.h).
  *
  * The baseline program measures cudaGraphLaunch of a chain of K launches of
- * the engine's add kernel in its own process; CudaGraphProgram replays of the
- * same chain measure about 1.14x that. Running the baseline's exact code here
- * (its own cudaMalloc'd buffers, a fresh non-blocking cudaStream, capture and
- * instantiate by hand, no allocator, no fhelium stream) tells a difference of
- * process or context state from a difference in what fhelium captures. */
+ * the engine's add kernel in its own process. Running the baseline's exact
+ * code here (its own cudaMalloc'd buffers, a fresh non-blocking cudaStream,
+ * capture and instantiate by hand, no allocator, no fhelium stream) tells a
+ * difference of process or device state from a difference in what fhelium
+ * captures; the timeline probe (fh_cuda_raw_graph_probe) splits a replay into
+ * kernel time and the gaps between kernel nodes. Together they found the
+ * two-stream state (scripts/bench/README.md). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

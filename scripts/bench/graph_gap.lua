@@ -1,10 +1,15 @@
--- scripts/bench/graph_gap.lua: where the K = 100 replay gap of graph.lua comes
--- from (scripts/bench/README.md, "The replay_prepared gap"). The raw CUDA
--- graph of exec_baseline.cu (100 chained adds, its own cudaMalloc'd buffers,
--- a fresh cudaStream, captured and launched by hand) runs inside a fresh
--- fhelium process twice: right after the module is loaded, then after one
--- kind of fhelium work (each variant in its own process). The baseline
--- program's own number is the reference. On a GPU machine after building:
+-- scripts/bench/graph_gap.lua: which fhelium work puts the process into the
+-- two-stream state (scripts/bench/README.md, "The two-stream state": once
+-- kernels have been launched eagerly on two streams, every CUDA graph
+-- launched afterwards runs its kernel nodes ~175 ns further apart). The raw
+-- CUDA graph of exec_baseline.cu (100 chained adds, its own cudaMalloc'd
+-- buffers, a fresh cudaStream, captured and launched by hand) and the
+-- timeline probe (fh.cuda._raw_graph_probe: kernel time, gap between nodes,
+-- SM clock) run inside a fresh fhelium process twice: right after the module
+-- is loaded, then after one kind of fhelium work (each variant in its own
+-- process). The baseline program's own number is the reference.
+-- fhelium_bench_gap_probe (gap_probe.cu) does the same for plain CUDA calls.
+-- On a GPU machine after building:
 --   source scripts/env.sh && luajit scripts/bench/graph_gap.lua
 -- (`luajit scripts/bench/graph_gap.lua <variant>` runs one variant.)
 local fh = require "fhelium"
