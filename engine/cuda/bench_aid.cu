@@ -16,6 +16,7 @@
 #include "cuda_internal.h"
 #include "fh/kernels.h"
 #include "fh/launch.h"
+#include "timeline_probe.cuh"
 
 static double now_us(void) {
   struct timespec t;
@@ -129,35 +130,7 @@ fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double 
   return FH_OK;
 }
 
-/* ---- timeline probe ---------------------------------------------------------------- */
-static __device__ __forceinline__ unsigned long long gtime(void) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-/* out = a + b over n floats, stamping the earliest block start and the
- * latest block end of launch k (globaltimer, ns) */
-static __global__ void stamped_add(float *out, const float *a, const float *b, int n, unsigned long long *first,
-                                   unsigned long long *last) {
-  if (threadIdx.x == 0) atomicMin(first, gtime());
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = a[i] + b[i];
-  __syncthreads();
-  if (threadIdx.x == 0) atomicMax(last, gtime());
-}
-
-/* one thread counts SM clock cycles against the global timer */
-static __global__ void clock_rate(unsigned long long cycles, unsigned long long *out) {
-  unsigned long long t0 = gtime();
-  long long c0 = clock64(), c;
-  do {
-    c = clock64();
-  } while ((unsigned long long)(c - c0) < cycles);
-  unsigned long long t1 = gtime();
-  out[0] = (unsigned long long)(c - c0);
-  out[1] = t1 - t0;
-}
-
+/* ---- timeline probe (its device code: timeline_probe.cuh) ------------------------- */
 fh_status fh_cuda_raw_graph_probe(int dev, int K, int reps, double out[FH_CUDA_NPROBE]) {
   if (K < 2 || K > 10000 || reps < 1 || reps > 100000)
     return fh_error_set(FH_ERR_VALUE, "raw graph probe: K must be in [2, 10000] and reps in [1, 100000]");
@@ -194,9 +167,9 @@ fh_status fh_cuda_raw_graph_probe(int dev, int K, int reps, double out[FH_CUDA_N
   PTRY(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   PTRY(cudaStreamBeginCapture(r.s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   for (int k = 0; k < K; ++k)
-    stamped_add<<<16, 256, 0, r.s>>>(r.buf + (size_t)(k + 1) * n, r.buf + (size_t)k * n, r.w, n, stamps + 2 * k,
-                                      stamps + 2 * k + 1);
-  PTRY(cudaGetLastError(), "stamped_add");
+    fh_probe_stamped_add<<<16, 256, 0, r.s>>>(r.buf + (size_t)(k + 1) * n, r.buf + (size_t)k * n, r.w, n,
+                                               stamps + 2 * k, stamps + 2 * k + 1);
+  PTRY(cudaGetLastError(), "fh_probe_stamped_add");
   PTRY(cudaStreamEndCapture(r.s, &r.g), "cudaStreamEndCapture");
   PTRY(cudaGraphInstantiate(&r.x, r.g, 0), "cudaGraphInstantiate");
   double t[15], dur[15], gap[15];
@@ -213,14 +186,10 @@ fh_status fh_cuda_raw_graph_probe(int dev, int K, int reps, double out[FH_CUDA_N
     PTRY(cudaGraphLaunch(r.x, r.s), "cudaGraphLaunch");
     PTRY(cudaStreamSynchronize(r.s), "cudaStreamSynchronize");
     PTRY(cudaMemcpy(h, stamps, (size_t)2 * K * sizeof *h, cudaMemcpyDeviceToHost), "cudaMemcpy");
-    double sd = 0, sg = 0;
-    for (int k = 0; k < K; ++k) sd += (double)(h[2 * k + 1] - h[2 * k]);
-    for (int k = 1; k < K; ++k) sg += (double)h[2 * k] - (double)h[2 * k - 1];
-    dur[i] = sd / K;
-    gap[i] = sg / (K - 1);
+    fh_probe_summarize(h, K, &dur[i], &gap[i]);
   }
-  clock_rate<<<1, 1, 0, r.s>>>(20000000ULL, clk);
-  PTRY(cudaGetLastError(), "clock_rate");
+  fh_probe_clock_rate<<<1, 1, 0, r.s>>>(20000000ULL, clk);
+  PTRY(cudaGetLastError(), "fh_probe_clock_rate");
   PTRY(cudaStreamSynchronize(r.s), "cudaStreamSynchronize");
   unsigned long long c[2];
   PTRY(cudaMemcpy(c, clk, sizeof c, cudaMemcpyDeviceToHost), "cudaMemcpy");

@@ -1,6 +1,6 @@
 /* fhelium_bench_gap_probe: which plain CUDA calls slow the replay of a CUDA
  * graph launched afterwards in the same process (scripts/bench/README.md,
- * "The replay_prepared gap"). Usage: fhelium_bench_gap_probe <action>
+ * "The two-stream state"). Usage: fhelium_bench_gap_probe <action>
  * Measures a K = 100 graph of timestamped adds (its own buffers, a fresh
  * non-blocking stream, as graph_gap.lua's probe does) before and after the
  * action, and prints
@@ -10,20 +10,7 @@
  * of plain CUDA calls, each a piece of what a fhelium program capture does;
  * `fhelium_bench_gap_probe list` names them. Built by CMake when CUDA is on. */
 #include "bench_common.h"
-
-static __device__ __forceinline__ unsigned long long gtime(void) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-static __global__ void stamped_add(float *out, const float *a, const float *b, int n, unsigned long long *first,
-                                   unsigned long long *last) {
-  if (threadIdx.x == 0) atomicMin(first, gtime());
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = a[i] + b[i];
-  __syncthreads();
-  if (threadIdx.x == 0) atomicMax(last, gtime());
-}
+#include "timeline_probe.cuh" /* engine/cuda: the stamped add kernel */
 
 static __global__ void plain_add(float *out, const float *a, const float *b, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = a[i] + b[i];
@@ -60,7 +47,8 @@ static probe measure(void) {
   CHECK(cudaDeviceSynchronize());
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   for (int k = 0; k < K; ++k)
-    stamped_add<<<16, 256, 0, s>>>(buf + (size_t)(k + 1) * N, buf + (size_t)k * N, w, N, st + 2 * k, st + 2 * k + 1);
+    fh_probe_stamped_add<<<16, 256, 0, s>>>(buf + (size_t)(k + 1) * N, buf + (size_t)k * N, w, N, st + 2 * k,
+                                             st + 2 * k + 1);
   cudaGraph_t g;
   CHECK(cudaStreamEndCapture(s, &g));
   cudaGraphExec_t x;
@@ -79,11 +67,7 @@ static probe measure(void) {
     CHECK(cudaGraphLaunch(x, ls));
     CHECK(cudaMemcpyAsync(h, st, sizeof h, cudaMemcpyDeviceToHost, ls));
     CHECK(cudaStreamSynchronize(ls));
-    double sg = 0, sd = 0;
-    for (int k = 0; k < K; ++k) sd += (double)(h[2 * k + 1] - h[2 * k]);
-    for (int k = 1; k < K; ++k) sg += (double)h[2 * k] - (double)h[2 * k - 1];
-    gap[r] = sg / (K - 1);
-    dur[r] = sd / K;
+    fh_probe_summarize(h, K, &dur[r], &gap[r]);
   }
   CHECK(cudaGraphExecDestroy(x));
   CHECK(cudaGraphDestroy(g));

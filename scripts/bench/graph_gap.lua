@@ -18,6 +18,16 @@ local fh = require "fhelium"
 local function cuda_pair()
   return fh.rand({ 4096 }, { device = "cuda" }), fh.rand({ 4096 }, { device = "cuda" })
 end
+-- two fresh tensors filled by a device copy on the caller's stream (as a
+-- buffer's leaves are), synchronized
+local function copied_pair()
+  local x, w = cuda_pair()
+  local a, b = fh.empty({ 4096 }, { device = "cuda" }), fh.empty({ 4096 }, { device = "cuda" })
+  a:copy_(x)
+  b:copy_(w)
+  fh.cuda.synchronize()
+  return a, b
+end
 local function inplace(k)
   return function(x, w)
     for _ = 1, k do x:add_(w) end
@@ -61,12 +71,7 @@ local function by_hand(opts)
       fresh = core.buffer_like({ x, w }, { device = "cuda:0" }, "example_inputs")
       a = fresh.value
     elseif opts.copied then
-      -- plain tensors filled by a device copy on the caller's stream, as a
-      -- buffer's leaves are, then synchronized
-      a = { fh.empty({ 4096 }, { device = "cuda" }), fh.empty({ 4096 }, { device = "cuda" }) }
-      a[1]:copy_(x)
-      a[2]:copy_(w)
-      fh.cuda.synchronize()
+      a = { copied_pair() }
     else
       a = { cuda_pair() }
     end
@@ -181,36 +186,20 @@ local variants = {
   { "hand_buffer_on_side", "program steps by hand, warmup on a fresh buffer made on the side stream",
     by_hand { fresh_buffer = true, buffer_on_side = true, close_before = true } },
   { "copy_only", "plain tensors filled by a device copy on the caller's stream, synchronized", function()
-    local x, w = cuda_pair()
-    local a, b = fh.empty({ 4096 }, { device = "cuda" }), fh.empty({ 4096 }, { device = "cuda" })
-    a:copy_(x)
-    b:copy_(w)
-    fh.cuda.synchronize()
+    copied_pair()
   end },
   { "copy_side_adds", "device-copied tensors, then 100 in-place adds on a fresh stream (no capture)", function()
-    local x, w = cuda_pair()
-    local a, b = fh.empty({ 4096 }, { device = "cuda" }), fh.empty({ 4096 }, { device = "cuda" })
-    a:copy_(x)
-    b:copy_(w)
-    fh.cuda.synchronize()
+    local a, b = copied_pair()
     local s = fh.cuda.Stream()
     fh.cuda.with_stream(s, function() inplace(100)(a, b) end)
     s:synchronize()
   end },
   { "copy_pool", "device-copied tensors, then fh.cuda._capture of 100 in-place adds on them", function()
-    local x, w = cuda_pair()
-    local a, b = fh.empty({ 4096 }, { device = "cuda" }), fh.empty({ 4096 }, { device = "cuda" })
-    a:copy_(x)
-    b:copy_(w)
-    fh.cuda.synchronize()
+    local a, b = copied_pair()
     assert(fh.cuda._capture(function() return inplace(100)(a, b) end, 1))
   end },
   { "copy_side_pool", "device-copied tensors, 100 adds on a fresh stream, then fh.cuda._capture of 100 adds", function()
-    local x, w = cuda_pair()
-    local a, b = fh.empty({ 4096 }, { device = "cuda" }), fh.empty({ 4096 }, { device = "cuda" })
-    a:copy_(x)
-    b:copy_(w)
-    fh.cuda.synchronize()
+    local a, b = copied_pair()
     local s = fh.cuda.Stream()
     fh.cuda.with_stream(s, function() inplace(100)(a, b) end)
     s:synchronize()
