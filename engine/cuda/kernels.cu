@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "fh/elem_convert.h"
 #include "fh/internal.h"
 #include "fh/kernels.h"
 
@@ -48,61 +49,6 @@ __device__ __forceinline__ int64_t off_of(const fh_iter_shape &it, const int64_t
 
 #define GRID_STRIDE(i, n) \
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-
-/* ---- element conversion (mirrors kernels_cpu.c) ----------------------------- */
-struct wide {
-  int kind; /* 0 int64, 1 uint64, 2 double, 3 complex */
-  int64_t i;
-  uint64_t u;
-  double f, im;
-};
-
-__device__ __forceinline__ wide load(int dtype, const char *p) {
-  wide w = {0, 0, 0, 0, 0};
-  switch (dtype) {
-    case FH_BOOL: w.kind = 1; w.u = *(const uint8_t *)p != 0; break;
-    case FH_UINT8: w.kind = 1; w.u = *(const uint8_t *)p; break;
-    case FH_INT32: w.kind = 0; w.i = *(const int32_t *)p; break;
-    case FH_INT64: w.kind = 0; w.i = *(const int64_t *)p; break;
-    case FH_UINT32: w.kind = 1; w.u = *(const uint32_t *)p; break;
-    case FH_UINT64: w.kind = 1; w.u = *(const uint64_t *)p; break;
-    case FH_FLOAT32: w.kind = 2; w.f = *(const float *)p; break;
-    case FH_FLOAT64: w.kind = 2; w.f = *(const double *)p; break;
-    case FH_COMPLEX128: w.kind = 3; w.f = ((const double *)p)[0]; w.im = ((const double *)p)[1]; break;
-  }
-  return w;
-}
-
-__device__ __forceinline__ int64_t f2i(double x, double lo, double hi) {
-  if (x != x) return 0;
-  if (x <= lo) return (int64_t)lo;
-  if (x >= hi) return x >= 9223372036854775807.0 ? INT64_MAX : (int64_t)hi;
-  return (int64_t)x;
-}
-__device__ __forceinline__ uint64_t f2u(double x, double hi) {
-  if (x != x || x <= 0) return 0;
-  if (x >= hi) return hi >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)hi;
-  return (uint64_t)x;
-}
-
-__device__ __forceinline__ void store(int dtype, char *p, wide w) {
-  double f = w.kind == 0 ? (double)w.i : w.kind == 1 ? (double)w.u : w.f;
-  uint64_t bits = w.kind == 0 ? (uint64_t)w.i : w.u;
-  switch (dtype) {
-    case FH_BOOL: *(uint8_t *)p = w.kind >= 2 ? (w.f != 0 || w.im != 0) : bits != 0; break;
-    case FH_UINT8: *(uint8_t *)p = w.kind >= 2 ? (uint8_t)f2u(f, 255.0) : (uint8_t)bits; break;
-    case FH_INT32: *(int32_t *)p = w.kind >= 2 ? (int32_t)f2i(f, -2147483648.0, 2147483647.0) : (int32_t)(uint32_t)bits; break;
-    case FH_INT64: *(int64_t *)p = w.kind >= 2 ? f2i(f, -9223372036854775808.0, 9223372036854775807.0) : (int64_t)bits; break;
-    case FH_UINT32: *(uint32_t *)p = w.kind >= 2 ? (uint32_t)f2u(f, 4294967295.0) : (uint32_t)bits; break;
-    case FH_UINT64: *(uint64_t *)p = w.kind >= 2 ? f2u(f, 18446744073709551615.0) : bits; break;
-    case FH_FLOAT32: *(float *)p = (float)f; break;
-    case FH_FLOAT64: *(double *)p = f; break;
-    case FH_COMPLEX128:
-      ((double *)p)[0] = f;
-      ((double *)p)[1] = w.kind == 3 ? w.im : 0.0;
-      break;
-  }
-}
 
 /* Elements moved as raw bytes by size. */
 struct e16 {
@@ -184,12 +130,12 @@ __global__ void copy_nd(__grid_constant__ const fh_copy_args a) {
   GRID_STRIDE(i, a.it.numel) d[off_of(a.it, a.dst.stride, i)] = s[off_of(a.it, a.src.stride, i)];
 }
 __global__ void cast_1d(char *d, const char *s, int64_t n, int64_t ds, int64_t ss, int dt, int st) {
-  GRID_STRIDE(i, n) store(dt, d + i * ds, load(st, s + i * ss));
+  GRID_STRIDE(i, n) fh_wide_store(dt, d + i * ds, fh_wide_load(st, s + i * ss));
 }
 __global__ void cast_nd(__grid_constant__ const fh_copy_args a, int64_t des, int64_t ses) {
   GRID_STRIDE(i, a.it.numel) {
-    store(a.dst_dtype, a.dst.data + off_of(a.it, a.dst.stride, i) * des,
-          load(a.src_dtype, a.src.data + off_of(a.it, a.src.stride, i) * ses));
+    fh_wide_store(a.dst_dtype, a.dst.data + off_of(a.it, a.dst.stride, i) * des,
+                  fh_wide_load(a.src_dtype, a.src.data + off_of(a.it, a.src.stride, i) * ses));
   }
 }
 
@@ -549,7 +495,7 @@ __global__ void sum_stage1(__grid_constant__ const fh_reduce_args a, int64_t es,
   const bool flat = a.it.ndim == 1;
   GRID_STRIDE(i, a.it.numel) {
     int64_t off = flat ? i * a.in.stride[0] : off_of(a.it, a.in.stride, i);
-    wide w = load(a.dtype, a.in.data + off * es);
+    fh_wide w = fh_wide_load(a.dtype, a.in.data + off * es);
     if (w.kind == 0) s.u += (uint64_t)w.i;
     else if (w.kind == 1) s.u += w.u;
     else {
@@ -566,7 +512,7 @@ __global__ void sum_stage2(const sum_acc *partials, int nparts, char *out, int i
   for (int i = threadIdx.x; i < nparts; i += blockDim.x) sum_add(s, partials[i]);
   sum_acc r = block_reduce(s, sum_combine());
   if (threadIdx.x == 0) {
-    wide w = {0, 0, 0, 0, 0};
+    fh_wide w = {0, 0, 0, 0, 0};
     if (in_dtype == FH_FLOAT32 || in_dtype == FH_FLOAT64 || in_dtype == FH_COMPLEX128) {
       w.kind = in_dtype == FH_COMPLEX128 ? 3 : 2;
       w.f = r.f;
@@ -575,7 +521,7 @@ __global__ void sum_stage2(const sum_acc *partials, int nparts, char *out, int i
       w.kind = 1;
       w.u = r.u;
     }
-    store(out_dtype, out, w);
+    fh_wide_store(out_dtype, out, w);
   }
 }
 
@@ -621,7 +567,7 @@ __global__ void compare_stage1(__grid_constant__ const fh_compare_args a, int64_
   GRID_STRIDE(i, a.it.numel) {
     int64_t op = flat ? i * a.a.stride[0] : off_of(a.it, a.a.stride, i);
     int64_t oq = flat ? i * a.b.stride[0] : off_of(a.it, a.b.stride, i);
-    wide x = load(a.dtype, a.a.data + op * es), y = load(a.dtype, a.b.data + oq * es);
+    fh_wide x = fh_wide_load(a.dtype, a.a.data + op * es), y = fh_wide_load(a.dtype, a.b.data + oq * es);
     double d, ay;
     if (x.kind == 0) {
       if (a.mode == FH_CMP_EQUAL) { c.bad += x.i != y.i; continue; }

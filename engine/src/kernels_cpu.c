@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fh/ckks_kernels.h"
+#include "fh/elem_convert.h"
 #include "fh/internal.h"
 
 /* Iterate rows of the iteration space: for each outer index, `body` runs
@@ -26,63 +27,6 @@
       __VA_ARGS__                                                           \
     }                                                                       \
   } while (0)
-
-/* ---- element conversion ------------------------------------------------- */
-typedef struct wide {
-  int kind; /* 0 int64, 1 uint64, 2 double, 3 complex */
-  int64_t i;
-  uint64_t u;
-  double f, im;
-} wide;
-
-static inline wide load(int dtype, const char *p) {
-  wide w = {0, 0, 0, 0, 0};
-  switch (dtype) {
-    case FH_BOOL: w.kind = 1; w.u = *(const uint8_t *)p != 0; break;
-    case FH_UINT8: w.kind = 1; w.u = *(const uint8_t *)p; break;
-    case FH_INT32: w.kind = 0; w.i = *(const int32_t *)p; break;
-    case FH_INT64: w.kind = 0; w.i = *(const int64_t *)p; break;
-    case FH_UINT32: w.kind = 1; w.u = *(const uint32_t *)p; break;
-    case FH_UINT64: w.kind = 1; w.u = *(const uint64_t *)p; break;
-    case FH_FLOAT32: w.kind = 2; w.f = *(const float *)p; break;
-    case FH_FLOAT64: w.kind = 2; w.f = *(const double *)p; break;
-    case FH_COMPLEX128: w.kind = 3; memcpy(&w.f, p, 8); memcpy(&w.im, p + 8, 8); break;
-  }
-  return w;
-}
-
-/* Saturating float -> integer conversion (NaN -> 0), as CUDA's cvt.sat. */
-static inline int64_t f2i(double x, double lo, double hi) {
-  if (x != x) return 0;
-  if (x <= lo) return (int64_t)lo;
-  if (x >= hi) return x >= 9223372036854775807.0 ? INT64_MAX : (int64_t)hi;
-  return (int64_t)x;
-}
-static inline uint64_t f2u(double x, double hi) {
-  if (x != x || x <= 0) return 0;
-  if (x >= hi) return hi >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)hi;
-  return (uint64_t)x;
-}
-
-static inline void store(int dtype, char *p, wide w) {
-  double f = w.kind == 0 ? (double)w.i : w.kind == 1 ? (double)w.u : w.f;
-  uint64_t bits = w.kind == 0 ? (uint64_t)w.i : w.u;
-  switch (dtype) {
-    case FH_BOOL: *(uint8_t *)p = w.kind >= 2 ? (w.f != 0 || w.im != 0) : bits != 0; break;
-    case FH_UINT8: *(uint8_t *)p = w.kind >= 2 ? (uint8_t)f2u(f, 255.0) : (uint8_t)bits; break;
-    case FH_INT32: *(int32_t *)p = w.kind >= 2 ? (int32_t)f2i(f, -2147483648.0, 2147483647.0) : (int32_t)(uint32_t)bits; break;
-    case FH_INT64: *(int64_t *)p = w.kind >= 2 ? f2i(f, -9223372036854775808.0, 9223372036854775807.0) : (int64_t)bits; break;
-    case FH_UINT32: *(uint32_t *)p = w.kind >= 2 ? (uint32_t)f2u(f, 4294967295.0) : (uint32_t)bits; break;
-    case FH_UINT64: *(uint64_t *)p = w.kind >= 2 ? f2u(f, 18446744073709551615.0) : bits; break;
-    case FH_FLOAT32: *(float *)p = (float)f; break;
-    case FH_FLOAT64: *(double *)p = f; break;
-    case FH_COMPLEX128: {
-      double c[2] = {f, w.kind == 3 ? w.im : 0.0};
-      memcpy(p, c, 16);
-      break;
-    }
-  }
-}
 
 /* ---- fill / copy -------------------------------------------------------- */
 static fh_status k_fill(const void *argp) {
@@ -109,7 +53,8 @@ static fh_status k_copy(const void *argp) {
     } else if (same) {
       for (int64_t j = 0; j < n; ++j) memcpy(d + j * ds, s + j * ss, des);
     } else {
-      for (int64_t j = 0; j < n; ++j) store(a->dst_dtype, d + j * ds, load(a->src_dtype, s + j * ss));
+      for (int64_t j = 0; j < n; ++j)
+        fh_wide_store(a->dst_dtype, d + j * ds, fh_wide_load(a->src_dtype, s + j * ss));
     }
   });
   return FH_OK;
@@ -266,7 +211,7 @@ static fh_status k_sum(const void *argp) {
       const char *p = a->in.data + o0 * (int64_t)es;
       int64_t st = a->in.stride[_last] * (int64_t)es;
       for (int64_t j = 0; j < n; ++j) {
-        wide w = load(a->dtype, p + j * st);
+        fh_wide w = fh_wide_load(a->dtype, p + j * st);
         if (w.kind == 0) acc_u += (uint64_t)w.i;
         else if (w.kind == 1) acc_u += w.u;
         else {
@@ -275,7 +220,7 @@ static fh_status k_sum(const void *argp) {
         }
       }
     });
-  wide r = {0, 0, 0, 0, 0};
+  fh_wide r = {0, 0, 0, 0, 0};
   if (fh_dtype_is_floating((fh_dtype)a->dtype) || fh_dtype_is_complex((fh_dtype)a->dtype)) {
     r.kind = fh_dtype_is_complex((fh_dtype)a->dtype) ? 3 : 2;
     r.f = acc_f;
@@ -284,7 +229,7 @@ static fh_status k_sum(const void *argp) {
     r.kind = 1;
     r.u = acc_u;
   }
-  store(a->out_dtype, a->out, r);
+  fh_wide_store(a->out_dtype, a->out, r);
   return FH_OK;
 }
 
@@ -300,7 +245,7 @@ static fh_status k_compare(const void *argp) {
       const char *q = a->b.data + o1 * (int64_t)es;
       int64_t sp = a->a.stride[_last] * (int64_t)es, sq = a->b.stride[_last] * (int64_t)es;
       for (int64_t j = 0; j < n; ++j) {
-        wide x = load(a->dtype, p + j * sp), y = load(a->dtype, q + j * sq);
+        fh_wide x = fh_wide_load(a->dtype, p + j * sp), y = fh_wide_load(a->dtype, q + j * sq);
         double d, ay;
         if (x.kind == 0) {
           if (a->mode == FH_CMP_EQUAL) { bad += x.i != y.i; continue; }
