@@ -11,23 +11,11 @@
  * two-stream state (scripts/bench/README.md). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cuda_internal.h"
 #include "fh/kernels.h"
 #include "fh/launch.h"
-#include "timeline_probe.cuh"
-
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
+#include "bench_shared.cuh"
 
 struct raw_bench {
   cudaStream_t s;
@@ -95,17 +83,7 @@ fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double 
   fh_cuda_kernel_fn fn = fh__cuda_kernels[FH_K_BINARY];
   TRY(cudaStreamBeginCapture(r.s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   for (int k = 0; k < K; ++k) {
-    fh_ew_args a;
-    memset(&a, 0, sizeof a);
-    a.it.ndim = 1;
-    a.it.numel = n;
-    a.it.shape[0] = n;
-    a.op = FH_OP_ADD;
-    a.dtype = FH_FLOAT32;
-    a.out.data = (char *)(r.buf + (size_t)(k + 1) * n);
-    a.a.data = (char *)(r.buf + (size_t)k * n);
-    a.b.data = (char *)r.w;
-    a.out.stride[0] = a.a.stride[0] = a.b.stride[0] = 1;
+    fh_ew_args a = bench_add_args(r.buf + (size_t)(k + 1) * n, r.buf + (size_t)k * n, r.w, n);
     if (fn(&a, (void *)r.s) != FH_OK) {
       cudaGraph_t g = NULL;
       (void)cudaStreamEndCapture(r.s, &g);
@@ -116,21 +94,12 @@ fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double 
   }
   TRY(cudaStreamEndCapture(r.s, &r.g), "cudaStreamEndCapture");
   TRY(cudaGraphInstantiate(&r.x, r.g, 0), "cudaGraphInstantiate");
-  double t[15];
-  for (int i = -3; i < 15; ++i) {
-    TRY(cudaStreamSynchronize(r.s), "cudaStreamSynchronize");
-    double t0 = now_us();
-    for (int j = 0; j < reps; ++j) TRY(cudaGraphLaunch(r.x, r.s), "cudaGraphLaunch");
-    TRY(cudaStreamSynchronize(r.s), "cudaStreamSynchronize");
-    if (i >= 0) t[i] = (now_us() - t0) / reps;
-  }
+  TRY(bench_graph_replay(r.x, r.s, reps, us), "cudaGraphLaunch");
   raw_bench_free(&r);
-  qsort(t, 15, sizeof *t, cmp_double);
-  *us = t[7];
   return FH_OK;
 }
 
-/* ---- timeline probe (its device code: timeline_probe.cuh) ------------------------- */
+/* ---- timeline probe (its device code: bench_shared.cuh) --------------------------- */
 fh_status fh_cuda_raw_graph_probe(int dev, int K, int reps, double out[FH_CUDA_NPROBE]) {
   if (K < 2 || K > 10000 || reps < 1 || reps > 100000)
     return fh_error_set(FH_ERR_VALUE, "raw graph probe: K must be in [2, 10000] and reps in [1, 100000]");
@@ -193,12 +162,9 @@ fh_status fh_cuda_raw_graph_probe(int dev, int K, int reps, double out[FH_CUDA_N
   PTRY(cudaStreamSynchronize(r.s), "cudaStreamSynchronize");
   unsigned long long c[2];
   PTRY(cudaMemcpy(c, clk, sizeof c, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  qsort(t, 15, sizeof *t, cmp_double);
-  qsort(dur, 15, sizeof *dur, cmp_double);
-  qsort(gap, 15, sizeof *gap, cmp_double);
-  out[0] = t[7];
-  out[1] = dur[7];
-  out[2] = gap[7];
+  out[0] = median(t, 15);
+  out[1] = median(dur, 15);
+  out[2] = median(gap, 15);
   out[3] = c[1] ? (double)c[0] / (double)c[1] * 1000.0 : -1;
   (void)cudaFree(stamps);
   (void)cudaFree(clk);

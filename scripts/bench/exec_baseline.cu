@@ -34,6 +34,7 @@
  *   instantiate_K1000_ms   cudaGraphInstantiate of that graph
  * Built by CMake (target fhelium_bench_exec_baseline) when CUDA is on. */
 #include "bench_common.h"
+#include "fh/cuda_alloc.h"
 
 static void add_launch(fh_cuda_kernel_fn fn, float *o, const float *a, const float *b, int n, cudaStream_t s) {
   fh_ew_args args = bench_add_args(o, a, b, n);
@@ -97,25 +98,15 @@ int main(void) {
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   {
     /* the context's limits and flags, to compare with fhelium's
-     * (fh.cuda._context_limits, scripts/bench/graph_gap.lua) */
-    static const cudaLimit limits[] = {cudaLimitStackSize,
-                                       cudaLimitPrintfFifoSize,
-                                       cudaLimitMallocHeapSize,
-                                       cudaLimitDevRuntimePendingLaunchCount,
-                                       cudaLimitMaxL2FetchGranularity,
-                                       cudaLimitPersistingL2CacheSize};
-    static const char *const names[] = {"stack_size", "printf_fifo_size", "malloc_heap_size",
-                                        "dev_runtime_pending_launch_count", "max_l2_fetch_granularity",
-                                        "persisting_l2_cache_size"};
-    for (int i = 0; i < 6; ++i) {
-      size_t v = 0;
-      printf("limit_%s %.0f\n", names[i], cudaDeviceGetLimit(&v, limits[i]) == cudaSuccess ? (double)v : -1.0);
+     * (fh.cuda._context_limits, scripts/bench/graph_gap.lua); the query
+     * itself is the engine's (no kernel launches, no state change) */
+    static const char *const names[] = FH_CUDA_LIMIT_NAMES;
+    double v[FH_CUDA_NLIMITS];
+    if (fh_cuda_context_limits(0, v) != FH_OK) {
+      fprintf(stderr, "fh_cuda_context_limits: %s\n", fh_error_message());
+      return 1;
     }
-    unsigned flags = 0;
-    printf("limit_device_flags %.0f\n", cudaGetDeviceFlags(&flags) == cudaSuccess ? (double)flags : -1.0);
-    cudaFuncCache cc;
-    printf("limit_cache_config %.0f\n", cudaDeviceGetCacheConfig(&cc) == cudaSuccess ? (double)cc : -1.0);
-    (void)cudaGetLastError();
+    for (int i = 0; i < FH_CUDA_NLIMITS; ++i) printf("limit_%s %.0f\n", names[i], v[i]);
   }
 
   /* ---- copies ---- */

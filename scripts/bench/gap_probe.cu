@@ -10,7 +10,6 @@
  * of plain CUDA calls, each a piece of what a fhelium program capture does;
  * `fhelium_bench_gap_probe list` names them. Built by CMake when CUDA is on. */
 #include "bench_common.h"
-#include "timeline_probe.cuh" /* engine/cuda: the stamped add kernel */
 
 static __global__ void plain_add(float *out, const float *a, const float *b, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = a[i] + b[i];
