@@ -456,18 +456,7 @@ static fh_status ks_key_common(fh_ckks_engine *e, const char *op, const fh_value
       st = fh__ckks_ew(&L, FH_CKKS_EW_MONT_MUL, 1, qp, nall,
                        fh__ckks_ptr(src), 0, fh__ckks_ptr(skd), 0, fh__ckks_ptr(skd), 0);
     } else {
-      fh_ckks_automorph_args a;
-      memset(&a, 0, sizeof a);
-      a.out = fh__ckks_ptr(src);
-      a.in = fh__ckks_ptr(skd);
-      a.ngroups = 1;
-      a.nlimbs = nall;
-      a.log_n = e->ctx->log_n;
-      a.ntt_domain = 1;
-      a.galois = galois;
-      a.primes = e->tb->primes_dev;
-      memcpy(a.prime, qp, sizeof(int32_t) * (size_t)nall);
-      st = fh__ckks_submit(&L, FH_K_CKKS_AUTOMORPH, &a, sizeof a);
+      st = fh__ckks_automorph(&L, true, galois, fh__ckks_ptr(src), 0, fh__ckks_ptr(skd), 0, 1, qp, nall);
     }
   }
   if (st == FH_OK) st = make_ks_key(e, &L, fh__ckks_ptr(src), fh__ckks_ptr(skd), type, step, out);

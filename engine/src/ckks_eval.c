@@ -501,19 +501,7 @@ static fh_status apply_galois(fh_ckks_engine *e, const char *op, const fh_value 
   if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = data_of(&L, key, &ts[1])) == FH_OK &&
       (st = fh__ckks_alloc_poly(e, &L, 2, &g, g.la, &ts[2])) == FH_OK &&
       (st = fh__ckks_alloc_poly(e, &L, 2, &g, g.la, &ts[3])) == FH_OK) {
-    fh_ckks_automorph_args a;
-    memset(&a, 0, sizeof a);
-    a.out = fh__ckks_ptr(ts[3]);
-    a.in = fh__ckks_ptr(ts[0]);
-    a.out_gs = a.in_gs = gs;
-    a.ngroups = 2 * g.B;
-    a.nlimbs = g.la;
-    a.log_n = fh_ckks_engine_context(e)->log_n;
-    a.ntt_domain = ntt;
-    a.galois = galois;
-    a.primes = fh_ckks_engine_tables(e)->primes_dev;
-    memcpy(a.prime, p, sizeof(int32_t) * (size_t)g.la);
-    st = fh__ckks_submit(&L, FH_K_CKKS_AUTOMORPH, &a, sizeof a);
+    st = fh__ckks_automorph(&L, ntt, galois, fh__ckks_ptr(ts[3]), gs, fh__ckks_ptr(ts[0]), gs, 2 * g.B, p, g.la);
     const uint64_t *A = fh__ckks_ptr(ts[3]), *d = A + cs;
     if (st == FH_OK && ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &ts[4])) == FH_OK) {
       st = fh__ckks_ntt(&L, false, fh__ckks_ptr(ts[4]), gs, d, gs, g.B, p, g.la);

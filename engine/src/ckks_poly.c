@@ -52,6 +52,25 @@ fh_status fh__ckks_ntt(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_
   return fh__ckks_submit(L, forward ? FH_K_CKKS_NTT : FH_K_CKKS_INTT, &a, sizeof a);
 }
 
+fh_status fh__ckks_automorph(fh__ckks_launcher *L, bool ntt_domain, uint64_t galois, uint64_t *out, int64_t out_gs,
+                             const uint64_t *in, int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs) {
+  fh_ckks_automorph_args a;
+  memset(&a, 0, sizeof a);
+  a.out = out;
+  a.in = in;
+  a.out_gs = out_gs;
+  a.in_gs = in_gs;
+  a.ngroups = ngroups;
+  a.nlimbs = nlimbs;
+  a.log_n = L->tb->log_n;
+  a.ntt_domain = ntt_domain;
+  a.galois = galois;
+  a.primes = L->tb->primes_dev;
+  memcpy(a.prime, prime, sizeof(int32_t) * (size_t)nlimbs);
+  if (ngroups == 0 || nlimbs == 0) return FH_OK;
+  return fh__ckks_submit(L, FH_K_CKKS_AUTOMORPH, &a, sizeof a);
+}
+
 fh_status fh__ckks_ew(fh__ckks_launcher *L, int op, int64_t ngroups, const int32_t *primes, int nl, uint64_t *out,
                      int64_t out_gs, const uint64_t *x, int64_t x_gs, const uint64_t *y, int64_t y_gs) {
   fh_ckks_ew_args a;
@@ -279,19 +298,10 @@ fh_status fh_ckks_poly_automorph(fh_ckks_tables *tb, fh_tensor *t, const int *id
   if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
   fh_tensor *in = NULL, *out = NULL;
   if ((st = unary_io(&L, t, &in, &out)) != FH_OK) return st;
-  fh_ckks_automorph_args a;
-  memset(&a, 0, sizeof a);
-  a.out = fh__ckks_ptr(out);
-  a.in = fh__ckks_ptr(in);
-  a.out_gs = a.in_gs = (int64_t)nids * tb->n;
-  a.ngroups = ngroups;
-  a.nlimbs = nids;
-  a.log_n = tb->log_n;
-  a.ntt_domain = ntt_domain;
-  a.galois = galois;
-  a.primes = tb->primes_dev;
-  for (int i = 0; i < nids; ++i) a.prime[i] = ids[i];
-  if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_AUTOMORPH, &a, sizeof a);
+  int32_t prime[FH_CKKS_MAX_PRIMES];
+  for (int i = 0; i < nids; ++i) prime[i] = ids[i];
+  int64_t gs = (int64_t)nids * tb->n;
+  st = fh__ckks_automorph(&L, ntt_domain, galois, fh__ckks_ptr(out), gs, fh__ckks_ptr(in), gs, ngroups, prime, nids);
   fh_tensor_release(in);
   return fh__deliver(st, out, result);
 }

@@ -66,6 +66,10 @@ fh_status fh__ckks_submit(fh__ckks_launcher *L, int kernel, const void *args, si
 /* NTT / INTT of ngroups x nlimbs rows. */
 fh_status fh__ckks_ntt(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_t out_gs, const uint64_t *in,
                        int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs);
+/* The automorphism X -> X^galois of ngroups x nlimbs rows, in the NTT or the
+ * coefficient domain. Nothing is launched when ngroups or nlimbs is 0. */
+fh_status fh__ckks_automorph(fh__ckks_launcher *L, bool ntt_domain, uint64_t galois, uint64_t *out, int64_t out_gs,
+                             const uint64_t *in, int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs);
 /* One element-wise launch (no constants) over ngroups x nlimbs rows:
  * out = op(x, y), each operand with its group stride (y may be NULL for
  * unary ops). Nothing is launched when ngroups is 0. */
