@@ -747,16 +747,7 @@ static int p_replay_prepared(lua_State *L) {
   bool copy = fh__lua_optbool(L, 2, "copy_output", 0, fn);
   bool sync = fh__lua_optbool(L, 2, "synchronize", 0, fn);
   sweep(L);
-  fh_status st = fh_program_replay_prepared(b->p, h, false);
-  if (st != FH_OK) {
-    if (strncmp(fh_error_message(), "replay_prepared", 15) == 0) {
-      char msg[FH_ERROR_MESSAGE_MAX];
-      fh_status k = fh_error_status();
-      snprintf(msg, sizeof msg, "%s", fh_error_message() + 15);
-      fh_error_set(k, "%s%s", fn, msg);
-    }
-    fh__lua_error(L);
-  }
+  fh__lua_check(L, fh_program_replay_prepared(b->p, h, false, fn));
   push_output(L, b, copy);
   if (sync) fh__lua_check(L, fh_program_synchronize(b->p));
   return 1;

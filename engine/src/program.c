@@ -426,8 +426,8 @@ fh_status fh_program_copy_inputs(fh_program *p, fh_tensor *const *src, fh_stream
 
 #define LATEST_HINT "pass the latest CopyHandle returned by this program's copy_inputs_from"
 
-fh_status fh_program_replay_prepared(fh_program *p, fh_copy_handle *h, bool synchronize) {
-  const char *fn = "replay_prepared";
+fh_status fh_program_replay_prepared(fh_program *p, fh_copy_handle *h, bool synchronize, const char *what) {
+  const char *fn = what ? what : "replay_prepared";
   fh_status st = check_ready(p, fn);
   fh_stream *s = NULL;
   if (st == FH_OK) st = replay_stream_of(p, &s);
