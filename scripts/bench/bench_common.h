@@ -2,7 +2,7 @@
  * (baseline.cu, exec_baseline.cu, gap_probe.cu) share: a CUDA error check
  * that exits, graph replay timing that exits on errors; the clock, medians,
  * the add kernel's argument block and the timeline probe come from
- * engine/cuda/bench_shared.cuh.
+ * engine/exec/bench_shared.cuh.
  * Header-only (static inline functions), included by one .cu file per program.
  * Nothing here allocates: callers own every buffer they pass in. */
 #ifndef FH_BENCH_COMMON_H
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_shared.cuh" /* engine/cuda: bench_add_args, the timeline probe */
+#include "bench_shared.cuh" /* engine/exec: bench_add_args, the timeline probe */
 #include "fh/launch.h"
 
 /* aborts the program with file, line and CUDA's message when x fails */

@@ -23,7 +23,7 @@
 --                program; target: at most 5 us more per call
 --   gap probes   for K = 100: the baseline graph over random data; a program
 --                over zeros; the baseline's raw graph run inside this process
---                (fh.cuda._raw_graph_bench, engine/cuda/bench_aid.cu); the
+--                (fh.cuda._raw_graph_bench, engine/exec/bench_aid.cu); the
 --                timeline probe's mean gap between kernel nodes here
 --                (fh.cuda._raw_graph_probe: ~670 ns single-stream, ~850 ns
 --                in the two-stream state on the H200)

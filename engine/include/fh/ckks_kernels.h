@@ -1,6 +1,6 @@
 /* CKKS kernels: ids, argument blocks and the per-prime constant record,
- * shared by the CPU back end (engine/src/ckks_kernels_cpu.c) and a CUDA back
- * end (engine/cuda/, a later issue). The evaluator (engine/src/ckks_*.c)
+ * shared by the CPU back end (engine/ckks/ckks_kernels_cpu.c) and a CUDA back
+ * end (the .cu files of engine/ckks). The evaluator (engine/ckks/ckks_*.c)
  * validates, allocates, fills one of these blocks and submits it through the
  * launch boundary (fh/launch.h); it never calls a kernel directly, so a CUDA
  * implementation of an id drops in without touching the evaluator.
@@ -272,7 +272,7 @@ typedef struct fh_ckks_decode_args {
   int32_t prime[FH_CKKS_MAX_PRIMES];
 } fh_ckks_decode_args;
 
-/* CPU implementations (engine/src/ckks_kernels_cpu.c), entered in
+/* CPU implementations (engine/ckks/ckks_kernels_cpu.c), entered in
  * fh__cpu_kernels. */
 fh_status fh__ckks_cpu_ntt(const void *args);
 fh_status fh__ckks_cpu_intt(const void *args);

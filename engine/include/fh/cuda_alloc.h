@@ -1,5 +1,5 @@
 /* fhelium CUDA caching allocator, pinned-host caching allocator and
- * capture-private memory pools (implemented in engine/cuda/alloc.cu; a build
+ * capture-private memory pools (implemented in engine/runtime/alloc.cu; a build
  * without CUDA has the same functions, failing with CudaError).
  *
  * The rules, in the manner of THCCachingAllocator:
@@ -131,7 +131,7 @@ void fh_mempool_usage(const fh_mempool *p, uint64_t *reserved, uint64_t *blocks)
 /* Enqueue a kernel on `s` that spins for `ms` milliseconds (a long-running
  * kernel for ordering tests and benchmarks). */
 fh_status fh_cuda_spin(fh_stream *s, double ms);
-/* Benchmark aid (engine/cuda/bench_aid.cu): the raw CUDA graph of
+/* Benchmark aid (engine/exec/bench_aid.cu): the raw CUDA graph of
  * scripts/bench/exec_baseline.cu inside this process: a chain of K launches
  * of the add kernel over 4096 float32 in its own cudaMalloc'd buffers
  * (zeros, or uniform [0, 1) when `random`), captured on a fresh

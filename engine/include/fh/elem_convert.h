@@ -1,5 +1,5 @@
 /* Element conversion between dtypes, shared by the CPU kernels
- * (engine/src/kernels_cpu.c) and the CUDA kernels (engine/cuda/kernels.cu),
+ * (engine/tensor/kernels_cpu.c) and the CUDA kernels (engine/tensor/kernels.cu),
  * so that casts, reductions and comparisons convert identically on both:
  * fh_wide_load widens an element to int64, uint64, double or complex;
  * fh_wide_store narrows it back, integer to integer by wrapping (two's

@@ -1,5 +1,5 @@
 /* Argument blocks of the built-in tensor kernels, shared by the CPU
- * (engine/src/kernels_cpu.c) and CUDA (engine/cuda/kernels.cu) back ends.
+ * (engine/tensor/kernels_cpu.c) and CUDA (engine/tensor/kernels.cu) back ends.
  * Plain data only: they are copied into host tapes and CUDA graphs. Strides
  * are in elements; the host side has already collapsed dimensions, so
  * contiguous operands arrive as ndim == 1 with stride 1. */
@@ -77,7 +77,7 @@ typedef struct fh_compare_args {
 } fh_compare_args;
 
 /* A batch of small contiguous byte copies into device memory, in one
- * kernel launch (the input copies of CudaGraphProgram:replay, engine/src/
+ * kernel launch (the input copies of CudaGraphProgram:replay, engine/exec/
  * buffer.c): every source is device-accessible (device memory, or pinned
  * host memory, which unified addressing maps at the same address) and no
  * source overlaps a destination. Each segment moves in the widest unit (16,

@@ -127,7 +127,7 @@ void fh__program_fail_next_launches(int n);
  * (fh_exec_capturing, fh/buffer.h). */
 void fh__exec_set_capturing(bool on);
 
-/* ---- CUDA graph back end (engine/cuda/graph.cu; engine/src/graph_none.c
+/* ---- CUDA graph back end (engine/exec/graph.cu; engine/exec/graph_none.c
  * without CUDA) --------------------------------------------------------------- */
 typedef struct fh__graph fh__graph;
 /* Begin a thread-local capture on `s`. */

@@ -51,7 +51,7 @@ void fh_storage_release(fh_storage *s);
  * for the block's home stream. */
 fh_status fh_storage_record_stream(fh_storage *s, fh_stream *stream);
 
-/* Use observer (capture bookkeeping, engine/src/program.c): while one is set
+/* Use observer (capture bookkeeping, engine/exec/program.c): while one is set
  * on the calling thread, every fh_storage_record_stream call with a stream
  * first passes the storage and the stream to `fn` (the observer retains what
  * it keeps). NULL clears it. */

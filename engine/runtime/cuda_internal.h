@@ -1,5 +1,5 @@
-/* Declarations shared by the CUDA layer's translation units (engine/cuda/).
- * Not part of the engine API. */
+/* Declarations of the runtime layer's CUDA side (the .cu files of engine/runtime), shared
+ * with the CUDA sources of the layers above it. Not part of the engine API. */
 #ifndef FH_CUDA_INTERNAL_H
 #define FH_CUDA_INTERNAL_H
 

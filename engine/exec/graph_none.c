@@ -1,5 +1,5 @@
 /* The CUDA graph back end of programs in a build without CUDA
- * (engine/cuda/graph.cu otherwise): every function fails with CudaError.
+ * (engine/exec/graph.cu otherwise): every function fails with CudaError.
  * CUDA graph programs cannot be created there anyway (their inputs need a
  * CUDA device), so these are never reached through the public API. */
 #ifndef FH_WITH_CUDA

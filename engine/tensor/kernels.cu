@@ -1,5 +1,5 @@
 /* CUDA versions of the built-in tensor kernels (fh/kernels.h). They compute
- * the formulas of engine/src/kernels_cpu.c element for element, so results
+ * the formulas of engine/tensor/kernels_cpu.c element for element, so results
  * are identical to the CPU backend: exact for integers and RNS arithmetic
  * (modarith.h is shared), bit-identical for float/complex elementwise
  * arithmetic and casts (every floating operation is a single IEEE

@@ -1,5 +1,5 @@
 /* Storage: reference-counted byte blocks; CPU heap back end here, CUDA and
- * pinned back ends in the CUDA layer (engine/cuda/). */
+ * pinned back ends in the runtime layer (engine/runtime/alloc.cu). */
 #include "fh/storage.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* What the engine's benchmark aids (engine/cuda/bench_aid.cu) share with
+/* What the engine's benchmark aids (engine/exec/bench_aid.cu) share with
  * the plain CUDA C baselines (the .cu files of scripts/bench, through bench_common.h):
  * the argument block of the engine's add kernel, and the timeline probe's
  * device code (an add kernel that stamps when each launch starts and ends,

@@ -1,5 +1,5 @@
 /* Tensor operators: host-side validation and argument packing. The kernels
- * themselves live in kernels_cpu.c and engine/cuda/kernels.cu. */
+ * themselves live in kernels_cpu.c and engine/tensor/kernels.cu. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -281,7 +281,7 @@ static fh_status k_compare(const void *argp) {
 const fh_cpu_kernel_fn fh__cpu_kernels[FH_K_MAX] = {
     [FH_K_FILL] = k_fill, [FH_K_COPY] = k_copy, [FH_K_UNARY] = k_unary, [FH_K_BINARY] = k_binary,
     [FH_K_RNS] = k_rns,   [FH_K_SUM] = k_sum,   [FH_K_COMPARE] = k_compare,
-    /* CKKS kernels (engine/src/ckks_kernels_cpu.c) */
+    /* CKKS kernels (engine/ckks/ckks_kernels_cpu.c) */
     [FH_K_CKKS_NTT] = fh__ckks_cpu_ntt,
     [FH_K_CKKS_INTT] = fh__ckks_cpu_intt,
     [FH_K_CKKS_EW] = fh__ckks_cpu_ew,
