@@ -249,7 +249,7 @@ fh_status fh__ckks_alloc_poly(fh_ckks_engine *e, fh__ckks_launcher *L, int lead,
 }
 
 fh_status fh__ckks_no_capture(const fh_ckks_engine *e, const char *op) {
-  if (fh_tape_active() == NULL && !fh__cuda_is_capturing(e->dev)) return FH_OK;
+  if (!fh_launch_capturing(e->dev)) return FH_OK;
   fh_error_set(FH_ERR_CAPTURE,
                "%s draws fresh randomness on the host; inside a capture every replay would reuse the same values "
                "(insecure): call it outside the captured function",

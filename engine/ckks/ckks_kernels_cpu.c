@@ -8,15 +8,10 @@
 
 #include "fh/ckks_kernels.h"
 
-static const char *const names[FH_K_CKKS_END - FH_K_CKKS_NTT] = {
+const char *const fh__ckks_kernel_names[FH_K_CKKS_COUNT] = {
     "ckks_ntt",   "ckks_intt",      "ckks_ew",          "ckks_tensor",     "ckks_bconv",
     "ckks_ks_inner", "ckks_automorph", "ckks_encode", "ckks_decode",
 };
-
-const char *fh__ckks_kernel_name(int kernel) {
-  if (kernel >= FH_K_CKKS_NTT && kernel < FH_K_CKKS_END) return names[kernel - FH_K_CKKS_NTT];
-  return NULL;
-}
 
 /* ---- NTT ------------------------------------------------------------------------ */
 /* Forward negacyclic NTT of one row: standard residues in `in` (< q) ->
@@ -137,11 +132,11 @@ static fh_status run_ntt(const void *argp, bool forward) {
   return FH_OK;
 }
 
-fh_status fh__ckks_cpu_ntt(const void *args) { return run_ntt(args, true); }
-fh_status fh__ckks_cpu_intt(const void *args) { return run_ntt(args, false); }
+static fh_status cpu_ntt(const void *args) { return run_ntt(args, true); }
+static fh_status cpu_intt(const void *args) { return run_ntt(args, false); }
 
 /* ---- element-wise ------------------------------------------------------------------- */
-fh_status fh__ckks_cpu_ew(const void *argp) {
+static fh_status cpu_ew(const void *argp) {
   const fh_ckks_ew_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
   for (int64_t g = 0; g < a->ngroups; ++g)
@@ -210,7 +205,7 @@ fh_status fh__ckks_cpu_ew(const void *argp) {
 }
 
 /* ---- tensor product ---------------------------------------------------------------- */
-fh_status fh__ckks_cpu_tensor(const void *argp) {
+static fh_status cpu_tensor(const void *argp) {
   const fh_ckks_tensor_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
   for (int64_t g = 0; g < a->ngroups; ++g)
@@ -235,7 +230,7 @@ fh_status fh__ckks_cpu_tensor(const void *argp) {
 
 /* ---- fast base conversion ------------------------------------------------------------ */
 #define BCONV_BLOCK 64
-fh_status fh__ckks_cpu_bconv(const void *argp) {
+static fh_status cpu_bconv(const void *argp) {
   const fh_ckks_bconv_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
   const int ns = a->nsrc;
@@ -291,7 +286,7 @@ fh_status fh__ckks_cpu_bconv(const void *argp) {
 }
 
 /* ---- key-switching inner product ---------------------------------------------------- */
-fh_status fh__ckks_cpu_ks_inner(const void *argp) {
+static fh_status cpu_ks_inner(const void *argp) {
   const fh_ckks_ks_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
   for (int64_t g = 0; g < a->ngroups; ++g)
@@ -330,7 +325,7 @@ static uint32_t bitrev32(uint32_t x, int bits) {
   return x >> (32 - bits);
 }
 
-fh_status fh__ckks_cpu_automorph(const void *argp) {
+static fh_status cpu_automorph(const void *argp) {
   const fh_ckks_automorph_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
   const uint64_t m2 = 2 * (uint64_t)n, gal = a->galois;
@@ -437,7 +432,7 @@ static uint64_t round_mod(double x, const fh_modulus *m) {
   return r < 0 ? fh_mod_neg(res, m->q) : res;
 }
 
-fh_status fh__ckks_cpu_encode(const void *argp) {
+static fh_status cpu_encode(const void *argp) {
   const fh_ckks_encode_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n, slots = n / 2;
   const uint64_t m2 = 2 * (uint64_t)n;
@@ -504,7 +499,7 @@ static double big_to_double(const uint64_t *x, int len) {
   return r;
 }
 
-fh_status fh__ckks_cpu_decode(const void *argp) {
+static fh_status cpu_decode(const void *argp) {
   const fh_ckks_decode_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n, slots = n / 2;
   const uint64_t m2 = 2 * (uint64_t)n;
@@ -611,3 +606,7 @@ fh_status fh__ckks_cpu_decode(const void *argp) {
   }
   return FH_OK;
 }
+
+const fh_cpu_kernel_fn fh__ckks_cpu_kernels[FH_K_CKKS_COUNT] = {
+    cpu_ntt, cpu_intt, cpu_ew, cpu_tensor, cpu_bconv, cpu_ks_inner, cpu_automorph, cpu_encode, cpu_decode,
+};

@@ -1,6 +1,7 @@
 /* Polynomial-level CKKS operators and the evaluator's launch helper
  * (fh/ckks_poly.h). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,7 +28,18 @@ void fh__ckks_use(fh__ckks_launcher *L, const fh_tensor *t) {
   else L->overflow = true;
 }
 
+static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
+static void register_kernels(void) {
+#ifdef FH_WITH_CUDA
+  const fh_cuda_kernel_fn *cuda = fh__ckks_cuda_kernels;
+#else
+  const fh_cuda_kernel_fn *cuda = NULL;
+#endif
+  fh_launch_register(FH_K_CKKS_NTT, FH_K_CKKS_COUNT, fh__ckks_kernel_names, fh__ckks_cpu_kernels, cuda);
+}
+
 fh_status fh__ckks_submit(fh__ckks_launcher *L, int kernel, const void *args, size_t size) {
+  pthread_once(&kernels_once, register_kernels);
   if (L->overflow) /* a launch must list every storage it touches (tapes retain them) */
     return fh_error_set(FH_ERR_EXECUTION, "internal error: a CKKS operation uses more than %d storages",
                         FH_CKKS_MAX_USES);
@@ -342,7 +354,7 @@ fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, 
   /* magnitude check on the host when the values are readable now: the
    * canonical-embedding coefficients are bounded by the largest slot
    * magnitude, so |slot| * scale < Q/2 keeps every coefficient in range */
-  if (fh_tensor_device(in).type == FH_DEVICE_CPU && fh_tape_active() == NULL) {
+  if (fh_tensor_device(in).type == FH_DEVICE_CPU && !fh_launch_capturing(fh_cpu())) {
     const double *v = (const double *)fh_tensor_data(in);
     int64_t cnt = fh_tensor_numel(in) * (complex_in ? 2 : 1);
     double mx = 0;

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fh/runtime.h"
 
 #ifndef FH_VERSION_STRING
 #define FH_VERSION_STRING "0.0.0"
@@ -82,47 +81,12 @@ void fh_error_clear(void) {
   err_rec.message[0] = err_rec.path[0] = err_rec.stage[0] = '\0';
 }
 
-fh_status fh_device_parse(const char *s, fh_device *out) {
-  if (s == NULL) return fh_error_set(FH_ERR_VALUE, "device must be a string");
-  if (strcmp(s, "cpu") == 0) {
-    *out = fh_cpu();
-    return FH_OK;
-  }
-  if (strcmp(s, "cuda") == 0) {
-    out->type = FH_DEVICE_CUDA;
-    out->index = fh_cuda_current_device();
-    return FH_OK;
-  }
-  if (strncmp(s, "cuda:", 5) == 0 && s[5] >= '0' && s[5] <= '9') {
-    char *end = NULL;
-    long n = strtol(s + 5, &end, 10);
-    if (*end == '\0' && n >= 0 && n < 1024 && !(s[5] == '0' && s[6] != '\0')) {
-      out->type = FH_DEVICE_CUDA;
-      out->index = (int32_t)n;
-      return FH_OK;
-    }
-  }
-  return fh_error_set(FH_ERR_VALUE, "invalid device string '%s' (expected \"cpu\", \"cuda\" or \"cuda:N\")", s);
-}
-
 const char *fh_device_name(fh_device d, char *buf) {
   if (d.type == FH_DEVICE_CPU)
     snprintf(buf, FH_DEVICE_NAME_MAX, "cpu");
   else
     snprintf(buf, FH_DEVICE_NAME_MAX, "cuda:%d", (int)d.index);
   return buf;
-}
-
-fh_status fh_device_check(fh_device d) {
-  if (d.type == FH_DEVICE_CPU) return FH_OK;
-  if (!fh_cuda_is_available())
-    return fh_error_set(FH_ERR_CUDA, "cuda:%d requested but CUDA is not available: %s", (int)d.index,
-                        fh_cuda_unavailable_reason());
-  int n = fh_cuda_device_count();
-  if (d.index < 0 || d.index >= n)
-    return fh_error_set(FH_ERR_CUDA, "invalid CUDA device cuda:%d (%d device%s present)", (int)d.index, n,
-                        n == 1 ? "" : "s");
-  return FH_OK;
 }
 
 const char *fh_version(void) { return FH_VERSION_STRING; }

@@ -80,7 +80,7 @@ fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double 
     TRY(cudaMemset(r.w, 0, n * sizeof(float)), "cudaMemset");
   }
   TRY(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  fh_cuda_kernel_fn fn = fh__cuda_kernels[FH_K_BINARY];
+  fh_cuda_kernel_fn fn = fh__tensor_cuda_kernels[FH_K_BINARY];
   TRY(cudaStreamBeginCapture(r.s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   for (int k = 0; k < K; ++k) {
     fh_ew_args a = bench_add_args(r.buf + (size_t)(k + 1) * n, r.buf + (size_t)k * n, r.w, n);

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 
 #include "fh/cuda_alloc.h"
-#include "fh/internal.h"
 #include "fh/launch.h"
 #include "fh/runtime.h"
 #include "fh/storage.h"
@@ -56,11 +55,6 @@ fh_status fh__pinned_storage_alloc(fh_storage *s) { (void)s; return no_cuda(); }
 fh_status fh__cuda_storage_record_stream(fh_storage *s, fh_stream *stream) { (void)s; (void)stream; return FH_OK; }
 bool fh__cuda_is_capturing(fh_device dev) { (void)dev; return false; }
 
-const fh_cuda_kernel_fn fh__cuda_kernels[FH_K_MAX] = {0};
-fh_status fh__cuda_copy_across(fh_tensor *dst, fh_tensor *src, fh_stream *stream, bool non_blocking) {
-  (void)dst; (void)src; (void)stream; (void)non_blocking;
-  return no_cuda();
-}
 
 /* fh/cuda_alloc.h */
 fh_status fh_cuda_memory_stats(int index, fh_memory_stats *out) { (void)index; (void)out; return no_cuda(); }

@@ -1,23 +1,35 @@
 /* The launch boundary and host capture tapes. */
 #include "fh/launch.h"
-#include "fh/ckks_kernels.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static atomic_uint_fast64_t launches;
 uint64_t fh_launch_count(void) { return atomic_load(&launches); }
 
-static const char *const builtin_names[FH_K_BUILTIN_END] = {
-    [FH_K_FILL] = "fill", [FH_K_COPY] = "copy",       [FH_K_UNARY] = "unary",     [FH_K_BINARY] = "binary",
-    [FH_K_RNS] = "rns",   [FH_K_SUM] = "sum",         [FH_K_COMPARE] = "compare",
-    [FH_K_COPY_BATCH] = "copy_batch",
-};
+/* The kernel tables, filled by fh_launch_register (each layer's own
+ * pthread_once orders its writes before that layer's first submit). */
+static const char *kernel_names[FH_K_MAX];
+static fh_cpu_kernel_fn cpu_kernels[FH_K_MAX];
+static fh_cuda_kernel_fn cuda_kernels[FH_K_MAX];
+
+void fh_launch_register(int first, int count, const char *const *names, const fh_cpu_kernel_fn *cpu,
+                        const fh_cuda_kernel_fn *cuda) {
+  for (int i = 0; i < count; ++i) {
+    int id = first + i;
+    if (id < 0 || id >= FH_K_MAX) continue;
+    kernel_names[id] = names ? names[i] : NULL;
+    cpu_kernels[id] = cpu ? cpu[i] : NULL;
+    cuda_kernels[id] = cuda ? cuda[i] : NULL;
+  }
+}
 
 const char *fh_kernel_name(int kernel) {
-  if (kernel >= 0 && kernel < FH_K_BUILTIN_END) return builtin_names[kernel];
-  const char *ckks = fh__ckks_kernel_name(kernel);
-  return ckks ? ckks : "ckks";
+  static _Thread_local char unnamed[24];
+  if (kernel >= 0 && kernel < FH_K_MAX && kernel_names[kernel]) return kernel_names[kernel];
+  snprintf(unnamed, sizeof unnamed, "kernel %d", kernel);
+  return unnamed;
 }
 
 typedef struct tape_entry {
@@ -110,7 +122,7 @@ static fh_status tape_append(fh_tape *t, const fh_launch *l) {
 
 fh_status fh_tape_replay(fh_tape *t) {
   for (size_t i = 0; i < t->n; ++i) {
-    fh_status st = fh__cpu_kernels[t->entries[i].kernel](t->entries[i].args);
+    fh_status st = cpu_kernels[t->entries[i].kernel](t->entries[i].args);
     if (st != FH_OK) return st;
   }
   atomic_fetch_add(&launches, t->n);
@@ -121,14 +133,14 @@ fh_status fh_launch_submit(const fh_launch *l) {
   if (l->kernel < 0 || l->kernel >= FH_K_MAX)
     return fh_error_set(FH_ERR_EXECUTION, "invalid kernel id %d", (int)l->kernel);
   if (l->device.type == FH_DEVICE_CPU) {
-    fh_cpu_kernel_fn fn = fh__cpu_kernels[l->kernel];
+    fh_cpu_kernel_fn fn = cpu_kernels[l->kernel];
     if (fn == NULL)
       return fh_error_set(FH_ERR_EXECUTION, "kernel '%s' has no CPU implementation", fh_kernel_name(l->kernel));
     if (active_tape != NULL) return tape_append(active_tape, l);
     atomic_fetch_add(&launches, 1);
     return fn(l->args);
   }
-  fh_cuda_kernel_fn fn = fh__cuda_kernels[l->kernel];
+  fh_cuda_kernel_fn fn = cuda_kernels[l->kernel];
   if (fn == NULL) {
     fh_status st = fh_device_check(l->device);
     if (st != FH_OK) return st;
@@ -143,9 +155,12 @@ fh_status fh_launch_submit(const fh_launch *l) {
   return fn(l->args, fh_stream_handle(l->stream));
 }
 
+bool fh_launch_capturing(fh_device dev) {
+  return dev.type == FH_DEVICE_CPU ? active_tape != NULL : fh__cuda_is_capturing(dev);
+}
+
 fh_status fh_check_host_read(fh_device dev, const char *what) {
-  bool capturing = dev.type == FH_DEVICE_CPU ? active_tape != NULL : fh__cuda_is_capturing(dev);
-  if (!capturing) return FH_OK;
+  if (!fh_launch_capturing(dev)) return FH_OK;
   fh_error_set(FH_ERR_CAPTURE,
                "%s reads device data on the host, which is not possible during capture (the captured work has "
                "not run); return the tensor from the captured function instead",

@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "cuda_internal.h"
-#include "fh/internal.h"
 #include "fh/launch.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -482,5 +481,26 @@ fh_status fh__cuda_test_capture_end(fh_stream *s, fh_mempool *p, int replays) {
   }
   (void)cudaGraphDestroy(g);
   if (e != cudaSuccess) return fh__cuda_fail(e, "graph replay");
+  return FH_OK;
+}
+
+/* ---- test aid: a kernel that spins ---------------------------------------------------------- */
+__device__ __forceinline__ uint64_t globaltimer(void) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__global__ void spin_kernel(uint64_t ns) {
+  uint64_t t0 = globaltimer();
+  while (globaltimer() - t0 < ns) __nanosleep(1000);
+}
+
+fh_status fh_cuda_spin(fh_stream *s, double ms) {
+  if (!(ms >= 0 && ms <= 60000)) return fh_error_set(FH_ERR_VALUE, "spin: ms must be in [0, 60000], got %g", ms);
+  fh_status st = fh__cuda_use_device(s->dev.index);
+  if (st != FH_OK) return st;
+  spin_kernel<<<1, 1, 0, s->h>>>((uint64_t)(ms * 1e6));
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'spin'");
   return FH_OK;
 }

@@ -380,7 +380,7 @@ fh_status fh__cuda_copy_across(fh_tensor *dst, fh_tensor *src, fh_stream *stream
     return st;
   }
   if (fh_tensor_numel(dst) == 0) return FH_OK;
-  bool capturing = fh__cuda_is_capturing(cuda_side);
+  bool capturing = fh_launch_capturing(cuda_side);
   if (dd.type == FH_DEVICE_CUDA && sd.type == FH_DEVICE_CUDA) return d2d(dst, src, s, non_blocking, capturing);
   if (dd.type == FH_DEVICE_CUDA) return h2d(dst, src, s, non_blocking, capturing);
   return d2h(dst, src, s, non_blocking, capturing);

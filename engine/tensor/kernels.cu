@@ -655,23 +655,5 @@ static fh_status k_copy_batch(const void *argp, void *stream) {
   return launched("kernel 'copy_batch'");
 }
 
-/* ---- test aid: a kernel that spins ---------------------------------------------------------- */
-__device__ __forceinline__ uint64_t globaltimer(void) {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__global__ void spin_kernel(uint64_t ns) {
-  uint64_t t0 = globaltimer();
-  while (globaltimer() - t0 < ns) __nanosleep(1000);
-}
-
-fh_status fh_cuda_spin(fh_stream *s, double ms) {
-  if (!(ms >= 0 && ms <= 60000)) return fh_error_set(FH_ERR_VALUE, "spin: ms must be in [0, 60000], got %g", ms);
-  fh_status st = fh__cuda_use_device(s->dev.index);
-  if (st != FH_OK) return st;
-  spin_kernel<<<1, 1, 0, s->h>>>((uint64_t)(ms * 1e6));
-  return launched("kernel 'spin'");
-}
-
-const fh_cuda_kernel_fn fh__cuda_kernels[FH_K_MAX] = {k_fill, k_copy, k_unary, k_binary, k_rns, k_sum, k_compare, k_copy_batch};
+const fh_cuda_kernel_fn fh__tensor_cuda_kernels[FH_K_TENSOR_END] = {
+    k_fill, k_copy, k_unary, k_binary, k_rns, k_sum, k_compare, k_copy_batch};

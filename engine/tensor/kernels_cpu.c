@@ -5,7 +5,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "fh/ckks_kernels.h"
 #include "fh/elem_convert.h"
 #include "fh/internal.h"
 
@@ -278,17 +277,13 @@ static fh_status k_compare(const void *argp) {
   return FH_OK;
 }
 
-const fh_cpu_kernel_fn fh__cpu_kernels[FH_K_MAX] = {
+const char *const fh__tensor_kernel_names[FH_K_TENSOR_END] = {
+    [FH_K_FILL] = "fill", [FH_K_COPY] = "copy",       [FH_K_UNARY] = "unary",     [FH_K_BINARY] = "binary",
+    [FH_K_RNS] = "rns",   [FH_K_SUM] = "sum",         [FH_K_COMPARE] = "compare", [FH_K_COPY_BATCH] = "copy_batch",
+};
+
+/* FH_K_COPY_BATCH has no CPU entry: host copies are plain memcpy. */
+const fh_cpu_kernel_fn fh__tensor_cpu_kernels[FH_K_TENSOR_END] = {
     [FH_K_FILL] = k_fill, [FH_K_COPY] = k_copy, [FH_K_UNARY] = k_unary, [FH_K_BINARY] = k_binary,
     [FH_K_RNS] = k_rns,   [FH_K_SUM] = k_sum,   [FH_K_COMPARE] = k_compare,
-    /* CKKS kernels (engine/ckks/ckks_kernels_cpu.c) */
-    [FH_K_CKKS_NTT] = fh__ckks_cpu_ntt,
-    [FH_K_CKKS_INTT] = fh__ckks_cpu_intt,
-    [FH_K_CKKS_EW] = fh__ckks_cpu_ew,
-    [FH_K_CKKS_TENSOR] = fh__ckks_cpu_tensor,
-    [FH_K_CKKS_BCONV] = fh__ckks_cpu_bconv,
-    [FH_K_CKKS_KS_INNER] = fh__ckks_cpu_ks_inner,
-    [FH_K_CKKS_AUTOMORPH] = fh__ckks_cpu_automorph,
-    [FH_K_CKKS_ENCODE] = fh__ckks_cpu_encode,
-    [FH_K_CKKS_DECODE] = fh__ckks_cpu_decode,
 };

@@ -2,6 +2,7 @@
 #include "fh/tensor.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -562,8 +563,19 @@ void fh__operand_from(fh_operand *op, const fh_tensor *t) {
   memcpy(op->stride, t->stride, sizeof(int64_t) * (size_t)t->ndim);
 }
 
+static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
+static void register_kernels(void) {
+#ifdef FH_WITH_CUDA
+  const fh_cuda_kernel_fn *cuda = fh__tensor_cuda_kernels;
+#else
+  const fh_cuda_kernel_fn *cuda = NULL;
+#endif
+  fh_launch_register(0, FH_K_TENSOR_END, fh__tensor_kernel_names, fh__tensor_cpu_kernels, cuda);
+}
+
 fh_status fh__submit(int kernel, fh_device dev, fh_stream *stream, const void *args, size_t size,
                      fh_storage *const *uses, int nuses) {
+  pthread_once(&kernels_once, register_kernels);
   fh_launch l = {kernel, dev, stream, args, size, uses, nuses};
   return fh_launch_submit(&l);
 }
@@ -714,7 +726,8 @@ fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, boo
     return st;
   }
   st = fh__copy_submit(dst, src, s);
-  if (st == FH_OK && !non_blocking && s != NULL && fh_tape_active() == NULL && !fh__cuda_is_capturing(dd))
+  /* no wait while this thread records launches (a host tape or a CUDA capture) */
+  if (st == FH_OK && !non_blocking && s != NULL && !fh_launch_capturing(fh_cpu()) && !fh_launch_capturing(dd))
     st = fh_stream_synchronize(s);
   return st;
 }

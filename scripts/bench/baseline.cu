@@ -37,7 +37,7 @@ int main(int argc, char **argv) {
   CHECK(cudaMemset(a, 0, n * sizeof(float)));
   CHECK(cudaMemset(b, 0, n * sizeof(float)));
   fh_ew_args args = bench_add_args(o, a, b, n);
-  fh_cuda_kernel_fn fn = fh__cuda_kernels[FH_K_BINARY];
+  fh_cuda_kernel_fn fn = fh__tensor_cuda_kernels[FH_K_BINARY];
   double tot[REPS], enq[REPS], raw[REPS];
   for (int r = -20; r < REPS; ++r) {
     CHECK(cudaDeviceSynchronize());

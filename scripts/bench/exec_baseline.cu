@@ -7,7 +7,7 @@
  *                          host to device plus one cudaEventRecord (enqueue
  *                          only), per call, averaged over 1000 calls
  *   graph_K<k>_us          a CUDA graph of k launches of the engine's add
- *                          kernel (fh__cuda_kernels[FH_K_BINARY], 4096
+ *                          kernel (fh__tensor_cuda_kernels[FH_K_BINARY], 4096
  *                          float32, out = in + w chained through k buffers),
  *                          replayed 200 times back to back with
  *                          cudaGraphLaunch, then a synchronize: microseconds
@@ -147,7 +147,7 @@ int main(void) {
 
   /* ---- graphs of chained adds ---- */
   const int n = 4096, REPS = 200;
-  fh_cuda_kernel_fn fn = fh__cuda_kernels[FH_K_BINARY];
+  fh_cuda_kernel_fn fn = fh__tensor_cuda_kernels[FH_K_BINARY];
   const int ks[3] = {10, 100, 1000};
   for (int ki = 0; ki < 3; ++ki) {
     int K = ks[ki];

@@ -43,7 +43,7 @@
 #define FH_CKKS_KERNELS_H
 
 #include "fh/ckks_context.h" /* FH_CKKS_MAX_PRIMES, FH_CKKS_MAX_LOG_N */
-#include "fh/launch.h"
+#include "fh/kernels.h"      /* FH_K_TENSOR_END */
 #include "fh/modarith.h"
 
 #ifdef __cplusplus
@@ -54,9 +54,9 @@ extern "C" {
  * the rows of one launch's limb list. */
 #define FH_CKKS_MIN_LOG_N 1
 
-/* Kernel ids (after the built-in tensor kernels). */
+/* Kernel ids (after the tensor kernels, fh/kernels.h). */
 enum {
-  FH_K_CKKS_NTT = FH_K_BUILTIN_END, /* fh_ckks_ntt_args: forward, standard -> Montgomery */
+  FH_K_CKKS_NTT = FH_K_TENSOR_END, /* fh_ckks_ntt_args: forward, standard -> Montgomery */
   FH_K_CKKS_INTT,                   /* fh_ckks_ntt_args: inverse, Montgomery -> standard */
   FH_K_CKKS_EW,                     /* fh_ckks_ew_args: element-wise modular arithmetic */
   FH_K_CKKS_TENSOR,                 /* fh_ckks_tensor_args: (a0,a1) x (b0,b1) -> (d0,d1,d2) */
@@ -67,8 +67,16 @@ enum {
   FH_K_CKKS_DECODE,                 /* fh_ckks_decode_args: RNS coefficients -> slots */
   FH_K_CKKS_END
 };
-/* Name of a CKKS kernel id ("ckks_ntt", ...); NULL for other ids. */
-const char *fh__ckks_kernel_name(int kernel);
+#define FH_K_CKKS_COUNT (FH_K_CKKS_END - FH_K_CKKS_NTT)
+
+/* The CKKS layer's kernel tables (indexed by id - FH_K_CKKS_NTT), registered
+ * with the launch boundary before the layer's first submit
+ * (fh__ckks_submit): names and CPU implementations in
+ * engine/ckks/ckks_kernels_cpu.c, CUDA ones in the layer's .cu files (builds
+ * with CUDA only). */
+extern const char *const fh__ckks_kernel_names[FH_K_CKKS_COUNT];
+extern const fh_cpu_kernel_fn fh__ckks_cpu_kernels[FH_K_CKKS_COUNT];
+extern const fh_cuda_kernel_fn fh__ckks_cuda_kernels[FH_K_CKKS_COUNT];
 
 /* Constants of one prime (host-computed, stored in the context tables). */
 typedef struct fh_ckks_prime {
@@ -271,18 +279,6 @@ typedef struct fh_ckks_decode_args {
   const uint64_t *garner;
   int32_t prime[FH_CKKS_MAX_PRIMES];
 } fh_ckks_decode_args;
-
-/* CPU implementations (engine/ckks/ckks_kernels_cpu.c), entered in
- * fh__cpu_kernels. */
-fh_status fh__ckks_cpu_ntt(const void *args);
-fh_status fh__ckks_cpu_intt(const void *args);
-fh_status fh__ckks_cpu_ew(const void *args);
-fh_status fh__ckks_cpu_tensor(const void *args);
-fh_status fh__ckks_cpu_bconv(const void *args);
-fh_status fh__ckks_cpu_ks_inner(const void *args);
-fh_status fh__ckks_cpu_automorph(const void *args);
-fh_status fh__ckks_cpu_encode(const void *args);
-fh_status fh__ckks_cpu_decode(const void *args);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 /* fhelium core: status codes, the thread-local error record, reference
- * counting, devices.
+ * counting, devices as values (parsing and availability: fh/runtime.h).
  *
  * Error protocol. Every engine function that can fail returns fh_status.
  * On failure it has called fh_error_set() (or a variant), which records the
@@ -106,15 +106,8 @@ typedef struct fh_device {
 static inline fh_device fh_cpu(void) { fh_device d = {FH_DEVICE_CPU, 0}; return d; }
 static inline bool fh_device_eq(fh_device a, fh_device b) { return a.type == b.type && a.index == b.index; }
 static inline bool fh_device_is_cuda(fh_device d) { return d.type == FH_DEVICE_CUDA; }
-/* Parse "cpu", "cuda" (the current CUDA device) or "cuda:N". Syntax errors
- * are ValueError. "cuda" and "cuda:N" parse even without a GPU; using such a
- * device later raises CudaError (see fh_device_check). */
-fh_status fh_device_parse(const char *s, fh_device *out);
 /* Writes "cpu" or "cuda:N" into buf (FH_DEVICE_NAME_MAX bytes). */
 const char *fh_device_name(fh_device d, char *buf);
-/* OK when the device can be used now: CPU always; CUDA when compiled with
- * CUDA, a device is present and the ordinal is in range (else CudaError). */
-fh_status fh_device_check(fh_device d);
 
 /* Checked size arithmetic: false on overflow. */
 static inline bool fh_mul_overflow(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out); }

@@ -6,12 +6,35 @@
 #ifndef FH_KERNELS_H
 #define FH_KERNELS_H
 
+#include "fh/launch.h"
 #include "fh/modarith.h"
 #include "fh/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Kernel ids of the tensor layer (fh/launch.h: ids are allocated by layers;
+ * the CKKS kernels follow from FH_K_TENSOR_END, fh/ckks_kernels.h). */
+typedef enum fh_kernel_id {
+  FH_K_FILL = 0,   /* fh_fill_args */
+  FH_K_COPY,       /* fh_copy_args: same-device strided copy with cast */
+  FH_K_UNARY,      /* fh_ew_args */
+  FH_K_BINARY,     /* fh_ew_args */
+  FH_K_RNS,        /* fh_rns_args */
+  FH_K_SUM,        /* fh_reduce_args */
+  FH_K_COMPARE,    /* fh_compare_args */
+  FH_K_COPY_BATCH, /* fh_copy_batch_args: small byte copies, sources device-accessible (CUDA only) */
+  FH_K_TENSOR_END
+} fh_kernel_id;
+
+/* The tensor layer's kernel tables (indexed by id, FH_K_TENSOR_END entries),
+ * registered with the launch boundary by fh__submit's first call: the CPU
+ * table in engine/tensor/kernels_cpu.c (with the names), the CUDA one in
+ * engine/tensor/kernels.cu (builds with CUDA only). */
+extern const char *const fh__tensor_kernel_names[FH_K_TENSOR_END];
+extern const fh_cpu_kernel_fn fh__tensor_cpu_kernels[FH_K_TENSOR_END];
+extern const fh_cuda_kernel_fn fh__tensor_cuda_kernels[FH_K_TENSOR_END];
 
 typedef struct fh_operand {
   char *data; /* element 0 */

@@ -25,19 +25,13 @@
 extern "C" {
 #endif
 
-typedef enum fh_kernel_id {
-  FH_K_FILL = 0,   /* fh_fill_args */
-  FH_K_COPY,       /* fh_copy_args: same-device strided copy with cast */
-  FH_K_UNARY,      /* fh_ew_args */
-  FH_K_BINARY,     /* fh_ew_args */
-  FH_K_RNS,        /* fh_rns_args */
-  FH_K_SUM,        /* fh_reduce_args */
-  FH_K_COMPARE,    /* fh_compare_args */
-  FH_K_COPY_BATCH, /* fh_copy_batch_args: small byte copies, sources device-accessible (CUDA only) */
-  FH_K_BUILTIN_END,
-  /* CKKS kernels follow (fh/ckks_kernels.h). */
-  FH_K_MAX = 128
-} fh_kernel_id;
+/* Kernel ids are small integers below FH_K_MAX, allocated by the layers
+ * that implement them (fh/kernels.h: the tensor kernels, from 0;
+ * fh/ckks_kernels.h: the CKKS kernels after them). A layer registers its
+ * kernels (fh_launch_register) before it first submits one of them; a launch
+ * of an id without an implementation for its device fails with an error
+ * naming the kernel. */
+#define FH_K_MAX 128
 
 typedef struct fh_launch {
   int32_t kernel; /* fh_kernel_id */
@@ -53,11 +47,14 @@ typedef fh_status (*fh_cpu_kernel_fn)(const void *args);
 /* `stream` is a cudaStream_t. */
 typedef fh_status (*fh_cuda_kernel_fn)(const void *args, void *stream);
 
-/* Kernel tables, indexed by fh_kernel_id; an entry may be NULL (the launch
- * then fails with an error naming the kernel). Defined by the CPU and CUDA
- * back ends. */
-extern const fh_cpu_kernel_fn fh__cpu_kernels[FH_K_MAX];
-extern const fh_cuda_kernel_fn fh__cuda_kernels[FH_K_MAX]; /* all NULL without CUDA */
+/* Register the kernels with ids first .. first + count - 1: names[i] (static
+ * strings), cpu[i] and cuda[i] (either table may be NULL, an entry may be
+ * NULL: no implementation for that device). A layer calls it once, under its
+ * own pthread_once, before its first submit; registering an id again with
+ * the same entries is harmless. */
+void fh_launch_register(int first, int count, const char *const *names, const fh_cpu_kernel_fn *cpu,
+                        const fh_cuda_kernel_fn *cuda);
+/* The registered name of a kernel id ("kernel <id>" when none). */
 const char *fh_kernel_name(int kernel);
 
 fh_status fh_launch_submit(const fh_launch *l);
@@ -79,6 +76,12 @@ fh_status fh_tape_replay(fh_tape *t);
 size_t fh_tape_length(const fh_tape *t);
 /* Bytes of the storages the tape keeps (counted once each). */
 size_t fh_tape_kept_bytes(const fh_tape *t);
+
+/* True while launches for `dev` from the calling thread are recorded rather
+ * than run: a host tape is active (CPU) or the thread's CUDA capture of that
+ * device is in progress. The launch boundary owns this fact; layers above ask
+ * it here (randomness refuses capture, host reads refuse it, ...). */
+bool fh_launch_capturing(fh_device dev);
 
 /* Fails with CudaGraphCaptureError (stage "capture") when reading data of
  * `dev` on the host now would observe unfinished capture work: a host tape

@@ -20,6 +20,13 @@ extern "C" {
 #endif
 
 /* ---- devices ---------------------------------------------------------- */
+/* Parse "cpu", "cuda" (the current CUDA device) or "cuda:N". Syntax errors
+ * are ValueError. "cuda" and "cuda:N" parse even without a GPU; using such a
+ * device later raises CudaError (see fh_device_check). */
+fh_status fh_device_parse(const char *s, fh_device *out);
+/* OK when the device can be used now: CPU always; CUDA when compiled with
+ * CUDA, a device is present and the ordinal is in range (else CudaError). */
+fh_status fh_device_check(fh_device d);
 int fh_cuda_device_count(void); /* 0 without CUDA or without a device */
 bool fh_cuda_is_available(void);
 /* The reason CUDA is unusable ("built without CUDA", "no CUDA device is
