@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "fh/bench_aid.h"
 #include "fh/cuda_alloc.h"
 
 static int checkindex(lua_State *L, int idx, const char *fn) {
@@ -325,33 +326,6 @@ static int l_raw_graph_bench(lua_State *L) {
   return 1;
 }
 
-/* fh.cuda._raw_graph_probe(K, reps): benchmark aid, the timeline probe
- * (fh_cuda_raw_graph_probe): us per replay, mean kernel ns, mean gap ns,
- * SM MHz. */
-static int l_raw_graph_probe(lua_State *L) {
-  const char *fn = "fh.cuda._raw_graph_probe";
-  int K = (int)fh__lua_checkint(L, 1, fn, "K", 2, 10000);
-  int reps = lua_isnoneornil(L, 2) ? 200 : (int)fh__lua_checkint(L, 2, fn, "reps", 1, 100000);
-  double v[FH_CUDA_NPROBE];
-  fh__lua_check(L, fh_cuda_raw_graph_probe(fh_cuda_current_device(), K, reps, v));
-  for (int i = 0; i < FH_CUDA_NPROBE; ++i) lua_pushnumber(L, v[i]);
-  return FH_CUDA_NPROBE;
-}
-
-/* fh.cuda._context_limits(): benchmark aid, {name = value} of the current
- * device's context limits and flags (fh_cuda_context_limits). */
-static int l_context_limits(lua_State *L) {
-  static const char *const names[] = FH_CUDA_LIMIT_NAMES;
-  double v[FH_CUDA_NLIMITS];
-  fh__lua_check(L, fh_cuda_context_limits(fh_cuda_current_device(), v));
-  lua_createtable(L, 0, FH_CUDA_NLIMITS);
-  for (int i = 0; i < FH_CUDA_NLIMITS; ++i) {
-    lua_pushnumber(L, v[i]);
-    lua_setfield(L, -2, names[i]);
-  }
-  return 1;
-}
-
 /* fh.cuda._capture(fn, replays): test aid for capture-private pools. Runs
  * fn() with a fresh stream current while that stream captures a CUDA graph
  * into a fresh pool, then replays the graph `replays` times (default 1) and
@@ -432,8 +406,6 @@ void fh__lua_open_cuda(lua_State *L) {
                                  {"_spin", l_spin},
                                  {"_capture", l_capture},
                                  {"_raw_graph_bench", l_raw_graph_bench},
-                                 {"_raw_graph_probe", l_raw_graph_probe},
-                                 {"_context_limits", l_context_limits},
                                  {NULL, NULL}};
   lua_newtable(L);
   fh__lua_setfuncs(L, fns);

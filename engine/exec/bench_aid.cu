@@ -1,18 +1,17 @@
 /* Benchmark aid (not API): the raw CUDA graph of scripts/bench/exec_baseline.cu
- * run inside the fhelium process (fh_cuda_raw_graph_bench, fh/cuda_alloc.h).
+ * run inside the fhelium process (fh_cuda_raw_graph_bench, fh/bench_aid.h).
  *
  * The baseline program measures cudaGraphLaunch of a chain of K launches of
  * the engine's add kernel in its own process. Running the baseline's exact
  * code here (its own cudaMalloc'd buffers, a fresh non-blocking cudaStream,
  * capture and instantiate by hand, no allocator, no fhelium stream) tells a
  * difference of process or device state from a difference in what fhelium
- * captures; the timeline probe (fh_cuda_raw_graph_probe) splits a replay into
- * kernel time and the gaps between kernel nodes. Together they found the
- * two-stream state (scripts/bench/README.md). */
+ * captures (it found the two-stream state, scripts/bench/README.md). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "fh/bench_aid.h"
 #include "fh/kernels.h"
 #include "fh/launch.h"
 #include "bench_shared.cuh"
@@ -96,105 +95,5 @@ fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double 
   TRY(cudaGraphInstantiate(&r.x, r.g, 0), "cudaGraphInstantiate");
   TRY(bench_graph_replay(r.x, r.s, reps, us), "cudaGraphLaunch");
   raw_bench_free(&r);
-  return FH_OK;
-}
-
-/* ---- timeline probe (its device code: bench_shared.cuh) --------------------------- */
-fh_status fh_cuda_raw_graph_probe(int dev, int K, int reps, double out[FH_CUDA_NPROBE]) {
-  if (K < 2 || K > 10000 || reps < 1 || reps > 100000)
-    return fh_error_set(FH_ERR_VALUE, "raw graph probe: K must be in [2, 10000] and reps in [1, 100000]");
-  fh_device d = {FH_DEVICE_CUDA, dev};
-  fh_status st = fh_device_check(d);
-  if (st != FH_OK) return st;
-  if ((st = fh__cuda_use_device(dev)) != FH_OK) return st;
-  if (fh__cuda_captures_active()) return fh_error_set(FH_ERR_EXECUTION, "raw graph probe: a capture is running");
-  const int n = 4096;
-  raw_bench r;
-  memset(&r, 0, sizeof r);
-  unsigned long long *stamps = NULL, *clk = NULL, *h = NULL;
-#define PTRY(call, what)                        \
-  do {                                          \
-    cudaError_t e_ = (call);                    \
-    if (e_ != cudaSuccess) {                    \
-      fh_status st_ = fh__cuda_fail(e_, what);  \
-      (void)cudaFree(stamps);                   \
-      (void)cudaFree(clk);                      \
-      free(h);                                  \
-      raw_bench_free(&r);                       \
-      return st_;                               \
-    }                                           \
-  } while (0)
-  h = (unsigned long long *)malloc((size_t)2 * K * sizeof *h);
-  if (h == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory");
-  PTRY(cudaStreamCreateWithFlags(&r.s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  PTRY(cudaMalloc((void **)&r.buf, (size_t)(K + 1) * n * sizeof(float)), "cudaMalloc");
-  PTRY(cudaMalloc((void **)&r.w, n * sizeof(float)), "cudaMalloc");
-  PTRY(cudaMalloc((void **)&stamps, (size_t)2 * K * sizeof *stamps), "cudaMalloc");
-  PTRY(cudaMalloc((void **)&clk, 2 * sizeof *clk), "cudaMalloc");
-  PTRY(cudaMemset(r.buf, 0, (size_t)(K + 1) * n * sizeof(float)), "cudaMemset");
-  PTRY(cudaMemset(r.w, 0, n * sizeof(float)), "cudaMemset");
-  PTRY(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  PTRY(cudaStreamBeginCapture(r.s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  for (int k = 0; k < K; ++k)
-    fh_probe_stamped_add<<<16, 256, 0, r.s>>>(r.buf + (size_t)(k + 1) * n, r.buf + (size_t)k * n, r.w, n,
-                                               stamps + 2 * k, stamps + 2 * k + 1);
-  PTRY(cudaGetLastError(), "fh_probe_stamped_add");
-  PTRY(cudaStreamEndCapture(r.s, &r.g), "cudaStreamEndCapture");
-  PTRY(cudaGraphInstantiate(&r.x, r.g, 0), "cudaGraphInstantiate");
-  double t[15], dur[15], gap[15];
-  for (int i = -3; i < 15; ++i) {
-    PTRY(cudaStreamSynchronize(r.s), "cudaStreamSynchronize");
-    double t0 = now_us();
-    for (int j = 0; j < reps; ++j) PTRY(cudaGraphLaunch(r.x, r.s), "cudaGraphLaunch");
-    PTRY(cudaStreamSynchronize(r.s), "cudaStreamSynchronize");
-    if (i < 0) continue;
-    t[i] = (now_us() - t0) / reps;
-    /* one stamped replay: first = max, last = 0 before it */
-    for (int k = 0; k < K; ++k) h[2 * k] = ~0ULL, h[2 * k + 1] = 0;
-    PTRY(cudaMemcpy(stamps, h, (size_t)2 * K * sizeof *h, cudaMemcpyHostToDevice), "cudaMemcpy");
-    PTRY(cudaGraphLaunch(r.x, r.s), "cudaGraphLaunch");
-    PTRY(cudaStreamSynchronize(r.s), "cudaStreamSynchronize");
-    PTRY(cudaMemcpy(h, stamps, (size_t)2 * K * sizeof *h, cudaMemcpyDeviceToHost), "cudaMemcpy");
-    fh_probe_summarize(h, K, &dur[i], &gap[i]);
-  }
-  fh_probe_clock_rate<<<1, 1, 0, r.s>>>(20000000ULL, clk);
-  PTRY(cudaGetLastError(), "fh_probe_clock_rate");
-  PTRY(cudaStreamSynchronize(r.s), "cudaStreamSynchronize");
-  unsigned long long c[2];
-  PTRY(cudaMemcpy(c, clk, sizeof c, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  out[0] = median(t, 15);
-  out[1] = median(dur, 15);
-  out[2] = median(gap, 15);
-  out[3] = c[1] ? (double)c[0] / (double)c[1] * 1000.0 : -1;
-  (void)cudaFree(stamps);
-  (void)cudaFree(clk);
-  free(h);
-  raw_bench_free(&r);
-  return FH_OK;
-#undef PTRY
-}
-
-/* The context's limits and flags (see FH_CUDA_LIMIT_NAMES); -1 where the
- * query fails. */
-fh_status fh_cuda_context_limits(int dev, double out[FH_CUDA_NLIMITS]) {
-  fh_device d = {FH_DEVICE_CUDA, dev};
-  fh_status st = fh_device_check(d);
-  if (st != FH_OK) return st;
-  if ((st = fh__cuda_use_device(dev)) != FH_OK) return st;
-  static const cudaLimit limits[] = {cudaLimitStackSize,
-                                     cudaLimitPrintfFifoSize,
-                                     cudaLimitMallocHeapSize,
-                                     cudaLimitDevRuntimePendingLaunchCount,
-                                     cudaLimitMaxL2FetchGranularity,
-                                     cudaLimitPersistingL2CacheSize};
-  for (int i = 0; i < 6; ++i) {
-    size_t v = 0;
-    out[i] = cudaDeviceGetLimit(&v, limits[i]) == cudaSuccess ? (double)v : -1;
-  }
-  unsigned flags = 0;
-  out[6] = cudaGetDeviceFlags(&flags) == cudaSuccess ? (double)flags : -1;
-  cudaFuncCache cc;
-  out[7] = cudaDeviceGetCacheConfig(&cc) == cudaSuccess ? (double)cc : -1;
-  (void)cudaGetLastError();
   return FH_OK;
 }

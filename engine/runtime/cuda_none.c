@@ -70,21 +70,6 @@ void fh_mempool_usage(const fh_mempool *p, uint64_t *reserved, uint64_t *blocks)
   *reserved = *blocks = 0;
 }
 fh_status fh_cuda_spin(fh_stream *s, double ms) { (void)s; (void)ms; return no_cuda(); }
-fh_status fh_cuda_context_limits(int dev, double out[FH_CUDA_NLIMITS]) {
-  (void)dev;
-  for (int i = 0; i < FH_CUDA_NLIMITS; ++i) out[i] = -1;
-  return no_cuda();
-}
-fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double *us) {
-  (void)dev; (void)K; (void)reps; (void)random;
-  *us = 0;
-  return no_cuda();
-}
-fh_status fh_cuda_raw_graph_probe(int dev, int K, int reps, double out[FH_CUDA_NPROBE]) {
-  (void)dev; (void)K; (void)reps;
-  for (int i = 0; i < FH_CUDA_NPROBE; ++i) out[i] = 0;
-  return no_cuda();
-}
 fh_status fh__cuda_test_capture_begin(fh_stream *s, fh_mempool *p) { (void)s; (void)p; return no_cuda(); }
 fh_status fh__cuda_test_capture_end(fh_stream *s, fh_mempool *p, int replays) {
   (void)s; (void)p; (void)replays;

@@ -1,7 +1,7 @@
 /* scripts/bench/bench_common.h: what the plain CUDA C baselines
- * (baseline.cu, exec_baseline.cu, gap_probe.cu) share: a CUDA error check
- * that exits, graph replay timing that exits on errors; the clock, medians,
- * the add kernel's argument block and the timeline probe come from
+ * (baseline.cu, exec_baseline.cu) share: a CUDA error check
+ * that exits and graph replay timing that exits on errors; the clock,
+ * medians and the add kernel's argument block come from
  * engine/exec/bench_shared.cuh.
  * Header-only (static inline functions), included by one .cu file per program.
  * Nothing here allocates: callers own every buffer they pass in. */
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_shared.cuh" /* engine/exec: bench_add_args, the timeline probe */
+#include "bench_shared.cuh" /* engine/exec: bench_add_args */
 #include "fh/launch.h"
 
 /* aborts the program with file, line and CUDA's message when x fails */

@@ -12,14 +12,10 @@
  *                          replayed 200 times back to back with
  *                          cudaGraphLaunch, then a synchronize: microseconds
  *                          per replay (k = 10, 100, 1000)
- *   graph_K100_random_us  the K = 100 graph over uniform [0, 1) data
- *                          instead of zeros (graph.lua adds fh.rand data)
  *   graph_K100_scattered_us  the K = 100 graph with each of its 101 buffers
  *                          a separate cudaMalloc of 16 KiB (the layout of a
  *                          capture pool whose blocks are one cudaMalloc each),
  *                          to tell allocation layout from replay overhead
- *   limit_<name>           the context's limits and flags (cudaDeviceGetLimit,
- *                          cudaGetDeviceFlags, cudaDeviceGetCacheConfig)
  *   graph_K<k>_2stream_us  the same graphs (k = 10, 100, 1000) measured again
  *                          after eager launches of the add kernel on two
  *                          streams (100 on each of two fresh non-blocking
@@ -29,7 +25,7 @@
  *                          side stream) -- on the H200 it adds ~175 ns
  *                          between consecutive kernel nodes of every graph
  *                          launched afterwards (scripts/bench/README.md,
- *                          "The two-stream state"; fhelium_bench_gap_probe)
+ *                          "The two-stream state")
  *   capture_K1000_ms       stream capture of those 1000 launches
  *   instantiate_K1000_ms   cudaGraphInstantiate of that graph
  * Built by CMake (target fhelium_bench_exec_baseline) when CUDA is on. */
@@ -96,19 +92,6 @@ int main(void) {
   CHECK(cudaSetDevice(0));
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  {
-    /* the context's limits and flags, to compare with fhelium's
-     * (fh.cuda._context_limits, scripts/bench/graph_gap.lua); the query
-     * itself is the engine's (no kernel launches, no state change) */
-    static const char *const names[] = FH_CUDA_LIMIT_NAMES;
-    double v[FH_CUDA_NLIMITS];
-    if (fh_cuda_context_limits(0, v) != FH_OK) {
-      fprintf(stderr, "fh_cuda_context_limits: %s\n", fh_error_message());
-      return 1;
-    }
-    for (int i = 0; i < FH_CUDA_NLIMITS; ++i) printf("limit_%s %.0f\n", names[i], v[i]);
-  }
-
   /* ---- copies ---- */
   {
     const size_t N = (size_t)64 << 20;
@@ -158,12 +141,6 @@ int main(void) {
       printf("instantiate_K1000_ms %.3f\n", inst_ms);
     }
     printf("graph_K%d_us %.3f\n", K, us);
-  }
-  /* the same K = 100 chain over random data (graph.lua's chain adds
-   * fh.rand tensors; the chain above adds zeros) */
-  {
-    double cap_ms, inst_ms;
-    printf("graph_K100_random_us %.3f\n", chain_graph(fn, s, 100, n, REPS, 1, &cap_ms, &inst_ms));
   }
   /* ---- the K = 100 graph over separately allocated buffers ---- */
   {

@@ -21,12 +21,9 @@
 --   replay       prog:replay({x}) with a 4 KiB pinned input (a chain of 100
 --                adds over 1024 float32) against replay_prepared() of the same
 --                program; target: at most 5 us more per call
---   gap probes   for K = 100: the baseline graph over random data; a program
---                over zeros; the baseline's raw graph run inside this process
---                (fh.cuda._raw_graph_bench, engine/exec/bench_aid.cu); the
---                timeline probe's mean gap between kernel nodes here
---                (fh.cuda._raw_graph_probe: ~670 ns single-stream, ~850 ns
---                in the two-stream state on the H200)
+--   in-process  for K = 100: the baseline's raw graph run inside this process
+--                (fh.cuda._raw_graph_bench, engine/exec/bench_aid.cu), in
+--                the same device state as the program (reported)
 --   capture      CudaGraphProgram.capture of the K = 1000 chain: capture +
 --                instantiate (stats.capture_seconds) against stream capture +
 --                cudaGraphInstantiate in C (reported)
@@ -91,27 +88,10 @@ for _, K in ipairs({ 10, 100, 1000 }) do
       base.graph_K100_scattered_us / raw, "report", true)
   end
   if K == 100 then
-    -- where the replay gap comes from: data (the baseline adds zeros, this
-    -- chain fh.rand data) or the process (the baseline's own code, run here)
-    if base.graph_K100_random_us then
-      row("K= 100 raw graph, random data (baseline process)", base.graph_K100_random_us, "us", raw,
-        base.graph_K100_random_us / raw, "report", true)
-    end
-    local zx, zw = fh.zeros({ 4096 }, { device = "cuda" }), fh.zeros({ 4096 }, { device = "cuda" })
-    local zprog = ex.CudaGraphProgram.capture(fn, { example_inputs = { zx, zw } })
-    local zprep = time_calls(function() zprog:replay_prepared() end, 200, 15)
-    zprog:close()
-    row("K= 100 replay_prepared, zero data", zprep, "us", raw, zprep / raw, "report", true)
-    local in_zero = fh.cuda._raw_graph_bench(100, false)
+    -- the baseline's own code run in this process (the same device state)
     local in_rand = fh.cuda._raw_graph_bench(100, true)
-    row("K= 100 raw graph in this process, zeros", in_zero, "us", raw2, in_zero / raw2, "report", true)
-    row("K= 100 raw graph in this process, random data", in_rand, "us", raw2, in_rand / raw2, "report", true)
     row("K= 100 replay_prepared vs raw graph in this process", prep_us, "us", in_rand, prep_us / in_rand, "report",
       true)
-    -- the state itself: the timeline probe (mean gap between kernel nodes)
-    local _, kernel_ns, gap_ns = fh.cuda._raw_graph_probe(100)
-    row(("K= 100 probe in this process: kernel %.0f ns, gap between nodes"):format(kernel_ns), gap_ns, "ns", nil, nil,
-      "report", true)
   end
   if K == 1000 then
     local s = prog.stats

@@ -131,30 +131,6 @@ void fh_mempool_usage(const fh_mempool *p, uint64_t *reserved, uint64_t *blocks)
 /* Enqueue a kernel on `s` that spins for `ms` milliseconds (a long-running
  * kernel for ordering tests and benchmarks). */
 fh_status fh_cuda_spin(fh_stream *s, double ms);
-/* Benchmark aid (engine/exec/bench_aid.cu): the raw CUDA graph of
- * scripts/bench/exec_baseline.cu inside this process: a chain of K launches
- * of the add kernel over 4096 float32 in its own cudaMalloc'd buffers
- * (zeros, or uniform [0, 1) when `random`), captured on a fresh
- * non-blocking cudaStream and replayed `reps` times back to back per round;
- * *us gets the median of 15 rounds in microseconds per replay. Synchronizes
- * the device; fails while a capture runs. */
-fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double *us);
-/* Benchmark aid: a timeline probe of the same chain (K >= 2 launches of a
- * timestamped add kernel, captured and replayed as raw_graph_bench does):
- * out[0] us per replay (median of 15 rounds of `reps`), out[1] mean kernel
- * duration and out[2] mean gap between one kernel's last block end and the
- * next kernel's first block start, in ns (globaltimer, medians of one
- * stamped replay per round), out[3] the SM clock in MHz (clock64 against
- * globaltimer on one thread). Synchronizes the device. */
-#define FH_CUDA_NPROBE 4
-fh_status fh_cuda_raw_graph_probe(int dev, int K, int reps, double out[FH_CUDA_NPROBE]);
-/* Benchmark aid: the context's limits (cudaDeviceGetLimit) and flags, in
- * the order of FH_CUDA_LIMIT_NAMES; -1 where a query fails. */
-#define FH_CUDA_NLIMITS 8
-#define FH_CUDA_LIMIT_NAMES                                                                                  \
-  {"stack_size", "printf_fifo_size", "malloc_heap_size", "dev_runtime_pending_launch_count", "max_l2_fetch_granularity", \
-   "persisting_l2_cache_size", "device_flags", "cache_config"}
-fh_status fh_cuda_context_limits(int dev, double out[FH_CUDA_NLIMITS]);
 /* A minimal CUDA graph capture for testing the pools (the execution layer
  * has the real one): begin routes allocations to `p` and starts a
  * thread-local capture on `s` (which the caller makes current); end stops
