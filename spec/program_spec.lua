@@ -574,7 +574,7 @@ describe("CudaGraphProgram", function()
   end)
 
   -- replay() moves small leaves from pinned host memory with one batch
-  -- kernel on the replay stream (engine/src/buffer.c, copy_small_pinned)
+  -- kernel on the replay stream (engine/exec/buffer.c, copy_small_pinned)
   -- instead of copy-engine transfers; everything else takes cudaMemcpyAsync.
   local function launches() return fh.info().launches end
 

@@ -1,5 +1,5 @@
 -- fh.CkksEngine (API.md "CKKS values and engine"): the C engine
--- (engine/src/ckks_engine.c, ckks_eval.c) does the work and checks every
+-- (engine/ckks/ckks_engine.c, ckks_eval.c) does the work and checks every
 -- precondition; this layer turns Lua messages (numbers, lists, lists of
 -- {re, im} pairs, nested lists for batches) into float64/complex128 tensors
 -- and reads option tables.

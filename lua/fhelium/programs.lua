@@ -1,7 +1,7 @@
 -- Buffers, copy handles and programs for fhelium.execution (API.md
 -- "Execution: buffers and copy handles", "Execution: programs").
 --
--- The objects are engine objects (engine/src/buffer.c, program.c) behind the
+-- The objects are engine objects (engine/exec/buffer.c, program.c) behind the
 -- binding (engine/binding/l_exec.c); replays run entirely in C. This file
 -- holds the capture orchestration of ex.CudaGraphProgram.capture and
 -- ex.HostGraphProgram.capture:
