@@ -217,6 +217,46 @@ static int l_automorph(lua_State *L) {
   return 1;
 }
 
+/* _ckks.tensor(tables, a, b, ids) */
+static int l_tensor(lua_State *L) {
+  const char *fn = "_ckks.tensor";
+  fh_ckks_tables *tb = check_tables(L, 1, fn);
+  fh_tensor *a = fh__lua_checktensor(L, 2, fn, "a");
+  fh_tensor *b = fh__lua_checktensor(L, 3, fn, "b");
+  int ids[FH_CKKS_MAX_PRIMES];
+  int n = check_ids(L, 4, ids, fn);
+  fh_tensor_box *box = fh__lua_new_tensor_box(L);
+  fh__lua_check(L, fh_ckks_poly_tensor(tb, a, b, ids, n, &box->t));
+  return 1;
+}
+
+/* _ckks.bconv(tables, t, src_ids, dst_ids, center) */
+static int l_bconv(lua_State *L) {
+  const char *fn = "_ckks.bconv";
+  fh_ckks_tables *tb = check_tables(L, 1, fn);
+  fh_tensor *t = fh__lua_checktensor(L, 2, fn, "t");
+  int src[FH_CKKS_MAX_PRIMES], dst[FH_CKKS_MAX_PRIMES];
+  int ns = check_ids(L, 3, src, fn), nd = check_ids(L, 4, dst, fn);
+  bool center = lua_toboolean(L, 5);
+  fh_tensor_box *box = fh__lua_new_tensor_box(L);
+  fh__lua_check(L, fh_ckks_poly_bconv(tb, t, src, ns, dst, nd, center, &box->t));
+  return 1;
+}
+
+/* _ckks.ks_inner(tables, digits, key, ids, key_rows) */
+static int l_ks_inner(lua_State *L) {
+  const char *fn = "_ckks.ks_inner";
+  fh_ckks_tables *tb = check_tables(L, 1, fn);
+  fh_tensor *d = fh__lua_checktensor(L, 2, fn, "digits");
+  fh_tensor *k = fh__lua_checktensor(L, 3, fn, "key");
+  int ids[FH_CKKS_MAX_PRIMES], rows[FH_CKKS_MAX_PRIMES];
+  int n = check_ids(L, 4, ids, fn), nr = check_ids(L, 5, rows, fn);
+  if (nr != n) return fh__lua_raise(L, FH_ERR_VALUE, "%s: %d prime ids but %d key rows", fn, n, nr);
+  fh_tensor_box *box = fh__lua_new_tensor_box(L);
+  fh__lua_check(L, fh_ckks_poly_ks_inner(tb, d, k, ids, rows, n, &box->t));
+  return 1;
+}
+
 /* _ckks.encode(tables, msg, scale, nlimbs) */
 static int l_encode(lua_State *L) {
   const char *fn = "_ckks.encode";
@@ -340,7 +380,8 @@ void fh__lua_open_ckks(lua_State *L) {
       {"find_primes", l_find_primes}, {"is_prime", l_is_prime}, {"tables", l_tables}, {"ntt", l_ntt},
       {"intt", l_intt},               {"ew", l_ew},             {"automorph", l_automorph},
       {"encode", l_encode},           {"decode", l_decode},     {"sample", l_sample},
-      {"capture", l_capture},         {NULL, NULL}};
+      {"capture", l_capture},         {"tensor", l_tensor},     {"bconv", l_bconv},
+      {"ks_inner", l_ks_inner},       {NULL, NULL}};
   lua_newtable(L);
   fh__lua_setfuncs(L, internal);
   lua_setfield(L, -2, "_ckks");

@@ -566,11 +566,16 @@ fh_status fh_ckks_encode(fh_ckks_engine *e, fh_tensor *msg, int32_t level, doubl
     exp = msg;
     st = FH_OK;
   }
-  if (st == FH_OK) {
-    if (fh_device_eq(fh_tensor_device(exp), e->dev)) st = fh_tensor_contiguous(exp, &m);
-    else st = fh_tensor_to(exp, e->dev, false, NULL, false, &m);
-  }
   int la = e->ctx->num_q - level;
+  if (st == FH_OK) {
+    if (fh_device_eq(fh_tensor_device(exp), e->dev)) {
+      st = fh_tensor_contiguous(exp, &m);
+    } else {
+      /* a CPU message for a device engine: checked here, where it is readable */
+      if (fh_tensor_device(exp).type == FH_DEVICE_CPU) st = fh_ckks_check_message(e->tb, exp, scale, la);
+      if (st == FH_OK) st = fh_tensor_to(exp, e->dev, false, NULL, false, &m);
+    }
+  }
   if (st == FH_OK) st = fh_ckks_poly_encode(e->tb, m, scale, la, &data);
   if (st == FH_OK)
     st = fh_plaintext_rns_new(e->ctx, data, level, scale, FH_BASIS_Q, FH_DOMAIN_COEFFICIENT, FH_RESIDUE_STANDARD, out);

@@ -1,6 +1,1025 @@
-/* CUDA implementations of the CKKS kernels (fh/ckks_kernels.h). None yet:
- * every CKKS launch on a CUDA device fails with "kernel '<name>' has no CUDA
- * implementation" until they land. */
+/* CUDA implementations of the CKKS kernels (fh/ckks_kernels.h), one per id,
+ * with the argument blocks of the CPU back end (ckks_kernels_cpu.c) and the
+ * same results, bit for bit:
+ *   - every integer kernel computes a function whose value is fixed by its
+ *     definition (a canonical residue in [0, q)), so any exact evaluation
+ *     order gives the CPU's words; the NTTs keep Harvey's lazy ranges
+ *     ([0, 4q) forward, [0, 2q) inverse) and reduce fully at the end;
+ *   - encode and decode run the CPU's double-precision special FFT with the
+ *     same operations in the same order, each a single IEEE
+ *     round-to-nearest operation (__dmul_rn, __dadd_rn, __dsub_rn: no
+ *     contraction into FMA), with the same twiddle tables, so they are
+ *     bit-identical too (docs/ckks.md, "CKKS on CUDA").
+ *
+ * Launch shapes. Rows are (group, limb): blockIdx.y is the limb (at most
+ * FH_CKKS_MAX_PRIMES), blockIdx.z walks the groups (a grid-stride loop
+ * beyond 65535), blockIdx.x the coefficients or tiles of a row. One launch
+ * covers every row of an operation. The NTT of a row of N = 2^log_n words
+ * is one kernel when N <= NTT_CHUNK (the whole row in shared memory), else
+ * two: a "column" kernel for the stages whose butterflies span more than a
+ * chunk (tiles of NTT_COLS adjacent columns of N / NTT_CHUNK words each) and
+ * a "chunk" kernel for the stages inside contiguous chunks of NTT_CHUNK
+ * words; the forward transform runs columns then chunks, the inverse chunks
+ * then columns. The special FFT of encode and decode has the same two-phase
+ * shape over N/2 complex values.
+ *
+ * Nothing here allocates, synchronises or reads device data on the host, so
+ * every kernel can be captured in a CUDA graph. Launch failures are
+ * CudaError naming the kernel. */
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_internal.h"
 #include "fh/ckks_kernels.h"
 
-const fh_cuda_kernel_fn fh__ckks_cuda_kernels[FH_K_CKKS_COUNT] = {};
+namespace {
+
+/* ---- launch constants ------------------------------------------------------------- */
+constexpr int EW_THREADS = 256;       /* element-wise kernels: one coefficient per thread */
+constexpr int NTT_CHUNK_LOG = 11;     /* contiguous chunk of the NTT's chunk kernel */
+constexpr int NTT_CHUNK = 1 << NTT_CHUNK_LOG;
+constexpr int NTT_THREADS = 256;      /* chunk and single-row NTT kernels */
+constexpr int NTT_COLS = 16;          /* adjacent columns per tile of the column kernel (128-byte runs) */
+constexpr int NTT_COL_THREADS = 256;
+constexpr int FFT_CHUNK_LOG = 11;     /* complex values per chunk of the special FFT */
+constexpr int FFT_CHUNK = 1 << FFT_CHUNK_LOG;
+constexpr int FFT_THREADS = 256;
+constexpr int FFT_COLS = 8;
+constexpr int MAX_GRID_Z = 65535;
+static_assert(NTT_CHUNK * sizeof(uint64_t) <= 48 * 1024, "an NTT chunk fits the default shared memory");
+static_assert(FFT_CHUNK * 16 <= 48 * 1024, "an FFT chunk fits the default shared memory");
+
+fh_status launched(const char *what) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return fh__cuda_fail(e, what);
+  return FH_OK;
+}
+
+unsigned grid_z(int64_t ngroups) { return (unsigned)(ngroups < MAX_GRID_Z ? ngroups : MAX_GRID_Z); }
+unsigned blocks_for(int64_t n, int per_block) { return (unsigned)((n + per_block - 1) / per_block); }
+
+#define GROUPS(g, ngroups) for (int64_t g = blockIdx.z; g < (ngroups); g += gridDim.z)
+#define COEFFS(j, n) for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < (n); j += (int64_t)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ uint32_t bitrev(uint32_t x, int bits) { return bits == 0 ? 0 : __brev(x) >> (32 - bits); }
+
+/* ==== NTT ============================================================================
+ * Forward (Cooley-Tukey, fh/ckks_kernels.h): stage m (m = 1, 2, .., N/2) pairs
+ * (x, x + t), t = N / 2m, inside groups of 2t words; group i uses psi_rev[m + i].
+ * The first stage multiplies by R on the way (Shoup constants R and psi_rev[1] R).
+ * Inverse (Gentleman-Sande): stage t = 1, 2, .., N/4 pairs (x, x + t) in groups of
+ * 2t, group i uses ipsi_rev[N/2t + i]; the last stage (t = N/2) scales by N^-1 R^-1. */
+struct ntt_prime {
+  uint64_t q, q2;
+  const uint64_t *w, *ws; /* forward: psi_rev and companions; inverse: ipsi_rev and companions */
+};
+
+__device__ __forceinline__ ntt_prime ntt_prime_of(const fh_ckks_ntt_args &a, int l, bool forward) {
+  const int p = a.prime[l];
+  const int64_t n = (int64_t)1 << a.log_n;
+  const uint64_t *tw = a.ntt + (int64_t)p * 4 * n;
+  ntt_prime r;
+  r.q = a.primes[p].q;
+  r.q2 = 2 * r.q;
+  r.w = forward ? tw : tw + 2 * n;
+  r.ws = forward ? tw + n : tw + 3 * n;
+  return r;
+}
+
+/* forward butterflies: inputs in [0, 4q), outputs in [0, 4q) */
+__device__ __forceinline__ void ct_bfly(uint64_t &x, uint64_t &y, uint64_t w, uint64_t ws, const ntt_prime &P) {
+  uint64_t u = x;
+  u -= (u >= P.q2) ? P.q2 : 0;
+  uint64_t v = fh_shoup_mul_lazy(y, w, ws, P.q);
+  x = u + v;
+  y = u - v + P.q2;
+}
+/* the first forward stage: standard residues in, times R out, [0, 4q) */
+__device__ __forceinline__ void ct_first(uint64_t &x, uint64_t &y, const fh_ckks_prime &c, const ntt_prime &P) {
+  uint64_t u = fh_shoup_mul_lazy(x, c.r1, c.r1_shoup, P.q);
+  uint64_t v = fh_shoup_mul_lazy(y, c.w1r, c.w1r_shoup, P.q);
+  x = u + v;
+  y = u - v + P.q2;
+}
+__device__ __forceinline__ uint64_t reduce4(uint64_t x, const ntt_prime &P) {
+  x -= (x >= P.q2) ? P.q2 : 0;
+  x -= (x >= P.q) ? P.q : 0;
+  return x;
+}
+/* inverse butterflies: [0, 2q) in and out */
+__device__ __forceinline__ void gs_bfly(uint64_t &x, uint64_t &y, uint64_t w, uint64_t ws, const ntt_prime &P) {
+  uint64_t u = x, v = y;
+  uint64_t s = u + v;
+  s -= (s >= P.q2) ? P.q2 : 0;
+  x = s;
+  y = fh_shoup_mul_lazy(u - v + P.q2, w, ws, P.q);
+}
+__device__ __forceinline__ void gs_last(uint64_t &x, uint64_t &y, const fh_ckks_prime &c, const ntt_prime &P) {
+  uint64_t u = x, v = y;
+  x = fh_shoup_mul(u + v, c.ninv_rinv, c.ninv_rinv_shoup, P.q);
+  y = fh_shoup_mul(u - v + P.q2, c.iw1s, c.iw1s_shoup, P.q);
+}
+
+/* Stages over a contiguous span of `len` words in shared memory s, which
+ * starts at word `base` of the row (a multiple of len). Forward: the stages
+ * with half-size t from t_hi down to 1 (global group index from base);
+ * first: fuse R into the stage t = N/2 (only when the span is the row). */
+__device__ void ntt_span_forward(uint64_t *s, int len, int64_t base, int64_t n, int t_hi, bool first,
+                                 const fh_ckks_prime &c, const ntt_prime &P) {
+  const int half = len >> 1;
+  for (int t = t_hi; t >= 1; t >>= 1) {
+    const int64_t m = n / (2 * t); /* groups in the whole row */
+    for (int b = threadIdx.x; b < half; b += blockDim.x) {
+      const int i = b / t, j = b - i * t;
+      const int x = 2 * i * t + j;
+      if (first && t == t_hi) {
+        ct_first(s[x], s[x + t], c, P);
+      } else {
+        const int64_t gi = m + (base + x) / (2 * t);
+        ct_bfly(s[x], s[x + t], P.w[gi], P.ws[gi], P);
+      }
+    }
+    __syncthreads();
+  }
+}
+/* Inverse: the stages t = 1 .. t_hi over the span; `last` applies the
+ * scaling stage t = N/2 at the end (only when the span is the row). */
+__device__ void ntt_span_inverse(uint64_t *s, int len, int64_t base, int64_t n, int t_hi, bool last,
+                                 const fh_ckks_prime &c, const ntt_prime &P) {
+  const int half = len >> 1;
+  for (int t = 1; t <= t_hi; t <<= 1) {
+    const int64_t h = n / (2 * t);
+    for (int b = threadIdx.x; b < half; b += blockDim.x) {
+      const int i = b / t, j = b - i * t;
+      const int x = 2 * i * t + j;
+      if (last && t == t_hi) {
+        gs_last(s[x], s[x + t], c, P);
+      } else {
+        const int64_t gi = h + (base + x) / (2 * t);
+        gs_bfly(s[x], s[x + t], P.w[gi], P.ws[gi], P);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+/* A whole row in shared memory (N <= NTT_CHUNK): every stage. */
+template <bool FORWARD>
+__global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
+  extern __shared__ uint64_t s[];
+  const int l = blockIdx.y;
+  const int n = 1 << a.log_n;
+  const fh_ckks_prime c = a.primes[a.prime[l]];
+  const ntt_prime P = ntt_prime_of(a, l, FORWARD);
+  GROUPS(g, a.ngroups) {
+    const uint64_t *in = a.in + g * a.in_gs + (int64_t)l * n;
+    uint64_t *out = a.out + g * a.out_gs + (int64_t)l * n;
+    for (int k = threadIdx.x; k < n; k += blockDim.x) s[k] = in[k];
+    __syncthreads();
+    if (FORWARD) ntt_span_forward(s, n, 0, n, n >> 1, true, c, P);
+    else ntt_span_inverse(s, n, 0, n, n >> 1, true, c, P);
+    for (int k = threadIdx.x; k < n; k += blockDim.x) out[k] = FORWARD ? reduce4(s[k], P) : s[k];
+    __syncthreads();
+  }
+}
+
+/* The chunk kernel: NTT_CHUNK contiguous words of a row (blockIdx.x is the
+ * chunk). Forward: the stages t = NTT_CHUNK/2 .. 1 and the final reduction,
+ * in place on out (the column kernel wrote it). Inverse: the stages
+ * t = 1 .. NTT_CHUNK/2 from in to out. */
+template <bool FORWARD>
+__global__ void __launch_bounds__(NTT_THREADS) ntt_chunk_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
+  __shared__ uint64_t s[NTT_CHUNK];
+  const int l = blockIdx.y;
+  const int64_t n = (int64_t)1 << a.log_n;
+  const int64_t base = (int64_t)blockIdx.x * NTT_CHUNK;
+  const fh_ckks_prime c = a.primes[a.prime[l]];
+  const ntt_prime P = ntt_prime_of(a, l, FORWARD);
+  GROUPS(g, a.ngroups) {
+    const uint64_t *in = (FORWARD ? a.out + g * a.out_gs : a.in + g * a.in_gs) + (int64_t)l * n + base;
+    uint64_t *out = a.out + g * a.out_gs + (int64_t)l * n + base;
+    for (int k = threadIdx.x; k < NTT_CHUNK; k += blockDim.x) s[k] = in[k];
+    __syncthreads();
+    if (FORWARD) ntt_span_forward(s, NTT_CHUNK, base, n, NTT_CHUNK >> 1, false, c, P);
+    else ntt_span_inverse(s, NTT_CHUNK, base, n, NTT_CHUNK >> 1, false, c, P);
+    for (int k = threadIdx.x; k < NTT_CHUNK; k += blockDim.x) out[k] = FORWARD ? reduce4(s[k], P) : s[k];
+    __syncthreads();
+  }
+}
+
+/* The column kernel: a tile of NTT_COLS adjacent columns c of the row seen
+ * as an (N / NTT_CHUNK) x NTT_CHUNK matrix (word k * NTT_CHUNK + c), in
+ * shared memory as [k][col]. Forward: the stages t = N/2 .. NTT_CHUNK (the
+ * first fused with R), from in to out. Inverse: the stages
+ * t = NTT_CHUNK .. N/2 (the last one scales), in place on out. */
+template <bool FORWARD>
+__global__ void __launch_bounds__(NTT_COL_THREADS) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
+  extern __shared__ uint64_t s[];
+  const int l = blockIdx.y;
+  const int64_t n = (int64_t)1 << a.log_n;
+  const int rows = (int)(n >> NTT_CHUNK_LOG); /* words per column, >= 2 */
+  const int c0 = blockIdx.x * NTT_COLS;
+  const int tile = rows * NTT_COLS, half = tile >> 1;
+  const fh_ckks_prime c = a.primes[a.prime[l]];
+  const ntt_prime P = ntt_prime_of(a, l, FORWARD);
+  GROUPS(g, a.ngroups) {
+    const uint64_t *in = (FORWARD ? a.in + g * a.in_gs : a.out + g * a.out_gs) + (int64_t)l * n;
+    uint64_t *out = a.out + g * a.out_gs + (int64_t)l * n;
+    for (int e = threadIdx.x; e < tile; e += blockDim.x) {
+      const int k = e / NTT_COLS, col = e - k * NTT_COLS;
+      s[e] = in[(int64_t)k * NTT_CHUNK + c0 + col];
+    }
+    __syncthreads();
+    /* in column terms the stage with half-size t pairs rows (k, k + tk), tk = t / NTT_CHUNK */
+    if (FORWARD) {
+      for (int tk = rows >> 1; tk >= 1; tk >>= 1) {
+        const int64_t m = rows / (2 * tk);
+        for (int b = threadIdx.x; b < half; b += blockDim.x) {
+          const int col = b % NTT_COLS, bk = b / NTT_COLS;
+          const int i = bk / tk, j = bk - i * tk;
+          const int k = 2 * i * tk + j;
+          uint64_t &x = s[k * NTT_COLS + col], &y = s[(k + tk) * NTT_COLS + col];
+          if (tk == rows >> 1) ct_first(x, y, c, P);
+          else ct_bfly(x, y, P.w[m + i], P.ws[m + i], P);
+        }
+        __syncthreads();
+      }
+    } else {
+      for (int tk = 1; tk <= rows >> 1; tk <<= 1) {
+        const int64_t h = rows / (2 * tk);
+        for (int b = threadIdx.x; b < half; b += blockDim.x) {
+          const int col = b % NTT_COLS, bk = b / NTT_COLS;
+          const int i = bk / tk, j = bk - i * tk;
+          const int k = 2 * i * tk + j;
+          uint64_t &x = s[k * NTT_COLS + col], &y = s[(k + tk) * NTT_COLS + col];
+          if (tk == rows >> 1) gs_last(x, y, c, P);
+          else gs_bfly(x, y, P.w[h + i], P.ws[h + i], P);
+        }
+        __syncthreads();
+      }
+    }
+    for (int e = threadIdx.x; e < tile; e += blockDim.x) {
+      const int k = e / NTT_COLS, col = e - k * NTT_COLS;
+      out[(int64_t)k * NTT_CHUNK + c0 + col] = s[e];
+    }
+    __syncthreads();
+  }
+}
+
+template <bool FORWARD>
+fh_status run_ntt(const void *argp, void *stream) {
+  const fh_ckks_ntt_args *a = (const fh_ckks_ntt_args *)argp;
+  if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
+  cudaStream_t h = (cudaStream_t)stream;
+  const int64_t n = (int64_t)1 << a->log_n;
+  const unsigned gz = grid_z(a->ngroups);
+  if (a->log_n <= NTT_CHUNK_LOG) {
+    int threads = (int)(n / 2 < NTT_THREADS ? (n / 2 > 32 ? n / 2 : 32) : NTT_THREADS);
+    ntt_row_kernel<FORWARD><<<dim3(1, a->nlimbs, gz), threads, n * sizeof(uint64_t), h>>>(*a);
+  } else {
+    const int rows = (int)(n >> NTT_CHUNK_LOG);
+    const dim3 col_grid(NTT_CHUNK / NTT_COLS, a->nlimbs, gz), chunk_grid((unsigned)(n / NTT_CHUNK), a->nlimbs, gz);
+    const size_t col_smem = (size_t)rows * NTT_COLS * sizeof(uint64_t);
+    if (FORWARD) {
+      ntt_col_kernel<true><<<col_grid, NTT_COL_THREADS, col_smem, h>>>(*a);
+      ntt_chunk_kernel<true><<<chunk_grid, NTT_THREADS, 0, h>>>(*a);
+    } else {
+      ntt_chunk_kernel<false><<<chunk_grid, NTT_THREADS, 0, h>>>(*a);
+      ntt_col_kernel<false><<<col_grid, NTT_COL_THREADS, col_smem, h>>>(*a);
+    }
+  }
+  return launched(FORWARD ? "kernel 'ckks_ntt'" : "kernel 'ckks_intt'");
+}
+
+fh_status k_ntt(const void *a, void *s) { return run_ntt<true>(a, s); }
+fh_status k_intt(const void *a, void *s) { return run_ntt<false>(a, s); }
+
+/* ==== element-wise =================================================================== */
+template <int OP>
+__global__ void __launch_bounds__(EW_THREADS) ew_kernel(const __grid_constant__ fh_ckks_ew_args a) {
+  const int l = blockIdx.y;
+  const int64_t n = (int64_t)1 << a.log_n;
+  const fh_ckks_prime &pr = a.primes[a.prime[l]];
+  const uint64_t q = pr.q, qi = pr.qinv, r2 = pr.r2;
+  const uint64_t k = a.k[l], c = a.c_const[l], cs = a.c_shoup[l];
+  GROUPS(g, a.ngroups) {
+    uint64_t *o = a.out + g * a.out_gs + (int64_t)l * n;
+    const uint64_t *x = a.a + g * a.a_gs + (int64_t)l * a.a_ls;
+    const uint64_t *y = a.b ? a.b + g * a.b_gs + (int64_t)l * n : NULL;
+    const uint64_t *z = a.c ? a.c + g * a.c_gs + (int64_t)l * n : NULL;
+    COEFFS(j, n) {
+      uint64_t r;
+      if (OP == FH_CKKS_EW_COPY) r = x[j];
+      else if (OP == FH_CKKS_EW_ADD) r = fh_mod_add(x[j], y[j], q);
+      else if (OP == FH_CKKS_EW_SUB) r = fh_mod_sub(x[j], y[j], q);
+      else if (OP == FH_CKKS_EW_NEG) r = fh_mod_neg(x[j], q);
+      else if (OP == FH_CKKS_EW_MONT_MUL) r = fh_mont_mul(x[j], y[j], q, qi);
+      else if (OP == FH_CKKS_EW_MONT_MAC) r = fh_mod_add(fh_mont_mul(x[j], y[j], q, qi), z[j], q);
+      else if (OP == FH_CKKS_EW_MUL_CONST) r = fh_shoup_mul(x[j], c, cs, q);
+      else if (OP == FH_CKKS_EW_ADD_CONST) r = fh_mod_add(x[j], k, q);
+      else if (OP == FH_CKKS_EW_SUB_ADD_MUL) {
+        r = fh_shoup_mul(x[j] + (q - y[j]) + k, c, cs, q);
+        if (z) r = fh_mod_add(r, z[j], q);
+      } else if (OP == FH_CKKS_EW_ADD_MUL_CONST) r = fh_mod_add(x[j], fh_shoup_mul(y[j], c, cs, q), q);
+      else if (OP == FH_CKKS_EW_TO_MONT) r = fh_mont_from_std(x[j], q, qi, r2);
+      else if (OP == FH_CKKS_EW_FROM_MONT) r = fh_mont_to_std(x[j], q, qi);
+      else { /* FH_CKKS_EW_SIGNED */
+        const int64_t v = (int64_t)x[j];
+        const uint64_t m = fh_barrett128(v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v, 0, &pr.bar);
+        r = v < 0 ? fh_mod_neg(m, q) : m;
+      }
+      o[j] = r;
+    }
+  }
+}
+
+template <int OP>
+void launch_ew(const fh_ckks_ew_args *a, cudaStream_t h) {
+  const int64_t n = (int64_t)1 << a->log_n;
+  const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
+  ew_kernel<OP><<<dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, h>>>(*a);
+}
+
+fh_status k_ew(const void *argp, void *stream) {
+  const fh_ckks_ew_args *a = (const fh_ckks_ew_args *)argp;
+  if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
+  cudaStream_t h = (cudaStream_t)stream;
+  switch (a->op) {
+    case FH_CKKS_EW_COPY:
+      /* out == a (a row copied onto itself) is a no-op, as memmove */
+      if (a->out == a->a && a->out_gs == a->a_gs && a->a_ls == ((int64_t)1 << a->log_n)) return FH_OK;
+      launch_ew<FH_CKKS_EW_COPY>(a, h);
+      break;
+    case FH_CKKS_EW_ADD: launch_ew<FH_CKKS_EW_ADD>(a, h); break;
+    case FH_CKKS_EW_SUB: launch_ew<FH_CKKS_EW_SUB>(a, h); break;
+    case FH_CKKS_EW_NEG: launch_ew<FH_CKKS_EW_NEG>(a, h); break;
+    case FH_CKKS_EW_MONT_MUL: launch_ew<FH_CKKS_EW_MONT_MUL>(a, h); break;
+    case FH_CKKS_EW_MONT_MAC: launch_ew<FH_CKKS_EW_MONT_MAC>(a, h); break;
+    case FH_CKKS_EW_MUL_CONST: launch_ew<FH_CKKS_EW_MUL_CONST>(a, h); break;
+    case FH_CKKS_EW_ADD_CONST: launch_ew<FH_CKKS_EW_ADD_CONST>(a, h); break;
+    case FH_CKKS_EW_SUB_ADD_MUL: launch_ew<FH_CKKS_EW_SUB_ADD_MUL>(a, h); break;
+    case FH_CKKS_EW_ADD_MUL_CONST: launch_ew<FH_CKKS_EW_ADD_MUL_CONST>(a, h); break;
+    case FH_CKKS_EW_TO_MONT: launch_ew<FH_CKKS_EW_TO_MONT>(a, h); break;
+    case FH_CKKS_EW_FROM_MONT: launch_ew<FH_CKKS_EW_FROM_MONT>(a, h); break;
+    case FH_CKKS_EW_SIGNED: launch_ew<FH_CKKS_EW_SIGNED>(a, h); break;
+    default: return fh_error_set(FH_ERR_EXECUTION, "ckks_ew: invalid operation %d", (int)a->op);
+  }
+  return launched("kernel 'ckks_ew'");
+}
+
+/* ==== tensor product ================================================================= */
+__global__ void __launch_bounds__(EW_THREADS) tensor_kernel(const __grid_constant__ fh_ckks_tensor_args a) {
+  const int l = blockIdx.y;
+  const int64_t n = (int64_t)1 << a.log_n, off = (int64_t)l * n;
+  const fh_ckks_prime &pr = a.primes[a.prime[l]];
+  const uint64_t q = pr.q, qi = pr.qinv;
+  GROUPS(g, a.ngroups) {
+    const uint64_t *a0 = a.a + g * a.a_gs + off, *a1 = a0 + a.a_cs;
+    const uint64_t *b0 = a.b + g * a.b_gs + off, *b1 = b0 + a.b_cs;
+    uint64_t *d0 = a.out + g * a.out_gs + off, *d1 = d0 + a.out_cs, *d2 = d1 + a.out_cs;
+    COEFFS(j, n) {
+      const uint64_t x0 = a0[j], x1 = a1[j], y0 = b0[j], y1 = b1[j];
+      /* a0 b1 + a1 b0 < 2 q^2 < q 2^64: one Montgomery reduction */
+      const unsigned __int128 mid = (unsigned __int128)x0 * y1 + (unsigned __int128)x1 * y0;
+      d0[j] = fh_mont_mul(x0, y0, q, qi);
+      d1[j] = fh_mont_reduce((uint64_t)mid, (uint64_t)(mid >> 64), q, qi);
+      d2[j] = fh_mont_mul(x1, y1, q, qi);
+    }
+  }
+}
+
+fh_status k_tensor(const void *argp, void *stream) {
+  const fh_ckks_tensor_args *a = (const fh_ckks_tensor_args *)argp;
+  if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
+  const int64_t n = (int64_t)1 << a->log_n;
+  const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
+  tensor_kernel<<<dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, (cudaStream_t)stream>>>(*a);
+  return launched("kernel 'ckks_tensor'");
+}
+
+/* ==== fast base conversion ===========================================================
+ * One thread per coefficient of a group (blockIdx.y walks groups). The scaled
+ * source residues y_i = [x_i shat_inv_i]_{s_i} go to shared memory (one
+ * column per thread), then each target row sums y_i (Shat_i mod t) in 128 bits,
+ * reduced every 16 terms (each product < 2^124). */
+constexpr int BCONV_THREADS = 128;
+constexpr int BCONV_THREADS_WIDE = 32; /* when nsrc > BCONV_WIDE_SRC */
+constexpr int BCONV_WIDE_SRC = 48;
+
+__global__ void bconv_kernel(const __grid_constant__ fh_ckks_bconv_args a) {
+  extern __shared__ uint64_t ys[]; /* [nsrc][blockDim.x] */
+  const int64_t n = (int64_t)1 << a.log_n;
+  const int ns = a.nsrc;
+  const uint64_t *shat_inv = a.consts, *mat = a.consts + 2 * ns;
+  const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (int64_t g = blockIdx.y; g < a.ngroups; g += gridDim.y) {
+    const uint64_t *in = a.in + g * a.in_gs;
+    uint64_t *out = a.out + g * a.out_gs;
+    if (j < n) {
+      uint32_t v = 0;
+      for (int i = 0; i < ns; ++i) {
+        const uint64_t x = in[(int64_t)a.src_row[i] * n + j];
+        if (a.copy_src) out[(int64_t)a.src_out_row[i] * n + j] = x;
+        const uint64_t q = a.primes[a.src_prime[i]].q;
+        const uint64_t y = fh_shoup_mul(x, shat_inv[2 * i], shat_inv[2 * i + 1], q);
+        ys[i * blockDim.x + threadIdx.x] = y;
+        v += y > (q >> 1); /* (s_i - 1) / 2: s_i is odd */
+      }
+      for (int t = 0; t < a.ndst; ++t) {
+        const fh_modulus m = a.primes[a.dst_prime[t]].bar;
+        const uint64_t *row = mat + (int64_t)t * ns;
+        uint64_t r = 0;
+        for (int i0 = 0; i0 < ns; i0 += 16) {
+          unsigned __int128 acc = 0;
+          const int i1 = i0 + 16 < ns ? i0 + 16 : ns;
+          for (int i = i0; i < i1; ++i) acc += (unsigned __int128)ys[i * blockDim.x + threadIdx.x] * row[i];
+          r = fh_mod_add(r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), &m), m.q);
+        }
+        if (a.center && v && ns > 0) {
+          /* sum_i (y_i - [y_i > s_i/2] s_i) Shat_i = sum_i y_i Shat_i - v S; S mod t = Shat_0 s_0 mod t */
+          const uint64_t s_mod_t = fh_mod_mul(row[0], a.primes[a.src_prime[0]].q % m.q, &m);
+          r = fh_mod_sub(r, fh_mod_mul(v, s_mod_t, &m), m.q);
+        }
+        out[(int64_t)a.dst_row[t] * n + j] = r;
+      }
+    }
+  }
+}
+
+fh_status k_bconv(const void *argp, void *stream) {
+  const fh_ckks_bconv_args *a = (const fh_ckks_bconv_args *)argp;
+  if (a->ngroups <= 0) return FH_OK;
+  const int64_t n = (int64_t)1 << a->log_n;
+  const int threads = a->nsrc > BCONV_WIDE_SRC ? BCONV_THREADS_WIDE : BCONV_THREADS;
+  const size_t smem = (size_t)(a->nsrc > 0 ? a->nsrc : 1) * threads * sizeof(uint64_t);
+  bconv_kernel<<<dim3(blocks_for(n, threads), grid_z(a->ngroups)), threads, smem, (cudaStream_t)stream>>>(*a);
+  return launched("kernel 'ckks_bconv'");
+}
+
+/* ==== key-switching inner product ==================================================== */
+__global__ void __launch_bounds__(EW_THREADS) ks_kernel(const __grid_constant__ fh_ckks_ks_args a) {
+  const int l = blockIdx.y;
+  const int64_t n = (int64_t)1 << a.log_n;
+  const fh_ckks_prime &pr = a.primes[a.prime[l]];
+  const uint64_t q = pr.q, qi = pr.qinv;
+  const uint64_t *key = a.key + (int64_t)a.key_row[l] * n;
+  GROUPS(g, a.ngroups) {
+    const uint64_t *dig = a.digits + g * a.digits_gs + (int64_t)l * n;
+    uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
+    COEFFS(j, n) {
+      uint64_t r0 = 0, r1 = 0;
+      /* sums of 4 products < 4 q^2 < q 2^64 (q < 2^62): one Montgomery reduction per 4 digits */
+      for (int d0 = 0; d0 < a.ndigits; d0 += 4) {
+        const int d1 = d0 + 4 < a.ndigits ? d0 + 4 : a.ndigits;
+        unsigned __int128 acc0 = 0, acc1 = 0;
+        for (int d = d0; d < d1; ++d) {
+          const uint64_t x = dig[d * a.digit_stride + j];
+          acc0 += (unsigned __int128)x * key[d * a.key_ds + j];
+          acc1 += (unsigned __int128)x * key[d * a.key_ds + a.key_cs + j];
+        }
+        r0 = fh_mod_add(r0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
+        r1 = fh_mod_add(r1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
+      }
+      o0[j] = r0;
+      o1[j] = r1;
+    }
+  }
+}
+
+fh_status k_ks_inner(const void *argp, void *stream) {
+  const fh_ckks_ks_args *a = (const fh_ckks_ks_args *)argp;
+  if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
+  const int64_t n = (int64_t)1 << a->log_n;
+  const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
+  ks_kernel<<<dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, (cudaStream_t)stream>>>(*a);
+  return launched("kernel 'ckks_ks_inner'");
+}
+
+/* ==== automorphisms ================================================================== */
+__global__ void __launch_bounds__(EW_THREADS) automorph_kernel(const __grid_constant__ fh_ckks_automorph_args a) {
+  const int l = blockIdx.y;
+  const int64_t n = (int64_t)1 << a.log_n;
+  const uint64_t m2 = 2 * (uint64_t)n, gal = a.galois;
+  const uint64_t q = a.primes[a.prime[l]].q;
+  GROUPS(g, a.ngroups) {
+    uint64_t *o = a.out + g * a.out_gs + (int64_t)l * n;
+    const uint64_t *x = a.in + g * a.in_gs + (int64_t)l * n;
+    COEFFS(s, n) {
+      if (a.ntt_domain) {
+        /* out slot s (point psi^(2k+1), k = bitrev(s)) takes the slot of psi^(g(2k+1)) */
+        const uint64_t k = bitrev((uint32_t)s, a.log_n);
+        const uint64_t e = ((2 * k + 1) * gal) & (m2 - 1);
+        o[s] = x[bitrev((uint32_t)((e - 1) >> 1), a.log_n)];
+      } else {
+        const uint64_t e = ((uint64_t)s * gal) & (m2 - 1);
+        if (e < (uint64_t)n) o[e] = x[s];
+        else o[e - (uint64_t)n] = fh_mod_neg(x[s], q);
+      }
+    }
+  }
+}
+
+fh_status k_automorph(const void *argp, void *stream) {
+  const fh_ckks_automorph_args *a = (const fh_ckks_automorph_args *)argp;
+  if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
+  const int64_t n = (int64_t)1 << a->log_n;
+  const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
+  automorph_kernel<<<dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0,
+                     (cudaStream_t)stream>>>(*a);
+  return launched("kernel 'ckks_automorph'");
+}
+
+/* ==== special FFT (encode / decode) ===================================================
+ * v: `size` = N/2 complex values. Decode evaluates (fft_special of the CPU):
+ * bit-reverse, then stages len = 2, 4, .., size, butterfly (i + j, i + j + len/2)
+ * with twiddle ksi[(rot[j] mod 4 len) (2N / 4 len)]. Encode interpolates
+ * (fft_special_inv): stages len = size .. 2 with the conjugate twiddle, then
+ * bit-reverse and scale by 1/size. Every product and sum below is one
+ * correctly rounded double operation, as on the CPU. */
+struct cplx {
+  double re, im;
+};
+
+__device__ __forceinline__ void dit_bfly(cplx &u, cplx &t, double wr, double wi) {
+  const double vr = __dsub_rn(__dmul_rn(t.re, wr), __dmul_rn(t.im, wi));
+  const double vi = __dadd_rn(__dmul_rn(t.re, wi), __dmul_rn(t.im, wr));
+  t.re = __dsub_rn(u.re, vr);
+  t.im = __dsub_rn(u.im, vi);
+  u.re = __dadd_rn(u.re, vr);
+  u.im = __dadd_rn(u.im, vi);
+}
+__device__ __forceinline__ void dif_bfly(cplx &u, cplx &t, double wr, double wi) {
+  const double sr = __dadd_rn(u.re, t.re), si = __dadd_rn(u.im, t.im);
+  const double dr = __dsub_rn(u.re, t.re), di = __dsub_rn(u.im, t.im);
+  u.re = sr;
+  u.im = si;
+  t.re = __dsub_rn(__dmul_rn(dr, wr), __dmul_rn(di, wi));
+  t.im = __dadd_rn(__dmul_rn(dr, wi), __dmul_rn(di, wr));
+}
+/* twiddle of butterfly j in a stage of length len (m2 = 2N) */
+__device__ __forceinline__ void fft_twiddle(const uint64_t *rot, const double *ksi, uint64_t m2, int64_t len,
+                                            int64_t j, bool inverse, double &wr, double &wi) {
+  const uint64_t lenq = (uint64_t)len << 2, gap = m2 / lenq;
+  const uint64_t r = rot[j] % lenq;
+  const uint64_t idx = (inverse ? lenq - r : r) * gap;
+  wr = ksi[2 * idx];
+  wi = ksi[2 * idx + 1];
+}
+
+/* DIT stages len = 2 .. len_hi over a contiguous span s of `span` values (a
+ * multiple of len_hi; j is the offset inside the butterfly group, so the span's
+ * position in the whole vector does not matter). */
+__device__ void fft_dit_span(cplx *s, int span, int len_hi, const uint64_t *rot, const double *ksi, uint64_t m2) {
+  for (int len = 2; len <= len_hi; len <<= 1) {
+    const int lenh = len >> 1;
+    for (int b = threadIdx.x; b < span / 2; b += blockDim.x) {
+      const int i = b / lenh, j = b - i * lenh;
+      const int x = i * len + j;
+      double wr, wi;
+      fft_twiddle(rot, ksi, m2, len, j, false, wr, wi);
+      dit_bfly(s[x], s[x + lenh], wr, wi);
+    }
+    __syncthreads();
+  }
+}
+/* DIF stages len = len_hi .. 2 over a contiguous span */
+__device__ void fft_dif_span(cplx *s, int span, int len_hi, const uint64_t *rot, const double *ksi, uint64_t m2) {
+  for (int len = len_hi; len >= 2; len >>= 1) {
+    const int lenh = len >> 1;
+    for (int b = threadIdx.x; b < span / 2; b += blockDim.x) {
+      const int i = b / lenh, j = b - i * lenh;
+      const int x = i * len + j;
+      double wr, wi;
+      fft_twiddle(rot, ksi, m2, len, j, true, wr, wi);
+      dif_bfly(s[x], s[x + lenh], wr, wi);
+    }
+    __syncthreads();
+  }
+}
+/* Stages with len > FFT_CHUNK on a tile of FFT_COLS adjacent columns of the
+ * vector seen as (size / FFT_CHUNK) x FFT_CHUNK (value k * FFT_CHUNK + c),
+ * in shared memory as [k][col]. */
+__device__ void fft_col_stages(cplx *s, int rows, int c0, bool dit, const uint64_t *rot, const double *ksi,
+                               uint64_t m2) {
+  const int half = rows * FFT_COLS / 2;
+  for (int lk = dit ? 2 : rows; dit ? lk <= rows : lk >= 2; lk = dit ? lk << 1 : lk >> 1) {
+    const int lkh = lk >> 1;
+    const int64_t len = (int64_t)lk * FFT_CHUNK;
+    for (int b = threadIdx.x; b < half; b += blockDim.x) {
+      const int col = b % FFT_COLS, bk = b / FFT_COLS;
+      const int i = bk / lkh, jk = bk - i * lkh;
+      const int k = i * lk + jk;
+      /* offset in the butterfly group: (k mod lk) * FFT_CHUNK + column */
+      const int64_t j = (int64_t)jk * FFT_CHUNK + c0 + col;
+      double wr, wi;
+      fft_twiddle(rot, ksi, m2, len, j, !dit, wr, wi);
+      cplx &u = s[k * FFT_COLS + col], &t = s[(k + lkh) * FFT_COLS + col];
+      if (dit) dit_bfly(u, t, wr, wi);
+      else dif_bfly(u, t, wr, wi);
+    }
+    __syncthreads();
+  }
+}
+
+/* Round x to the nearest integer (ties to even) and reduce it mod q exactly
+ * (the CPU's round_mod). */
+__device__ uint64_t mod_pow2(uint64_t e, const fh_modulus &m) {
+  uint64_t r = 1 % m.q, b = 2 % m.q;
+  while (e) {
+    if (e & 1) r = fh_mod_mul(r, b, &m);
+    b = fh_mod_mul(b, b, &m);
+    e >>= 1;
+  }
+  return r;
+}
+__device__ uint64_t round_mod(double x, const fh_modulus &m) {
+  if (!isfinite(x)) return 0;
+  const double r = rint(x);
+  const double ax = fabs(r);
+  uint64_t res;
+  if (ax < 0x1p63) {
+    res = fh_barrett128((uint64_t)ax, 0, &m);
+  } else {
+    int e;
+    const double f = frexp(ax, &e);
+    const uint64_t mant = (uint64_t)ldexp(f, 53);
+    res = fh_mod_mul(fh_barrett128(mant, 0, &m), mod_pow2((uint64_t)(e - 53), m), &m);
+  }
+  return r < 0 ? fh_mod_neg(res, m.q) : res;
+}
+
+/* Encode output: value e of the interpolated vector (before the bit
+ * reversal), its final position p = bitrev(e): rows get round(re * scale)
+ * at p and round(im * scale) at p + size. */
+__device__ __forceinline__ void encode_store(const fh_ckks_encode_args &a, int64_t g, cplx v, int64_t e, int size_log,
+                                             double inv) {
+  const int64_t n = (int64_t)1 << a.log_n, size = n >> 1;
+  const int64_t p = bitrev((uint32_t)e, size_log);
+  const double re = __dmul_rn(__dmul_rn(v.re, inv), a.scale), im = __dmul_rn(__dmul_rn(v.im, inv), a.scale);
+  uint64_t *o = a.out + g * a.out_gs;
+  for (int l = 0; l < a.nlimbs; ++l) {
+    const fh_modulus &m = a.primes[a.prime[l]].bar;
+    o[(int64_t)l * n + p] = round_mod(re, m);
+    o[(int64_t)l * n + p + size] = round_mod(im, m);
+  }
+}
+__device__ __forceinline__ cplx encode_load(const fh_ckks_encode_args &a, int64_t g, int64_t j) {
+  const double *in = a.in + g * a.in_gs;
+  cplx v = {0.0, 0.0};
+  if (j < a.nslots_in) {
+    v.re = a.in_complex ? in[2 * j] : in[j];
+    v.im = a.in_complex ? in[2 * j + 1] : 0.0;
+  }
+  return v;
+}
+
+/* Encode of a whole vector in shared memory (size <= FFT_CHUNK). */
+__global__ void __launch_bounds__(FFT_THREADS) encode_row_kernel(const __grid_constant__ fh_ckks_encode_args a) {
+  extern __shared__ cplx fs[];
+  const int size_log = a.log_n - 1, size = 1 << size_log;
+  const uint64_t m2 = 2 * ((uint64_t)1 << a.log_n);
+  const double inv = 1.0 / (double)size;
+  for (int64_t g = blockIdx.x; g < a.ngroups; g += gridDim.x) {
+    for (int k = threadIdx.x; k < size; k += blockDim.x) fs[k] = encode_load(a, g, k);
+    __syncthreads();
+    fft_dif_span(fs, size, size, a.rot_group, a.ksi, m2);
+    for (int k = threadIdx.x; k < size; k += blockDim.x) encode_store(a, g, fs[k], k, size_log, inv);
+    __syncthreads();
+  }
+}
+/* Encode, large vectors, phase 1: load and the stages len > FFT_CHUNK on column tiles, into work. */
+__global__ void __launch_bounds__(FFT_THREADS) encode_col_kernel(const __grid_constant__ fh_ckks_encode_args a) {
+  extern __shared__ cplx fs[];
+  const int64_t size = (int64_t)1 << (a.log_n - 1);
+  const int rows = (int)(size >> FFT_CHUNK_LOG);
+  const int c0 = blockIdx.x * FFT_COLS, tile = rows * FFT_COLS;
+  const uint64_t m2 = 2 * ((uint64_t)1 << a.log_n);
+  for (int64_t g = blockIdx.y; g < a.ngroups; g += gridDim.y) {
+    cplx *w = (cplx *)(a.work + g * a.work_gs);
+    for (int e = threadIdx.x; e < tile; e += blockDim.x) {
+      const int k = e / FFT_COLS, col = e - k * FFT_COLS;
+      fs[e] = encode_load(a, g, (int64_t)k * FFT_CHUNK + c0 + col);
+    }
+    __syncthreads();
+    fft_col_stages(fs, rows, c0, false, a.rot_group, a.ksi, m2);
+    for (int e = threadIdx.x; e < tile; e += blockDim.x) {
+      const int k = e / FFT_COLS, col = e - k * FFT_COLS;
+      w[(int64_t)k * FFT_CHUNK + c0 + col] = fs[e];
+    }
+    __syncthreads();
+  }
+}
+/* Encode, phase 2: the stages len <= FFT_CHUNK on contiguous chunks, then the outputs. */
+__global__ void __launch_bounds__(FFT_THREADS) encode_chunk_kernel(const __grid_constant__ fh_ckks_encode_args a) {
+  __shared__ cplx fs[FFT_CHUNK];
+  const int size_log = a.log_n - 1;
+  const int64_t size = (int64_t)1 << size_log, base = (int64_t)blockIdx.x * FFT_CHUNK;
+  const uint64_t m2 = 2 * ((uint64_t)1 << a.log_n);
+  const double inv = 1.0 / (double)size;
+  for (int64_t g = blockIdx.y; g < a.ngroups; g += gridDim.y) {
+    const cplx *w = (const cplx *)(a.work + g * a.work_gs) + base;
+    for (int k = threadIdx.x; k < FFT_CHUNK; k += blockDim.x) fs[k] = w[k];
+    __syncthreads();
+    fft_dif_span(fs, FFT_CHUNK, FFT_CHUNK, a.rot_group, a.ksi, m2);
+    for (int k = threadIdx.x; k < FFT_CHUNK; k += blockDim.x) encode_store(a, g, fs[k], base + k, size_log, inv);
+    __syncthreads();
+  }
+}
+
+fh_status k_encode(const void *argp, void *stream) {
+  const fh_ckks_encode_args *a = (const fh_ckks_encode_args *)argp;
+  if (a->ngroups <= 0) return FH_OK;
+  cudaStream_t h = (cudaStream_t)stream;
+  const int64_t size = (int64_t)1 << (a->log_n - 1);
+  const unsigned gy = grid_z(a->ngroups);
+  if (size <= FFT_CHUNK) {
+    const int threads = size / 2 < FFT_THREADS ? (size / 2 > 32 ? (int)(size / 2) : 32) : FFT_THREADS;
+    encode_row_kernel<<<gy, threads, (size_t)size * sizeof(cplx), h>>>(*a);
+  } else {
+    const int rows = (int)(size >> FFT_CHUNK_LOG);
+    encode_col_kernel<<<dim3(FFT_CHUNK / FFT_COLS, gy), FFT_THREADS, (size_t)rows * FFT_COLS * sizeof(cplx), h>>>(*a);
+    encode_chunk_kernel<<<dim3((unsigned)(size / FFT_CHUNK), gy), FFT_THREADS, 0, h>>>(*a);
+  }
+  return launched("kernel 'ckks_encode'");
+}
+
+/* ==== decode ===========================================================================
+ * Step 1 (decode_crt_kernel): each coefficient's residues to the centred
+ * integer in (-Q/2, Q/2], as a double divided by the scale, into work[0, N):
+ * coefficient i < N/2 is the real part of value i, i >= N/2 the imaginary part
+ * of value i - N/2. The CPU's fast path (Garner over the last r_fast <= 8 primes
+ * in 128 bits, checked against the other residues) runs here; a coefficient it
+ * cannot settle is marked NaN and step 2 (decode_crt_wide_kernel, the CPU's
+ * multi-word reconstruction, in shared memory) fills it in.
+ * Step 3: the evaluation FFT (bit reversal fused into the load) into the output. */
+
+/* Correctly rounded u128 -> double (round to nearest, ties to even), as the
+ * C compiler's conversion on the CPU. */
+__device__ double u128_to_double(unsigned __int128 x) {
+  const uint64_t hi = (uint64_t)(x >> 64);
+  if (hi == 0) return __ull2double_rn((uint64_t)x);
+  const int shift = 128 - __clzll((long long)hi) - 53; /* bits below the 53 kept, >= 12 */
+  uint64_t mant = (uint64_t)(x >> shift);
+  const unsigned __int128 below = x & ((((unsigned __int128)1) << shift) - 1);
+  const unsigned __int128 half = ((unsigned __int128)1) << (shift - 1);
+  if (below > half || (below == half && (mant & 1))) ++mant; /* 2^53 at most: exact */
+  return ldexp((double)mant, shift);
+}
+
+/* big integers of `len` 64-bit words, little-endian (the CPU's helpers) */
+__device__ int big_muladd(uint64_t *x, int len, uint64_t m, uint64_t add) {
+  unsigned __int128 carry = add;
+  for (int i = 0; i < len; ++i) {
+    const unsigned __int128 t = (unsigned __int128)x[i] * m + carry;
+    x[i] = (uint64_t)t;
+    carry = t >> 64;
+  }
+  if (carry) x[len++] = (uint64_t)carry;
+  return len;
+}
+__device__ int big_cmp(const uint64_t *a, int la, const uint64_t *b, int lb) {
+  while (la > 0 && a[la - 1] == 0) --la;
+  while (lb > 0 && b[lb - 1] == 0) --lb;
+  if (la != lb) return la < lb ? -1 : 1;
+  for (int i = la - 1; i >= 0; --i)
+    if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
+  return 0;
+}
+/* r = a - b (a >= b), la words; r may alias b */
+__device__ void big_sub(uint64_t *r, const uint64_t *a, int la, const uint64_t *b, int lb) {
+  uint64_t borrow = 0;
+  for (int i = 0; i < la; ++i) {
+    const uint64_t bi = i < lb ? b[i] : 0;
+    const uint64_t d = a[i] - bi - borrow;
+    borrow = (a[i] < bi) || (a[i] - bi < borrow);
+    r[i] = d;
+  }
+}
+__device__ double big_to_double(const uint64_t *x, int len) {
+  while (len > 0 && x[len - 1] == 0) --len;
+  if (len == 0) return 0.0;
+  double r = 0;
+  for (int i = len - 1; i >= 0 && i >= len - 3; --i) r = __dadd_rn(r, ldexp(__ull2double_rn(x[i]), 64 * i));
+  return r;
+}
+
+/* how many of the last primes the 128-bit fast path uses (the CPU's r_fast) */
+__device__ int fast_primes(const fh_ckks_decode_args &a, unsigned __int128 *qf_out) {
+  const int k = a.nlimbs;
+  int r = 0;
+  unsigned __int128 qf = 1;
+  while (r < k && r < 8) {
+    const uint64_t q = a.primes[a.nq - 1 - r].q;
+    /* the CPU stops when qf > floor(2^126 / q), i.e. when qf q > 2^126 (192-bit product) */
+    const unsigned __int128 p_lo = (unsigned __int128)(uint64_t)qf * q;
+    const unsigned __int128 p_hi = (unsigned __int128)(uint64_t)(qf >> 64) * q + (uint64_t)(p_lo >> 64);
+    const unsigned __int128 lim = ((unsigned __int128)1) << 62; /* 2^126 / 2^64 */
+    const bool over = p_hi > lim || (p_hi == lim && (uint64_t)p_lo != 0);
+    if (over) break;
+    qf *= q;
+    ++r;
+  }
+  *qf_out = qf;
+  return r;
+}
+
+__global__ void __launch_bounds__(EW_THREADS) decode_crt_kernel(const __grid_constant__ fh_ckks_decode_args a) {
+  const int64_t n = (int64_t)1 << a.log_n, slots = n >> 1;
+  const int k = a.nlimbs, nq = a.nq, first = nq - k;
+  unsigned __int128 qf;
+  const int r_fast = fast_primes(a, &qf);
+  const double inv_scale = 1.0 / a.scale;
+  GROUPS(g, a.ngroups) {
+    const uint64_t *in = a.in + g * a.in_gs;
+    double *w = a.work + g * a.work_gs;
+    COEFFS(i, n) {
+      double val = 0;
+      bool done = false;
+      if (k == 1) {
+        const uint64_t x = in[i], q = a.primes[first].q;
+        val = x > q / 2 ? -__ull2double_rn(q - x) : __ull2double_rn(x);
+        done = true;
+      } else if (r_fast >= 2) {
+        uint64_t v[8];
+        unsigned __int128 x = in[(int64_t)(k - 1) * n + i], prod = a.primes[nq - 1].q;
+        v[0] = (uint64_t)x;
+        for (int r = 1; r < r_fast; ++r) {
+          const fh_modulus &m = a.primes[nq - 1 - r].bar;
+          const uint64_t *gr = a.garner + (int64_t)r * nq;
+          uint64_t s = 0;
+          for (int j = 0; j < r; ++j) s = fh_mod_add(s, fh_mod_mul(v[j], gr[j], &m), m.q);
+          v[r] = fh_mod_mul(fh_mod_sub(in[(int64_t)(k - 1 - r) * n + i], s, m.q), gr[r], &m);
+          x += (unsigned __int128)v[r] * prod;
+          prod *= m.q;
+        }
+        const bool neg = x > qf / 2;
+        const unsigned __int128 mag = neg ? qf - x : x;
+        bool ok = true;
+        for (int r = r_fast; r < k && ok; ++r) {
+          const fh_modulus &m = a.primes[nq - 1 - r].bar;
+          uint64_t res = fh_barrett128((uint64_t)mag, (uint64_t)(mag >> 64), &m);
+          if (neg) res = fh_mod_neg(res, m.q);
+          ok = res == in[(int64_t)(k - 1 - r) * n + i];
+        }
+        if (ok) {
+          val = neg ? -u128_to_double(mag) : u128_to_double(mag);
+          done = true;
+        }
+      }
+      const double out = done ? __dmul_rn(val, inv_scale) : __longlong_as_double(0x7ff8000000000000LL);
+      if (i < slots) w[2 * i] = out;
+      else w[2 * (i - slots) + 1] = out;
+    }
+  }
+}
+
+constexpr int DECODE_WIDE_THREADS = 8;
+constexpr unsigned DECODE_WIDE_BLOCKS = 512; /* each block rebuilds Q and Q/2 once */
+/* The multi-word reconstruction for the coefficients step 1 marked; shared
+ * memory holds Q and floor(Q/2) once and each thread's Garner digits and
+ * accumulator. */
+__global__ void decode_crt_wide_kernel(const __grid_constant__ fh_ckks_decode_args a) {
+  extern __shared__ uint64_t sw[];
+  const int64_t n = (int64_t)1 << a.log_n, slots = n >> 1;
+  const int k = a.nlimbs, nq = a.nq, first = nq - k, W = k + 1;
+  uint64_t *Q = sw, *H = sw + W, *v = sw + 2 * W + threadIdx.x * 2 * W, *X = v + W;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < W; ++i) Q[i] = 0;
+    Q[0] = 1;
+    int lq = 1;
+    for (int l = 0; l < k; ++l) lq = big_muladd(Q, lq, a.primes[first + l].q, 0);
+    uint64_t carry = 0;
+    for (int i = W - 1; i >= 0; --i) {
+      H[i] = (Q[i] >> 1) | (carry << 63);
+      carry = Q[i] & 1;
+    }
+  }
+  __syncthreads();
+  int lq = W;
+  while (lq > 1 && Q[lq - 1] == 0) --lq;
+  const double inv_scale = 1.0 / a.scale;
+  GROUPS(g, a.ngroups) {
+    const uint64_t *in = a.in + g * a.in_gs;
+    double *w = a.work + g * a.work_gs;
+    COEFFS(i, n) {
+      double *slot = i < slots ? &w[2 * i] : &w[2 * (i - slots) + 1];
+      if (!isnan(*slot)) continue;
+      v[0] = in[(int64_t)(k - 1) * n + i];
+      for (int r = 1; r < k; ++r) {
+        const fh_modulus &m = a.primes[nq - 1 - r].bar;
+        const uint64_t *gr = a.garner + (int64_t)r * nq;
+        uint64_t s = 0;
+        for (int j = 0; j < r; ++j) s = fh_mod_add(s, fh_mod_mul(v[j], gr[j], &m), m.q);
+        v[r] = fh_mod_mul(fh_mod_sub(in[(int64_t)(k - 1 - r) * n + i], s, m.q), gr[r], &m);
+      }
+      for (int j = 0; j < W; ++j) X[j] = 0;
+      X[0] = v[k - 1];
+      int lx = 1;
+      for (int r = k - 2; r >= 0; --r) lx = big_muladd(X, lx, a.primes[nq - 1 - r].q, v[r]);
+      double val;
+      if (big_cmp(X, lx, H, lq) > 0) {
+        big_sub(X, Q, lq, X, lx);
+        val = -big_to_double(X, lq);
+      } else {
+        val = big_to_double(X, lx);
+      }
+      *slot = __dmul_rn(val, inv_scale);
+    }
+  }
+}
+
+__device__ __forceinline__ void decode_store(const fh_ckks_decode_args &a, int64_t g, int64_t j, cplx v) {
+  double *o = a.out + g * a.out_gs;
+  if (a.out_complex) {
+    o[2 * j] = v.re;
+    o[2 * j + 1] = v.im;
+  } else {
+    o[j] = v.re;
+  }
+}
+
+/* Evaluation of a whole vector in shared memory (size <= FFT_CHUNK). */
+__global__ void __launch_bounds__(FFT_THREADS) decode_row_kernel(const __grid_constant__ fh_ckks_decode_args a) {
+  extern __shared__ cplx fs[];
+  const int size_log = a.log_n - 1, size = 1 << size_log;
+  const uint64_t m2 = 2 * ((uint64_t)1 << a.log_n);
+  for (int64_t g = blockIdx.x; g < a.ngroups; g += gridDim.x) {
+    const cplx *w = (const cplx *)(a.work + g * a.work_gs);
+    for (int k = threadIdx.x; k < size; k += blockDim.x) fs[k] = w[bitrev((uint32_t)k, size_log)];
+    __syncthreads();
+    fft_dit_span(fs, size, size, a.rot_group, a.ksi, m2);
+    for (int k = threadIdx.x; k < size; k += blockDim.x) decode_store(a, g, k, fs[k]);
+    __syncthreads();
+  }
+}
+/* Evaluation, large vectors, phase 1: the bit-reversed gather from work[0, N)
+ * and the stages len <= FFT_CHUNK on contiguous chunks, into work[N, 2N). */
+__global__ void __launch_bounds__(FFT_THREADS) decode_chunk_kernel(const __grid_constant__ fh_ckks_decode_args a) {
+  __shared__ cplx fs[FFT_CHUNK];
+  const int size_log = a.log_n - 1;
+  const int64_t size = (int64_t)1 << size_log, base = (int64_t)blockIdx.x * FFT_CHUNK;
+  const uint64_t m2 = 2 * ((uint64_t)1 << a.log_n);
+  for (int64_t g = blockIdx.y; g < a.ngroups; g += gridDim.y) {
+    const cplx *w = (const cplx *)(a.work + g * a.work_gs);
+    cplx *w2 = (cplx *)(a.work + g * a.work_gs) + size;
+    for (int k = threadIdx.x; k < FFT_CHUNK; k += blockDim.x) fs[k] = w[bitrev((uint32_t)(base + k), size_log)];
+    __syncthreads();
+    fft_dit_span(fs, FFT_CHUNK, FFT_CHUNK, a.rot_group, a.ksi, m2);
+    for (int k = threadIdx.x; k < FFT_CHUNK; k += blockDim.x) w2[base + k] = fs[k];
+    __syncthreads();
+  }
+}
+/* Evaluation, phase 2: the stages len > FFT_CHUNK on column tiles of
+ * work[N, 2N), into the output. */
+__global__ void __launch_bounds__(FFT_THREADS) decode_col_kernel(const __grid_constant__ fh_ckks_decode_args a) {
+  extern __shared__ cplx fs[];
+  const int64_t size = (int64_t)1 << (a.log_n - 1);
+  const int rows = (int)(size >> FFT_CHUNK_LOG);
+  const int c0 = blockIdx.x * FFT_COLS, tile = rows * FFT_COLS;
+  const uint64_t m2 = 2 * ((uint64_t)1 << a.log_n);
+  for (int64_t g = blockIdx.y; g < a.ngroups; g += gridDim.y) {
+    const cplx *w2 = (const cplx *)(a.work + g * a.work_gs) + size;
+    for (int e = threadIdx.x; e < tile; e += blockDim.x) {
+      const int k = e / FFT_COLS, col = e - k * FFT_COLS;
+      fs[e] = w2[(int64_t)k * FFT_CHUNK + c0 + col];
+    }
+    __syncthreads();
+    fft_col_stages(fs, rows, c0, true, a.rot_group, a.ksi, m2);
+    for (int e = threadIdx.x; e < tile; e += blockDim.x) {
+      const int k = e / FFT_COLS, col = e - k * FFT_COLS;
+      decode_store(a, g, (int64_t)k * FFT_CHUNK + c0 + col, fs[e]);
+    }
+    __syncthreads();
+  }
+}
+
+fh_status k_decode(const void *argp, void *stream) {
+  const fh_ckks_decode_args *a = (const fh_ckks_decode_args *)argp;
+  if (a->ngroups <= 0) return FH_OK;
+  cudaStream_t h = (cudaStream_t)stream;
+  const int64_t n = (int64_t)1 << a->log_n, size = n >> 1;
+  const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
+  const unsigned gz = grid_z(a->ngroups);
+  decode_crt_kernel<<<dim3(blocks_for(n, threads), 1, gz), threads, 0, h>>>(*a);
+  if (a->nlimbs > 1) {
+    const size_t smem = (size_t)(2 + 2 * DECODE_WIDE_THREADS) * (a->nlimbs + 1) * sizeof(uint64_t);
+    const unsigned nb = blocks_for(n, DECODE_WIDE_THREADS);
+    decode_crt_wide_kernel<<<dim3(nb < DECODE_WIDE_BLOCKS ? nb : DECODE_WIDE_BLOCKS, 1, gz), DECODE_WIDE_THREADS, smem,
+                             h>>>(*a);
+  }
+  if (size <= FFT_CHUNK) {
+    const int ft = size / 2 < FFT_THREADS ? (size / 2 > 32 ? (int)(size / 2) : 32) : FFT_THREADS;
+    decode_row_kernel<<<gz, ft, (size_t)size * sizeof(cplx), h>>>(*a);
+  } else {
+    const int rows = (int)(size >> FFT_CHUNK_LOG);
+    decode_chunk_kernel<<<dim3((unsigned)(size / FFT_CHUNK), gz), FFT_THREADS, 0, h>>>(*a);
+    decode_col_kernel<<<dim3(FFT_CHUNK / FFT_COLS, gz), FFT_THREADS, (size_t)rows * FFT_COLS * sizeof(cplx), h>>>(*a);
+  }
+  return launched("kernel 'ckks_decode'");
+}
+
+} // namespace
+
+const fh_cuda_kernel_fn fh__ckks_cuda_kernels[FH_K_CKKS_COUNT] = {
+    k_ntt, k_intt, k_ew, k_tensor, k_bconv, k_ks_inner, k_automorph, k_encode, k_decode,
+};

@@ -163,11 +163,39 @@ static fh_status new_like(const fh_tensor *t, fh_dtype dtype, fh_tensor **out) {
   return fh_tensor_empty(t->ndim, t->shape, &o, out);
 }
 
-/* A contiguous view (or copy) of `t` and a new uint64 output of its shape,
- * both registered as uses of the launcher. New references; on failure
- * nothing is held. */
-static fh_status unary_io(fh__ckks_launcher *L, fh_tensor *t, fh_tensor **in, fh_tensor **out) {
-  fh_status st = fh_tensor_contiguous(t, in);
+/* The rows of t [*, nids, N] as the kernels read them: t itself (a new
+ * reference) when its coefficients and limbs are contiguous and its leading
+ * dimensions collapse to one group stride *gs, else a contiguous copy (group
+ * stride nids * N). So a view such as t:narrow(1, 2, 3) of a batch reaches
+ * the kernels as strided groups, without a copy. */
+static fh_status rows_of(fh_tensor *t, int64_t n, fh_tensor **out, int64_t *gs) {
+  const int nd = t->ndim;
+  const int64_t nids = t->shape[nd - 2];
+  bool direct = (t->stride[nd - 1] == 1 || n == 1) && (t->stride[nd - 2] == n || nids == 1);
+  int64_t g = nids * n;
+  /* the innermost leading dimension of extent > 1 sets the stride; outer ones must follow it */
+  int64_t expect = -1;
+  for (int d = nd - 3; d >= 0 && direct; --d) {
+    if (t->shape[d] == 1) continue;
+    if (expect < 0) g = t->stride[d];
+    else direct = t->stride[d] == expect;
+    expect = t->stride[d] * t->shape[d];
+  }
+  if (direct && g >= 0) {
+    fh_tensor_retain(t);
+    *out = t;
+    *gs = g;
+    return FH_OK;
+  }
+  *gs = nids * n;
+  return fh_tensor_contiguous(t, out);
+}
+
+/* The rows of `t` (rows_of: in, with group stride *in_gs) and a new
+ * contiguous uint64 output of its shape, both registered as uses of the
+ * launcher. New references; on failure nothing is held. */
+static fh_status unary_io(fh__ckks_launcher *L, fh_tensor *t, fh_tensor **in, int64_t *in_gs, fh_tensor **out) {
+  fh_status st = rows_of(t, L->tb->n, in, in_gs);
   if (st != FH_OK) return st;
   if ((st = new_like(t, FH_UINT64, out)) != FH_OK) {
     fh_tensor_release(*in);
@@ -189,11 +217,12 @@ fh_status fh_ckks_poly_ntt(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int
   fh__ckks_launcher L;
   if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
   fh_tensor *in = NULL, *out = NULL;
-  if ((st = unary_io(&L, t, &in, &out)) != FH_OK) return st;
+  int64_t in_gs;
+  if ((st = unary_io(&L, t, &in, &in_gs, &out)) != FH_OK) return st;
   int32_t prime[FH_CKKS_MAX_PRIMES];
   for (int i = 0; i < nids; ++i) prime[i] = ids[i];
   int64_t gs = (int64_t)nids * tb->n;
-  st = fh__ckks_ntt(&L, forward, fh__ckks_ptr(out), gs, fh__ckks_ptr(in), gs, ngroups, prime, nids);
+  st = fh__ckks_ntt(&L, forward, fh__ckks_ptr(out), gs, fh__ckks_ptr(in), in_gs, ngroups, prime, nids);
   fh_tensor_release(in);
   return fh__deliver(st, out, result);
 }
@@ -259,7 +288,11 @@ fh_status fh_ckks_poly_ew(fh_ckks_tables *tb, int op, fh_tensor *a, fh_tensor *b
   fh__ckks_launcher L;
   if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
   fh_tensor *in[3] = {NULL, NULL, NULL}, *src[3] = {a, b, c}, *out = NULL;
-  for (int i = 0; i < nin && st == FH_OK; ++i) st = fh_tensor_contiguous(src[i], &in[i]);
+  int64_t in_gs[3] = {0, 0, 0};
+  for (int i = 0; i < nin && st == FH_OK; ++i) {
+    if (i == 0 && op == FH_CKKS_EW_SIGNED) st = fh_tensor_contiguous(src[i], &in[i]);
+    else st = rows_of(src[i], tb->n, &in[i], &in_gs[i]);
+  }
   if (st == FH_OK) {
     fh_tensor_options o = {FH_UINT64, tb->device, false, false};
     st = fh_tensor_empty(out_ndim, out_shape, &o, &out);
@@ -275,15 +308,15 @@ fh_status fh_ckks_poly_ew(fh_ckks_tables *tb, int op, fh_tensor *a, fh_tensor *b
     args.out = fh__ckks_ptr(out);
     args.out_gs = gs;
     args.a = fh__ckks_ptr(in[0]);
-    args.a_gs = broadcast ? tb->n : gs;
+    args.a_gs = op != FH_CKKS_EW_SIGNED ? in_gs[0] : broadcast ? tb->n : gs;
     args.a_ls = broadcast ? 0 : tb->n;
     if (nin >= 2) {
       args.b = fh__ckks_ptr(in[1]);
-      args.b_gs = gs;
+      args.b_gs = in_gs[1];
     }
     if (nin >= 3) {
       args.c = fh__ckks_ptr(in[2]);
-      args.c_gs = gs;
+      args.c_gs = in_gs[2];
     }
     for (int l = 0; l < nids; ++l) {
       uint64_t q = tb->primes[ids[l]];
@@ -309,11 +342,13 @@ fh_status fh_ckks_poly_automorph(fh_ckks_tables *tb, fh_tensor *t, const int *id
   fh__ckks_launcher L;
   if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
   fh_tensor *in = NULL, *out = NULL;
-  if ((st = unary_io(&L, t, &in, &out)) != FH_OK) return st;
+  int64_t in_gs;
+  if ((st = unary_io(&L, t, &in, &in_gs, &out)) != FH_OK) return st;
   int32_t prime[FH_CKKS_MAX_PRIMES];
   for (int i = 0; i < nids; ++i) prime[i] = ids[i];
   int64_t gs = (int64_t)nids * tb->n;
-  st = fh__ckks_automorph(&L, ntt_domain, galois, fh__ckks_ptr(out), gs, fh__ckks_ptr(in), gs, ngroups, prime, nids);
+  st = fh__ckks_automorph(&L, ntt_domain, galois, fh__ckks_ptr(out), gs, fh__ckks_ptr(in), in_gs, ngroups, prime,
+                          nids);
   fh_tensor_release(in);
   return fh__deliver(st, out, result);
 }
@@ -324,6 +359,34 @@ static double log2_q(const fh_ckks_tables *tb, int nlimbs) {
   double s = 0;
   for (int i = tb->nq - nlimbs; i < tb->nq; ++i) s += log2((double)tb->primes[i]);
   return s;
+}
+
+fh_status fh_ckks_check_message(const fh_ckks_tables *tb, const fh_tensor *msg, double scale, int nlimbs) {
+  const char *what = "ckks encode";
+  /* the canonical-embedding coefficients are bounded by the largest slot
+   * magnitude, so |slot| * scale < Q/2 keeps every coefficient in range */
+  const bool complex_in = msg->dtype == FH_COMPLEX128;
+  fh_tensor *c = NULL;
+  fh_status st = fh_tensor_contiguous((fh_tensor *)msg, &c);
+  if (st != FH_OK) return st;
+  const double *v = (const double *)fh_tensor_data(c);
+  int64_t cnt = fh_tensor_numel(c) * (complex_in ? 2 : 1);
+  double mx = 0;
+  for (int64_t i = 0; i < cnt && st == FH_OK; ++i) {
+    if (!isfinite(v[i]))
+      st = fh_error_set(FH_ERR_VALUE, "%s: message element %lld is not finite (%g)", what,
+                        (long long)(complex_in ? i / 2 : i) + 1, v[i]);
+    else if (fabs(v[i]) > mx) mx = fabs(v[i]);
+  }
+  fh_tensor_release(c);
+  if (st != FH_OK) return st;
+  double lim = log2_q(tb, nlimbs) - 1;
+  if (mx > 0 && log2(mx * (complex_in ? M_SQRT2 : 1.0)) + log2(scale) >= lim)
+    return fh_error_set(FH_ERR_VALUE,
+                        "%s: message magnitude %g at scale 2^%.2f exceeds the modulus of %d prime%s (2^%.1f): it "
+                        "would wrap around",
+                        what, mx, log2(scale), nlimbs, nlimbs == 1 ? "" : "s", lim + 1);
+  return FH_OK;
 }
 
 fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, int nlimbs, fh_tensor **result) {
@@ -351,29 +414,10 @@ fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, 
   if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
   fh_tensor *in = NULL, *out = NULL, *work = NULL;
   if ((st = fh_tensor_contiguous(msg, &in)) != FH_OK) return st;
-  /* magnitude check on the host when the values are readable now: the
-   * canonical-embedding coefficients are bounded by the largest slot
-   * magnitude, so |slot| * scale < Q/2 keeps every coefficient in range */
-  if (fh_tensor_device(in).type == FH_DEVICE_CPU && !fh_launch_capturing(fh_cpu())) {
-    const double *v = (const double *)fh_tensor_data(in);
-    int64_t cnt = fh_tensor_numel(in) * (complex_in ? 2 : 1);
-    double mx = 0;
-    for (int64_t i = 0; i < cnt; ++i) {
-      if (!isfinite(v[i])) {
-        fh_tensor_release(in);
-        return fh_error_set(FH_ERR_VALUE, "%s: message element %lld is not finite (%g)", what,
-                            (long long)(complex_in ? i / 2 : i) + 1, v[i]);
-      }
-      if (fabs(v[i]) > mx) mx = fabs(v[i]);
-    }
-    double lim = log2_q(tb, nlimbs) - 1;
-    if (mx > 0 && log2(mx * (complex_in ? M_SQRT2 : 1.0)) + log2(scale) >= lim) {
-      fh_tensor_release(in);
-      return fh_error_set(FH_ERR_VALUE,
-                          "%s: message magnitude %g at scale 2^%.2f exceeds the modulus of %d prime%s (2^%.1f): it "
-                          "would wrap around",
-                          what, mx, log2(scale), nlimbs, nlimbs == 1 ? "" : "s", lim + 1);
-    }
+  if (fh_tensor_device(in).type == FH_DEVICE_CPU && !fh_launch_capturing(fh_cpu()) &&
+      (st = fh_ckks_check_message(tb, in, scale, nlimbs)) != FH_OK) {
+    fh_tensor_release(in);
+    return st;
   }
   int64_t shape[FH_MAX_DIMS];
   memcpy(shape, msg->shape, sizeof(int64_t) * (size_t)(msg->ndim - 1));
@@ -434,7 +478,7 @@ fh_status fh_ckks_poly_decode(fh_ckks_tables *tb, fh_tensor *coeffs, double scal
   memcpy(shape, coeffs->shape, sizeof(int64_t) * (size_t)(coeffs->ndim - 2));
   shape[coeffs->ndim - 2] = tb->n / 2;
   fh_tensor_options o = {complex_out ? FH_COMPLEX128 : FH_FLOAT64, tb->device, false, false};
-  int64_t wshape[2] = {ngroups, tb->n};
+  int64_t wshape[2] = {ngroups, 2 * tb->n}; /* fh_ckks_decode_args.work */
   fh_tensor_options wo = {FH_FLOAT64, tb->device, false, false};
   if ((st = fh_tensor_empty(coeffs->ndim - 1, shape, &o, &out)) == FH_OK) st = fh_tensor_empty(2, wshape, &wo, &work);
   if (st == FH_OK) {
@@ -448,7 +492,7 @@ fh_status fh_ckks_poly_decode(fh_ckks_tables *tb, fh_tensor *coeffs, double scal
     a.work = (double *)fh_tensor_data(work);
     a.out_gs = complex_out ? tb->n : tb->n / 2;
     a.in_gs = (int64_t)nlimbs * tb->n;
-    a.work_gs = tb->n;
+    a.work_gs = 2 * tb->n;
     a.ngroups = ngroups;
     a.out_complex = complex_out;
     a.nlimbs = nlimbs;
@@ -464,5 +508,187 @@ fh_status fh_ckks_poly_decode(fh_ckks_tables *tb, fh_tensor *coeffs, double scal
   }
   fh_tensor_release(in);
   fh_tensor_release(work);
+  return fh__deliver(st, out, result);
+}
+
+/* ---- tensor product, base conversion, key-switching inner product ------------------------- */
+/* t is uint64 [lead, *, nids, N] with lead components; returns the groups per component. */
+static fh_status check_components(const char *what, const fh_ckks_tables *tb, const fh_tensor *t, int lead, int nids,
+                                  int64_t *ngroups) {
+  fh_status st = check_rows(what, tb, t, nids, FH_UINT64, ngroups);
+  if (st != FH_OK) return st;
+  if (t->ndim < 3 || t->shape[0] != lead)
+    return fh_error_set(FH_ERR_VALUE, "%s: expected %d components (shape [%d, *, %d, %lld])", what, lead, lead, nids,
+                        (long long)tb->n);
+  *ngroups /= lead;
+  return FH_OK;
+}
+
+fh_status fh_ckks_poly_tensor(fh_ckks_tables *tb, fh_tensor *a, fh_tensor *b, const int *ids, int nids,
+                              fh_tensor **result) {
+  const char *what = "ckks tensor";
+  int64_t ga, gb;
+  fh_status st;
+  if ((st = check_ids(what, tb, ids, nids)) || (st = check_components(what, tb, a, 2, nids, &ga)) ||
+      (st = check_components(what, tb, b, 2, nids, &gb)))
+    return st;
+  if (ga != gb || a->ndim != b->ndim) return fh_error_set(FH_ERR_VALUE, "%s: a and b have different shapes", what);
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
+  fh_tensor *x = NULL, *y = NULL, *out = NULL;
+  int64_t shape[FH_MAX_DIMS];
+  memcpy(shape, a->shape, sizeof(int64_t) * (size_t)a->ndim);
+  shape[0] = 3;
+  fh_tensor_options o = {FH_UINT64, tb->device, false, false};
+  if ((st = fh_tensor_contiguous(a, &x)) == FH_OK && (st = fh_tensor_contiguous(b, &y)) == FH_OK)
+    st = fh_tensor_empty(a->ndim, shape, &o, &out);
+  if (st == FH_OK && ga > 0) {
+    fh__ckks_use(&L, x);
+    fh__ckks_use(&L, y);
+    fh__ckks_use(&L, out);
+    fh_ckks_tensor_args k;
+    memset(&k, 0, sizeof k);
+    int64_t gs = (int64_t)nids * tb->n, cs = ga * gs;
+    k.out = fh__ckks_ptr(out);
+    k.a = fh__ckks_ptr(x);
+    k.b = fh__ckks_ptr(y);
+    k.out_cs = k.a_cs = k.b_cs = cs;
+    k.out_gs = k.a_gs = k.b_gs = gs;
+    k.ngroups = ga;
+    k.nlimbs = nids;
+    k.log_n = tb->log_n;
+    k.primes = tb->primes_dev;
+    for (int i = 0; i < nids; ++i) k.prime[i] = ids[i];
+    st = fh__ckks_submit(&L, FH_K_CKKS_TENSOR, &k, sizeof k);
+  }
+  if (x) fh_tensor_release(x);
+  if (y) fh_tensor_release(y);
+  return fh__deliver(st, out, result);
+}
+
+fh_status fh_ckks_poly_bconv(fh_ckks_tables *tb, fh_tensor *t, const int *src, int nsrc, const int *dst, int ndst,
+                             bool center, fh_tensor **result) {
+  const char *what = "ckks bconv";
+  int64_t ngroups;
+  fh_status st;
+  if ((st = check_ids(what, tb, src, nsrc)) || (st = check_ids(what, tb, dst, ndst)) ||
+      (st = check_rows(what, tb, t, nsrc, FH_UINT64, &ngroups)))
+    return st;
+  for (int i = 0; i < nsrc; ++i)
+    for (int j = 0; j < i; ++j)
+      if (src[i] == src[j]) return fh_error_set(FH_ERR_VALUE, "%s: source prime id %d appears twice", what, src[i]);
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
+  /* the constants for this pair of bases, computed on the host and moved to the device */
+  size_t words = fh_ckks_bconv_words(nsrc, ndst);
+  int64_t cshape[1] = {(int64_t)words};
+  fh_tensor_options ho = {FH_UINT64, fh_cpu(), false, false};
+  fh_tensor *hc = NULL, *consts = NULL, *in = NULL, *out = NULL;
+  if ((st = fh_tensor_empty(1, cshape, &ho, &hc)) != FH_OK) return st;
+  fh_ckks_bconv_constants(tb, src, nsrc, dst, ndst, fh__ckks_ptr(hc));
+  if (tb->device.type == FH_DEVICE_CPU) {
+    consts = hc;
+    hc = NULL;
+  } else {
+    st = fh_tensor_to(hc, tb->device, false, NULL, false, &consts);
+  }
+  int64_t in_gs = 0;
+  if (st == FH_OK) st = rows_of(t, tb->n, &in, &in_gs);
+  if (st == FH_OK) {
+    int64_t shape[FH_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    shape[t->ndim - 2] = ndst;
+    fh_tensor_options o = {FH_UINT64, tb->device, false, false};
+    st = fh_tensor_empty(t->ndim, shape, &o, &out);
+  }
+  if (st == FH_OK && ngroups > 0) {
+    fh__ckks_use(&L, consts);
+    fh__ckks_use(&L, in);
+    fh__ckks_use(&L, out);
+    fh_ckks_bconv_args b;
+    memset(&b, 0, sizeof b);
+    b.out = fh__ckks_ptr(out);
+    b.in = fh__ckks_ptr(in);
+    b.out_gs = (int64_t)ndst * tb->n;
+    b.in_gs = in_gs;
+    b.ngroups = ngroups;
+    b.nsrc = nsrc;
+    b.ndst = ndst;
+    b.log_n = tb->log_n;
+    b.primes = tb->primes_dev;
+    b.consts = fh__ckks_ptr(consts);
+    b.center = center;
+    for (int i = 0; i < nsrc; ++i) {
+      b.src_prime[i] = src[i];
+      b.src_row[i] = i;
+    }
+    for (int j = 0; j < ndst; ++j) {
+      b.dst_prime[j] = dst[j];
+      b.dst_row[j] = j;
+    }
+    st = fh__ckks_submit(&L, FH_K_CKKS_BCONV, &b, sizeof b);
+  }
+  if (hc) fh_tensor_release(hc);
+  if (consts) fh_tensor_release(consts);
+  if (in) fh_tensor_release(in);
+  return fh__deliver(st, out, result);
+}
+
+fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
+                                const int *key_rows, int nids, fh_tensor **result) {
+  const char *what = "ckks ks_inner";
+  int64_t ng, nk;
+  fh_status st;
+  if ((st = check_ids(what, tb, ids, nids)) || (st = check_rows(what, tb, digits, nids, FH_UINT64, &ng)))
+    return st;
+  if (digits->ndim < 3)
+    return fh_error_set(FH_ERR_VALUE, "%s: digits expected shape [*, digit, %d, %lld]", what, nids, (long long)tb->n);
+  int nd = (int)digits->shape[digits->ndim - 3];
+  if (key->ndim != 4 || key->shape[0] != nd || key->shape[1] != 2)
+    return fh_error_set(FH_ERR_VALUE, "%s: key expected shape [%d, 2, rows, %lld]", what, nd, (long long)tb->n);
+  if ((st = check_rows(what, tb, key, (int)key->shape[2], FH_UINT64, &nk)) != FH_OK) return st;
+  for (int i = 0; i < nids; ++i)
+    if (key_rows[i] < 0 || key_rows[i] >= key->shape[2])
+      return fh_error_set(FH_ERR_VALUE, "%s: key row %d is out of range [0, %lld)", what, key_rows[i],
+                          (long long)key->shape[2]);
+  int64_t groups = nd > 0 ? ng / nd : 0;
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
+  fh_tensor *x = NULL, *k = NULL, *out = NULL;
+  int64_t shape[FH_MAX_DIMS];
+  memcpy(shape, digits->shape, sizeof(int64_t) * (size_t)digits->ndim);
+  shape[digits->ndim - 3] = 2;
+  fh_tensor_options o = {FH_UINT64, tb->device, false, false};
+  if ((st = fh_tensor_contiguous(digits, &x)) == FH_OK && (st = fh_tensor_contiguous(key, &k)) == FH_OK)
+    st = fh_tensor_empty(digits->ndim, shape, &o, &out);
+  if (st == FH_OK && groups > 0 && nd > 0) {
+    fh__ckks_use(&L, x);
+    fh__ckks_use(&L, k);
+    fh__ckks_use(&L, out);
+    int64_t rows = (int64_t)nids * tb->n, krows = key->shape[2] * tb->n;
+    fh_ckks_ks_args a;
+    memset(&a, 0, sizeof a);
+    a.out = fh__ckks_ptr(out);
+    a.digits = fh__ckks_ptr(x);
+    a.key = fh__ckks_ptr(k);
+    a.out_gs = 2 * rows;
+    a.out_cs = rows;
+    a.digits_gs = (int64_t)nd * rows;
+    a.digit_stride = rows;
+    a.key_ds = 2 * krows;
+    a.key_cs = krows;
+    a.ngroups = groups;
+    a.ndigits = nd;
+    a.nlimbs = nids;
+    a.log_n = tb->log_n;
+    a.primes = tb->primes_dev;
+    for (int i = 0; i < nids; ++i) {
+      a.prime[i] = ids[i];
+      a.key_row[i] = key_rows[i];
+    }
+    st = fh__ckks_submit(&L, FH_K_CKKS_KS_INNER, &a, sizeof a);
+  }
+  if (x) fh_tensor_release(x);
+  if (k) fh_tensor_release(k);
   return fh__deliver(st, out, result);
 }

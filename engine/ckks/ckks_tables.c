@@ -89,11 +89,10 @@ static int digit_active(const fh_ckks_tables *t, int j, int level) {
   return hi > lo ? hi - lo : 0;
 }
 
-/* Words of base-conversion constants for nsrc sources and ndst targets. */
-static size_t bconv_words(int nsrc, int ndst) { return 2 * (size_t)nsrc + (size_t)nsrc * (size_t)ndst; }
+static size_t bconv_words(int nsrc, int ndst) { return fh_ckks_bconv_words(nsrc, ndst); }
 
-/* Fill base-conversion constants from src primes (indices) to dst primes. */
-static void fill_bconv(const fh_ckks_tables *t, uint64_t *w, const int *src, int nsrc, const int *dst, int ndst) {
+void fh_ckks_bconv_constants(const fh_ckks_tables *t, const int *src, int nsrc, const int *dst, int ndst,
+                             uint64_t *w) {
   for (int i = 0; i < nsrc; ++i) {
     const fh_modulus *m = &t->host[src[i]].bar;
     uint64_t prod = 1 % m->q;
@@ -339,11 +338,11 @@ fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, 
       for (int i = l; i < nq; ++i)
         if (i < lo_j || i >= lo_j + ns) dst[nd++] = i;
       for (int k = 0; k < np; ++k) dst[nd++] = nq + k;
-      fill_bconv(t, base + modup_off[l * t->dnum + j], src, ns, dst, nd);
+      fh_ckks_bconv_constants(t, src, ns, dst, nd, base + modup_off[l * t->dnum + j]);
     }
     for (int k = 0; k < np; ++k) src[k] = nq + k;
     for (int i = 0; i < la; ++i) dst[i] = l + i;
-    fill_bconv(t, base + moddown_off[l], src, np, dst, la);
+    fh_ckks_bconv_constants(t, src, np, dst, la, base + moddown_off[l]);
   }
   for (int l = 0; l + 1 < nq; ++l) {
     uint64_t qd = primes[l]; /* dropped by a rescale at level l */

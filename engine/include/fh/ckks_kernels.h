@@ -262,7 +262,8 @@ typedef struct fh_ckks_encode_args {
  * range (-Q/2, Q/2], converted to double and divided by `scale`; the special
  * FFT then evaluates the slots. Output: complex pairs (out_complex) or the
  * real parts. `garner` is the context's Garner table (fh/ckks_tables.h);
- * `work` is scratch of N doubles per group. */
+ * `work` is scratch of 2N doubles per group (the CPU uses the first N, the
+ * CUDA kernels both halves). */
 typedef struct fh_ckks_decode_args {
   double *out;
   const uint64_t *in;

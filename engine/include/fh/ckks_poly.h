@@ -23,6 +23,11 @@
 extern "C" {
 #endif
 
+/* Inputs whose coefficient and limb dimensions are contiguous and whose
+ * leading dimensions collapse to one stride (views such as a narrowed batch)
+ * reach the kernels directly as strided groups; other layouts are copied
+ * first. Results are contiguous. */
+
 /* Forward (standard -> Montgomery evaluations) or inverse NTT. */
 fh_status fh_ckks_poly_ntt(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int nids, bool forward,
                            fh_tensor **result);
@@ -44,10 +49,30 @@ fh_status fh_ckks_poly_automorph(fh_ckks_tables *tb, fh_tensor *t, const int *id
  * they are CPU data and no host capture is active (the kernel maps
  * non-finite values to 0). */
 fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, int nlimbs, fh_tensor **result);
+/* The host check of the above on a CPU message (any layout): ValueError for
+ * a non-finite value or a magnitude that would wrap around. Callers that
+ * move a CPU message to a device run it first. */
+fh_status fh_ckks_check_message(const fh_ckks_tables *tb, const fh_tensor *msg, double scale, int nlimbs);
 /* Decode coefficient-domain rows [*, nlimbs, N] over the last nlimbs Q primes:
  * result [*, N/2] complex128 (or float64 real parts). */
 fh_status fh_ckks_poly_decode(fh_ckks_tables *tb, fh_tensor *coeffs, double scale, bool complex_out,
                               fh_tensor **result);
+
+/* Tensor product of a and b [2, *, nids, N] (NTT domain, Montgomery):
+ * result [3, *, nids, N] = (a0 b0, a0 b1 + a1 b0, a1 b1). */
+fh_status fh_ckks_poly_tensor(fh_ckks_tables *tb, fh_tensor *a, fh_tensor *b, const int *ids, int nids,
+                              fh_tensor **result);
+/* Fast base conversion of t [*, nsrc, N] (standard residues modulo the
+ * distinct prime ids src) to the prime ids dst: result [*, ndst, N]
+ * (fh_ckks_bconv_args; `center` lifts the scaled residues to (-s/2, s/2]).
+ * The constants are computed on the host for this pair of bases. */
+fh_status fh_ckks_poly_bconv(fh_ckks_tables *tb, fh_tensor *t, const int *src, int nsrc, const int *dst, int ndst,
+                             bool center, fh_tensor **result);
+/* Key-switching inner product: digits [*, D, nids, N], key [D, 2, R, N]:
+ * result [*, 2, nids, N], out[c][l] = sum_d digits[d][l] key[d][c][key_rows[l]]
+ * (Montgomery products, modulo prime ids[l]). */
+fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
+                                const int *key_rows, int nids, fh_tensor **result);
 
 /* ---- internal: launch helper for the evaluator ----------------------------- */
 #define FH_CKKS_MAX_USES 24

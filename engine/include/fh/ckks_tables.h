@@ -78,6 +78,16 @@ fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, 
 void fh_ckks_tables_retain(fh_ckks_tables *t);
 void fh_ckks_tables_release(fh_ckks_tables *t);
 /* The storage holding the tables (borrowed), for launch `uses`. */
+/* Base-conversion constants (fh_ckks_bconv_args.consts) from the prime ids
+ * src[0..nsrc) to dst[0..ndst) into w (host memory, fh_ckks_bconv_words
+ * words): (shat_inv_i, Shoup companion) per source, then the ndst x nsrc
+ * matrix Shat_i mod t_j, j major. */
+static inline size_t fh_ckks_bconv_words(int nsrc, int ndst) {
+  return 2 * (size_t)nsrc + (size_t)nsrc * (size_t)ndst;
+}
+void fh_ckks_bconv_constants(const fh_ckks_tables *t, const int *src, int nsrc, const int *dst, int ndst,
+                             uint64_t *w);
+
 static inline fh_storage *fh_ckks_tables_storage(const fh_ckks_tables *t) { return t->data->storage; }
 /* Shoup companion of constant w modulo prime index p. */
 static inline uint64_t fh_ckks_tables_shoup(const fh_ckks_tables *t, int p, uint64_t w) {
