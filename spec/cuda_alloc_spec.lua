@@ -67,7 +67,7 @@ describe("the CUDA caching allocator", function()
     assert.equal(0, fh.sum(keep):item())
   end)
 
-  gpu_it("does not hand out a block freed while another stream still reads it before that stream's event completes",
+  H.gpu_window_it("does not hand out a block freed while another stream still reads it before that stream's event completes",
     function()
       local s = fh.cuda.Stream {}
       local n = MiB -- float32: class 4 MiB
@@ -157,7 +157,7 @@ describe("the pinned caching allocator", function()
     H.expect_error("ValueError", "pin_memory=true requires device", fh.zeros, { 1 }, { device = "cuda", pin_memory = true })
   end)
 
-  gpu_it("does not reuse a pinned block before the copy reading it has run", function()
+  H.gpu_window_it("does not reuse a pinned block before the copy reading it has run", function()
     local s = fh.cuda.Stream {}
     local n = MiB
     local h = fh.full({ n }, 3, { pin_memory = true })

@@ -97,7 +97,7 @@ describe("copies between pageable, pinned and CUDA memory", function()
     U.assert_same(m, hm, "strided host destination")
   end)
 
-  gpu_it("a non_blocking copy from pageable memory is correct although the source changes at once", function()
+  H.gpu_window_it("a non_blocking copy from pageable memory is correct although the source changes at once", function()
     local g = fh.Generator(H.seed("non_blocking pageable"))
     local s = fh.cuda.Stream {}
     local n = 2 ^ 22 + 3 -- float32: 16 MiB + 12 bytes, three chunks: no buffer waits
@@ -115,7 +115,7 @@ describe("copies between pageable, pinned and CUDA memory", function()
     U.assert_same(ref, d)
   end)
 
-  gpu_it("honours non_blocking and the stream for pinned memory; pageable destinations complete at once", function()
+  H.gpu_window_it("honours non_blocking and the stream for pinned memory; pageable destinations complete at once", function()
     local g = fh.Generator(H.seed("non_blocking pinned"))
     local s = fh.cuda.Stream {}
     local n = 2 ^ 20

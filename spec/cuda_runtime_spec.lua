@@ -69,7 +69,7 @@ describe("fh.cuda streams", function()
     H.expect_error("CudaError", "invalid CUDA device cuda:" .. ndev, fh.cuda.Stream, { device = ndev })
   end)
 
-  gpu_it("set_stream makes a stream current for its device, and operations run on it", function()
+  H.gpu_window_it("set_stream makes a stream current for its device, and operations run on it", function()
     local s = fh.cuda.Stream {}
     local before = fh.cuda.current_stream(0)
     fh.cuda.set_stream(s)
@@ -116,7 +116,7 @@ describe("fh.cuda streams", function()
 end)
 
 describe("fh.cuda events", function()
-  gpu_it("record, query, synchronize and time work on a stream", function()
+  H.gpu_window_it("record, query, synchronize and time work on a stream", function()
     local s = fh.cuda.Stream {}
     local e0, e1 = fh.cuda.Event { timing = true }, fh.cuda.Event { timing = true }
     assert.is_false(e0.recorded)
@@ -147,7 +147,7 @@ describe("fh.cuda events", function()
     e2:synchronize()
   end)
 
-  gpu_it("orders a dependent copy on another stream after an event (wait_event)", function()
+  H.gpu_window_it("orders a dependent copy on another stream after an event (wait_event)", function()
     local s1, s2 = fh.cuda.Stream {}, fh.cuda.Stream {}
     local n = 2 ^ 20
     local src = fh.full({ n }, 7, { device = "cuda" })
@@ -181,7 +181,7 @@ describe("fh.cuda events", function()
     assert.equal(11 * n, fh.sum(src):item())
   end)
 
-  gpu_it("orders work after everything queued on another stream (wait_stream)", function()
+  H.gpu_window_it("orders work after everything queued on another stream (wait_stream)", function()
     local s1, s2 = fh.cuda.Stream {}, fh.cuda.Stream {}
     local a = fh.zeros({ 4096 }, { device = "cuda" })
     local b = fh.zeros({ 4096 }, { device = "cuda" })

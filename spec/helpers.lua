@@ -18,6 +18,23 @@ function H.gpu_it(name, fn)
   end
 end
 
+--- gpu_window_it(name, fn): a gpu_it whose assertions rely on a kernel
+--- (fh.cuda._spin) still running when the host checks (a race window opened
+--- on purpose). compute-sanitizer serialises launches, so under
+--- scripts/gpu-check (FHELIUM_SANITIZER set) it is skipped with that reason.
+function H.gpu_window_it(name, fn)
+  local env = getfenv(2)
+  local tool = os.getenv("FHELIUM_SANITIZER")
+  if H.has_gpu and tool and tool ~= "" then
+    env.pending(name .. " #gpu (skipped under compute-sanitizer " .. tool
+      .. ": it relies on a kernel still running when the host checks, and the sanitizer serialises launches)")
+  elseif H.has_gpu then
+    env.it(name .. " #gpu", fn)
+  else
+    env.pending(name .. " #gpu (skipped: no CUDA device: " .. fh.cuda.unavailable_reason() .. ")")
+  end
+end
+
 --- Calls fn(...) expecting an fhelium error of `kind` whose message matches
 --- every Lua pattern in `patterns` (a string or a list). Returns the error.
 function H.expect_error(kind, patterns, fn, ...)

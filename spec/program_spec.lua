@@ -543,7 +543,7 @@ describe("CudaGraphProgram", function()
     prog:close()
   end)
 
-  H.gpu_it("close waits for pending replays and copies; GC of an unclosed program never frees early", function()
+  H.gpu_window_it("close waits for pending replays and copies; GC of an unclosed program never frees early", function()
     local prog = ex.CudaGraphProgram.capture(step, { example_inputs = { seq(65536, 0, "cuda:0"), seq(65536, 0, "cuda:0") } })
     local s = fh.cuda.current_stream()
     -- inputs first: creating a CUDA tensor from host data synchronizes the stream
