@@ -226,8 +226,9 @@ describe("CkksEngine on cuda:0", function()
       local function run(e, k)
         local r = {}
         r.pt1 = e:encode(m1)
-        r.a = e:encrypt(r.pt1, k.pk)
-        r.b = e:encrypt_message(m2, k.pk)
+        r.a = e:coefficient_domain_to_ntt_domain(e:encrypt(r.pt1, k.pk))
+        r.b = e:coefficient_domain_to_ntt_domain(e:encrypt_message(m2, k.pk))
+        r.enc = e:encrypt_message(m1, k.pk)
         r.add = e:add(r.a, r.b)
         r.sub = e:sub(r.a, r.b)
         r.neg = e:negate(r.a)
@@ -252,7 +253,7 @@ describe("CkksEngine on cuda:0", function()
         return r
       end
       local rc, rg = run(ec, K[1]), run(eg, K[2])
-      for _, key in ipairs { "pt1", "a", "b", "add", "sub", "neg", "addp", "mul", "relin", "rescale", "ppt", "mulp",
+      for _, key in ipairs { "pt1", "enc", "a", "b", "add", "sub", "neg", "addp", "mul", "relin", "rescale", "ppt", "mulp",
         "rot1", "rot3", "conj", "coeff", "rotc", "ntt", "batch", "sum", "rotb", "dec" } do
         same_value(rc[key], rg[key], key)
       end
@@ -283,12 +284,12 @@ describe("CUDA graph programs of CKKS operations", function()
     local S = e.context.num_slots
     local gen = fh.Generator(seed)
     local function msg() return fh.rand({ S }, { dtype = "float64", generator = gen }) - 0.5 end
+    local function enc(m) return e:coefficient_domain_to_ntt_domain(e:encrypt_message(m, pk)) end
     local function fn(x, y)
       local z = e:rescale_to_next_level(e:relinearize(e:multiply(x, y), rlk))
       return e:rotate_with_key(z, rk)
     end
-    local prog = ex.CudaGraphProgram.capture(fn, { example_inputs = { e:encrypt_message(msg(), pk),
-      e:encrypt_message(msg(), pk) } })
+    local prog = ex.CudaGraphProgram.capture(fn, { example_inputs = { enc(msg()), enc(msg()) } })
     assert.is_true(prog.stats.node_count > 0)
     -- the program owns what its graph reads: the keys may go
     rlk, rk = nil, nil
@@ -296,7 +297,7 @@ describe("CUDA graph programs of CKKS operations", function()
     collectgarbage("collect")
     for round = 1, 3 do
       local m1, m2 = msg(), msg()
-      local x, y = e:encrypt_message(m1, pk), e:encrypt_message(m2, pk)
+      local x, y = enc(m1), enc(m2)
       local out = prog:replay({ x, y }, { copy_output = true })
       local dec = e:decrypt_message(out, sk, { is_real = true }):cpu():tolist()
       local want = (m1 * m2):tolist()
@@ -305,8 +306,7 @@ describe("CUDA graph programs of CKKS operations", function()
       assert.is_true(worst < 1e-5, ("round %d: decryption error %g"):format(round, worst))
     end
     prog:close()
-    H.expect_error("ExecutionError", "closed", prog.replay, prog, { e:encrypt_message(msg(), pk),
-      e:encrypt_message(msg(), pk) })
+    H.expect_error("ExecutionError", "closed", prog.replay, prog, { enc(msg()), enc(msg()) })
   end)
 
   gpu_it("replays give the eager results bit for bit", function()
@@ -320,15 +320,15 @@ describe("CUDA graph programs of CKKS operations", function()
     local gen = fh.Generator(seed + 1)
     local function msg() return fh.rand({ S }, { dtype = "float64", generator = gen }) - 0.5 end
     local pt = e:prepare_plaintext_for_multiplication(e:encode(msg()))
+    local function enc(m) return e:coefficient_domain_to_ntt_domain(e:encrypt_message(m, pk)) end
     local function fn(x, y)
       local z = e:rescale_to_next_level(e:relinearize(e:multiply(x, y), rlk))
       local w = e:rescale_to_next_level(e:multiply_plaintext(x, pt))
       return ex.tuple(e:rotate_with_key(z, rk), e:add(e:conjugate(w, ck), z), e:sub(x, y))
     end
-    local prog = ex.CudaGraphProgram.capture(fn, { example_inputs = { e:encrypt_message(msg(), pk),
-      e:encrypt_message(msg(), pk) } })
+    local prog = ex.CudaGraphProgram.capture(fn, { example_inputs = { enc(msg()), enc(msg()) } })
     for round = 1, 3 do
-      local x, y = e:encrypt_message(msg(), pk), e:encrypt_message(msg(), pk)
+      local x, y = enc(msg()), enc(msg())
       local out = prog:replay({ x, y }, { copy_output = true, synchronize = true })
       local ref = fn(x, y)
       for i = 1, 3 do same(ref[i].data, out[i].data, ("round %d, output %d"):format(round, i)) end
@@ -341,8 +341,9 @@ describe("CUDA graph programs of CKKS operations", function()
     local sk = e:create_secret_key()
     local pk = e:create_public_key(sk)
     local ct = e:encrypt_message(1.0, pk)
+    local pt = e:encode(2.0)
     local err = H.expect_error("CudaGraphCaptureError", "randomness", ex.CudaGraphProgram.capture,
-      function(x) e:encrypt_message(2.0, pk); return x end, { example_inputs = { ct }, warmup = 0 })
+      function(x) e:encrypt(pt, pk); return x end, { example_inputs = { ct }, warmup = 0 })
     assert.are.equal("capture", err.stage)
     err = H.expect_error("CudaGraphCaptureError", "randomness", ex.CudaGraphProgram.capture,
       function(x) e:create_rotation_key(sk, 1); return x end, { example_inputs = { ct }, warmup = 0 })
@@ -360,7 +361,8 @@ describe("CkksEngine on cuda:0 refuses", function()
     local skg, skc = eg:create_secret_key(), ec:create_secret_key()
     local pkg, pkc = eg:create_public_key(skg), ec:create_public_key(skc)
     local rlkc = ec:create_relinearization_key(skc)
-    local ctg, ctc = eg:encrypt_message(1.0, pkg), ec:encrypt_message(1.0, pkc)
+    local ctg = eg:coefficient_domain_to_ntt_domain(eg:encrypt_message(1.0, pkg))
+    local ctc = ec:coefficient_domain_to_ntt_domain(ec:encrypt_message(1.0, pkc))
     local before = launches()
     H.expect_error("ValueError", { "b is on cpu but the engine runs on cuda:0" }, eg.add, eg, ctg, ctc)
     H.expect_error("ValueError", { "a is on cpu but the engine runs on cuda:0" }, eg.multiply, eg, ctc, ctg)

@@ -15,13 +15,15 @@
  * FH_CKKS_MAX_PRIMES), blockIdx.z walks the groups (a grid-stride loop
  * beyond 65535), blockIdx.x the coefficients or tiles of a row. One launch
  * covers every row of an operation. The NTT of a row of N = 2^log_n words
- * is one kernel when N <= NTT_CHUNK (the whole row in shared memory), else
- * two: a "column" kernel for the stages whose butterflies span more than a
- * chunk (tiles of NTT_COLS adjacent columns of N / NTT_CHUNK words each) and
- * a "chunk" kernel for the stages inside contiguous chunks of NTT_CHUNK
- * words; the forward transform runs columns then chunks, the inverse chunks
- * then columns. The special FFT of encode and decode has the same two-phase
- * shape over N/2 complex values.
+ * is one kernel when N <= NTT_TILE (the whole row through shared memory),
+ * else two over N = N1 x N2 (N2 = 2^ceil(log_n / 2) contiguous words): a
+ * "column" kernel for the stages whose butterflies span at least N2 words
+ * and a "chunk" kernel for the stages inside contiguous N2-word chunks, each
+ * block on NTT_TILE words; the forward transform runs columns then chunks,
+ * the inverse chunks then columns. Stages go in radix-8 passes (three
+ * stages on 8 words per thread in registers, one barrier per pass). The
+ * special FFT of encode and decode has the same two-phase shape over N/2
+ * complex values.
  *
  * Nothing here allocates, synchronises or reads device data on the host, so
  * every kernel can be captured in a CUDA graph. Launch failures are
@@ -36,17 +38,12 @@ namespace {
 
 /* ---- launch constants ------------------------------------------------------------- */
 constexpr int EW_THREADS = 256;       /* element-wise kernels: one coefficient per thread */
-constexpr int NTT_CHUNK_LOG = 11;     /* contiguous chunk of the NTT's chunk kernel */
-constexpr int NTT_CHUNK = 1 << NTT_CHUNK_LOG;
-constexpr int NTT_THREADS = 256;      /* chunk and single-row NTT kernels */
-constexpr int NTT_COLS = 16;          /* adjacent columns per tile of the column kernel (128-byte runs) */
-constexpr int NTT_COL_THREADS = 256;
+constexpr int NTT_THREADS = 256;      /* NTT kernels: 8 words per thread */
 constexpr int FFT_CHUNK_LOG = 11;     /* complex values per chunk of the special FFT */
 constexpr int FFT_CHUNK = 1 << FFT_CHUNK_LOG;
 constexpr int FFT_THREADS = 256;
 constexpr int FFT_COLS = 8;
 constexpr int MAX_GRID_Z = 65535;
-static_assert(NTT_CHUNK * sizeof(uint64_t) <= 48 * 1024, "an NTT chunk fits the default shared memory");
 static_assert(FFT_CHUNK * 16 <= 48 * 1024, "an FFT chunk fits the default shared memory");
 
 fh_status launched(const char *what) {
@@ -120,149 +117,177 @@ __device__ __forceinline__ void gs_last(uint64_t &x, uint64_t &y, const fh_ckks_
   y = fh_shoup_mul(u - v + P.q2, c.iw1s, c.iw1s_shoup, P.q);
 }
 
-/* Stages over a contiguous span of `len` words in shared memory s, which
- * starts at word `base` of the row (a multiple of len). Forward: the stages
- * with half-size t from t_hi down to 1 (global group index from base);
- * first: fuse R into the stage t = N/2 (only when the span is the row). */
-__device__ void ntt_span_forward(uint64_t *s, int len, int64_t base, int64_t n, int t_hi, bool first,
-                                 const fh_ckks_prime &c, const ntt_prime &P) {
-  const int half = len >> 1;
-  for (int t = t_hi; t >= 1; t >>= 1) {
-    const int64_t m = n / (2 * t); /* groups in the whole row */
-    for (int b = threadIdx.x; b < half; b += blockDim.x) {
-      const int i = b / t, j = b - i * t;
-      const int x = 2 * i * t + j;
-      if (first && t == t_hi) {
-        ct_first(s[x], s[x + t], c, P);
-      } else {
-        const int64_t gi = m + (base + x) / (2 * t);
-        ct_bfly(s[x], s[x + t], P.w[gi], P.ws[gi], P);
+/* ---- radix-2^r passes ----------------------------------------------------------------
+ * The passes below run on `narr` logical arrays of M = 2^S words: word k of
+ * array a is at p[a * astride + k * kstride] (global or shared memory). Array a's
+ * word k is word (offset + a * aoff + k) of a transform of `total` logical words,
+ * which fixes the twiddles: at the stage with half-size t (logical words), word x is
+ * in group (offset + a * aoff + x) >> log2(2t), twiddle index total / 2t + group.
+ * A pass takes r consecutive stages at once on R = 2^r words per thread held in
+ * registers: for the forward stages t_hi, .., t_lo = t_hi / 2^(r-1) the words
+ * x0 + j t_lo (j < R) form a closed set, and likewise for the inverse stages
+ * t_lo, .., t_hi; so a chunk of 2^11 words takes 4 passes (3 + 3 + 3 + 2 stages)
+ * and 3 barriers instead of 11. */
+struct ntt_view {
+  uint64_t *p;
+  int kstride, astride;
+};
+struct ntt_geom {
+  int64_t total, offset, aoff; /* logical length of the transform, offsets */
+  int log_total;
+};
+
+template <int R, bool FORWARD>
+__device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst, int narr, int M, int log_tlo,
+                                         const ntt_geom g, bool fuse, bool reduce, const fh_ckks_prime &c,
+                                         const ntt_prime &P) {
+  constexpr int r = R == 8 ? 3 : R == 4 ? 2 : 1;
+  const int t_lo = 1 << log_tlo;
+  const int per = M / R;
+  for (int w = threadIdx.x; w < narr * per; w += blockDim.x) {
+    const int a = w % narr, item = w / narr;
+    const int b = item >> log_tlo, q = item & (t_lo - 1);
+    const int x0 = b * R * t_lo + q;
+    const int64_t base = g.offset + (int64_t)a * g.aoff + x0;
+    uint64_t v[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) v[j] = src.p[a * src.astride + (x0 + j * t_lo) * src.kstride];
+#pragma unroll
+    for (int si = 0; si < r; ++si) {
+      const int h = FORWARD ? (R >> (si + 1)) : (1 << si); /* pair distance, in j */
+      const int log_t = log_tlo + (FORWARD ? (r - 1 - si) : si);
+      const bool fused = fuse && log_t + 1 == g.log_total; /* the stage t = total / 2 */
+      const int64_t m = g.total >> (log_t + 1);
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        if (j & h) continue;
+        if (FORWARD) {
+          if (fused) {
+            ct_first(v[j], v[j + h], c, P);
+          } else {
+            const int64_t gi = m + ((base + (int64_t)j * t_lo) >> (log_t + 1));
+            ct_bfly(v[j], v[j + h], P.w[gi], P.ws[gi], P);
+          }
+        } else {
+          if (fused) {
+            gs_last(v[j], v[j + h], c, P);
+          } else {
+            const int64_t gi = m + ((base + (int64_t)j * t_lo) >> (log_t + 1));
+            gs_bfly(v[j], v[j + h], P.w[gi], P.ws[gi], P);
+          }
+        }
       }
     }
-    __syncthreads();
-  }
-}
-/* Inverse: the stages t = 1 .. t_hi over the span; `last` applies the
- * scaling stage t = N/2 at the end (only when the span is the row). */
-__device__ void ntt_span_inverse(uint64_t *s, int len, int64_t base, int64_t n, int t_hi, bool last,
-                                 const fh_ckks_prime &c, const ntt_prime &P) {
-  const int half = len >> 1;
-  for (int t = 1; t <= t_hi; t <<= 1) {
-    const int64_t h = n / (2 * t);
-    for (int b = threadIdx.x; b < half; b += blockDim.x) {
-      const int i = b / t, j = b - i * t;
-      const int x = 2 * i * t + j;
-      if (last && t == t_hi) {
-        gs_last(s[x], s[x + t], c, P);
-      } else {
-        const int64_t gi = h + (base + x) / (2 * t);
-        gs_bfly(s[x], s[x + t], P.w[gi], P.ws[gi], P);
-      }
-    }
-    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+      dst.p[a * dst.astride + (x0 + j * t_lo) * dst.kstride] = reduce ? reduce4(v[j], P) : v[j];
   }
 }
 
-/* A whole row in shared memory (N <= NTT_CHUNK): every stage. */
+/* Every stage over the arrays (S = log2 M): forward t = M/2 .. 1, inverse
+ * t = 1 .. M/2, in passes of up to 3 stages; the first pass reads src, the
+ * last writes dst, the ones between work in place in shared memory `sm`
+ * (kstride/astride of its view). fuse: the first forward stage multiplies by
+ * R / the last inverse stage scales, when it is the transform's t = total/2.
+ * reduce: forward outputs fully reduced. */
+template <bool FORWARD>
+__device__ void ntt_stages(ntt_view src, ntt_view dst, ntt_view sm, int narr, int log_m, const ntt_geom g,
+                           bool fuse, bool reduce, const fh_ckks_prime &c, const ntt_prime &P) {
+  const int M = 1 << log_m;
+  int done = 0;
+  ntt_view from = src;
+  while (done < log_m) {
+    const int rem = log_m - done;
+    const int r = rem >= 3 ? 3 : rem;
+    const bool last = r == rem;
+    const ntt_view to = last ? dst : sm;
+    /* forward passes go down from t = M/2, inverse ones up from t = 1 */
+    const int log_tlo = FORWARD ? (log_m - done - r) : done;
+    if (r == 3) ntt_pass<8, FORWARD>(from, to, narr, M, log_tlo, g, fuse, reduce && last, c, P);
+    else if (r == 2) ntt_pass<4, FORWARD>(from, to, narr, M, log_tlo, g, fuse, reduce && last, c, P);
+    else ntt_pass<2, FORWARD>(from, to, narr, M, log_tlo, g, fuse, reduce && last, c, P);
+    __syncthreads();
+    from = sm;
+    done += r;
+  }
+}
+
+/* N = N1 x N2 with N2 = 2^ceil(log N / 2) contiguous words per chunk and N1 rows:
+ * the "column" kernel transforms the N2 columns (stride N2, the stages t >= N2),
+ * the "chunk" kernel the N1 chunks (the stages t < N2). A block takes NTT_TILE words:
+ * NTT_TILE / N1 adjacent columns, or NTT_TILE / N2 adjacent chunks. */
+constexpr int NTT_TILE_LOG = 11;
+constexpr int NTT_TILE = 1 << NTT_TILE_LOG;
+static_assert(NTT_TILE * sizeof(uint64_t) <= 48 * 1024, "an NTT tile fits the default shared memory");
+
+struct ntt_split {
+  int log_n1, log_n2;
+};
+__host__ __device__ __forceinline__ ntt_split ntt_split_of(int log_n) {
+  ntt_split s;
+  s.log_n2 = (log_n + 1) / 2;
+  s.log_n1 = log_n - s.log_n2;
+  return s;
+}
+
+/* A whole row (N <= NTT_TILE): every stage, global to global through shared memory. */
 template <bool FORWARD>
 __global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
-  extern __shared__ uint64_t s[];
+  __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
   const int n = 1 << a.log_n;
   const fh_ckks_prime c = a.primes[a.prime[l]];
   const ntt_prime P = ntt_prime_of(a, l, FORWARD);
+  const ntt_geom geo = {n, 0, 0, a.log_n};
   GROUPS(g, a.ngroups) {
-    const uint64_t *in = a.in + g * a.in_gs + (int64_t)l * n;
-    uint64_t *out = a.out + g * a.out_gs + (int64_t)l * n;
-    for (int k = threadIdx.x; k < n; k += blockDim.x) s[k] = in[k];
-    __syncthreads();
-    if (FORWARD) ntt_span_forward(s, n, 0, n, n >> 1, true, c, P);
-    else ntt_span_inverse(s, n, 0, n, n >> 1, true, c, P);
-    for (int k = threadIdx.x; k < n; k += blockDim.x) out[k] = FORWARD ? reduce4(s[k], P) : s[k];
-    __syncthreads();
+    const ntt_view src = {(uint64_t *)(a.in + g * a.in_gs + (int64_t)l * n), 1, 0};
+    const ntt_view dst = {a.out + g * a.out_gs + (int64_t)l * n, 1, 0};
+    const ntt_view sv = {sm, 1, 0};
+    ntt_stages<FORWARD>(src, dst, sv, 1, a.log_n, geo, true, FORWARD, c, P);
   }
 }
 
-/* The chunk kernel: NTT_CHUNK contiguous words of a row (blockIdx.x is the
- * chunk). Forward: the stages t = NTT_CHUNK/2 .. 1 and the final reduction,
- * in place on out (the column kernel wrote it). Inverse: the stages
- * t = 1 .. NTT_CHUNK/2 from in to out. */
+/* The column kernel: NTT_TILE / N1 adjacent columns of the N1 x N2 matrix of a
+ * row; forward reads in, inverse works in place on out. */
+template <bool FORWARD>
+__global__ void __launch_bounds__(NTT_THREADS) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
+  __shared__ uint64_t sm[NTT_TILE];
+  const int l = blockIdx.y;
+  const ntt_split sp = ntt_split_of(a.log_n);
+  const int64_t n = (int64_t)1 << a.log_n;
+  const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1;
+  const int c0 = blockIdx.x * cols;
+  const fh_ckks_prime c = a.primes[a.prime[l]];
+  const ntt_prime P = ntt_prime_of(a, l, FORWARD);
+  const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
+  GROUPS(g, a.ngroups) {
+    const uint64_t *in = FORWARD ? a.in + g * a.in_gs : a.out + g * a.out_gs;
+    const ntt_view src = {(uint64_t *)(in + (int64_t)l * n + c0), n2, 1};
+    const ntt_view dst = {a.out + g * a.out_gs + (int64_t)l * n + c0, n2, 1};
+    const ntt_view sv = {sm, cols, 1};
+    ntt_stages<FORWARD>(src, dst, sv, cols, sp.log_n1, geo, true, false, c, P);
+  }
+}
+
+/* The chunk kernel: NTT_TILE / N2 adjacent chunks of N2 words; forward works
+ * in place on out and reduces, inverse reads in. */
 template <bool FORWARD>
 __global__ void __launch_bounds__(NTT_THREADS) ntt_chunk_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
-  __shared__ uint64_t s[NTT_CHUNK];
+  __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
+  const ntt_split sp = ntt_split_of(a.log_n);
   const int64_t n = (int64_t)1 << a.log_n;
-  const int64_t base = (int64_t)blockIdx.x * NTT_CHUNK;
+  const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
+  const int64_t base = (int64_t)blockIdx.x * NTT_TILE;
   const fh_ckks_prime c = a.primes[a.prime[l]];
   const ntt_prime P = ntt_prime_of(a, l, FORWARD);
+  const ntt_geom geo = {n, base, n2, a.log_n};
   GROUPS(g, a.ngroups) {
-    const uint64_t *in = (FORWARD ? a.out + g * a.out_gs : a.in + g * a.in_gs) + (int64_t)l * n + base;
-    uint64_t *out = a.out + g * a.out_gs + (int64_t)l * n + base;
-    for (int k = threadIdx.x; k < NTT_CHUNK; k += blockDim.x) s[k] = in[k];
-    __syncthreads();
-    if (FORWARD) ntt_span_forward(s, NTT_CHUNK, base, n, NTT_CHUNK >> 1, false, c, P);
-    else ntt_span_inverse(s, NTT_CHUNK, base, n, NTT_CHUNK >> 1, false, c, P);
-    for (int k = threadIdx.x; k < NTT_CHUNK; k += blockDim.x) out[k] = FORWARD ? reduce4(s[k], P) : s[k];
-    __syncthreads();
-  }
-}
-
-/* The column kernel: a tile of NTT_COLS adjacent columns c of the row seen
- * as an (N / NTT_CHUNK) x NTT_CHUNK matrix (word k * NTT_CHUNK + c), in
- * shared memory as [k][col]. Forward: the stages t = N/2 .. NTT_CHUNK (the
- * first fused with R), from in to out. Inverse: the stages
- * t = NTT_CHUNK .. N/2 (the last one scales), in place on out. */
-template <bool FORWARD>
-__global__ void __launch_bounds__(NTT_COL_THREADS) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
-  extern __shared__ uint64_t s[];
-  const int l = blockIdx.y;
-  const int64_t n = (int64_t)1 << a.log_n;
-  const int rows = (int)(n >> NTT_CHUNK_LOG); /* words per column, >= 2 */
-  const int c0 = blockIdx.x * NTT_COLS;
-  const int tile = rows * NTT_COLS, half = tile >> 1;
-  const fh_ckks_prime c = a.primes[a.prime[l]];
-  const ntt_prime P = ntt_prime_of(a, l, FORWARD);
-  GROUPS(g, a.ngroups) {
-    const uint64_t *in = (FORWARD ? a.in + g * a.in_gs : a.out + g * a.out_gs) + (int64_t)l * n;
-    uint64_t *out = a.out + g * a.out_gs + (int64_t)l * n;
-    for (int e = threadIdx.x; e < tile; e += blockDim.x) {
-      const int k = e / NTT_COLS, col = e - k * NTT_COLS;
-      s[e] = in[(int64_t)k * NTT_CHUNK + c0 + col];
-    }
-    __syncthreads();
-    /* in column terms the stage with half-size t pairs rows (k, k + tk), tk = t / NTT_CHUNK */
-    if (FORWARD) {
-      for (int tk = rows >> 1; tk >= 1; tk >>= 1) {
-        const int64_t m = rows / (2 * tk);
-        for (int b = threadIdx.x; b < half; b += blockDim.x) {
-          const int col = b % NTT_COLS, bk = b / NTT_COLS;
-          const int i = bk / tk, j = bk - i * tk;
-          const int k = 2 * i * tk + j;
-          uint64_t &x = s[k * NTT_COLS + col], &y = s[(k + tk) * NTT_COLS + col];
-          if (tk == rows >> 1) ct_first(x, y, c, P);
-          else ct_bfly(x, y, P.w[m + i], P.ws[m + i], P);
-        }
-        __syncthreads();
-      }
-    } else {
-      for (int tk = 1; tk <= rows >> 1; tk <<= 1) {
-        const int64_t h = rows / (2 * tk);
-        for (int b = threadIdx.x; b < half; b += blockDim.x) {
-          const int col = b % NTT_COLS, bk = b / NTT_COLS;
-          const int i = bk / tk, j = bk - i * tk;
-          const int k = 2 * i * tk + j;
-          uint64_t &x = s[k * NTT_COLS + col], &y = s[(k + tk) * NTT_COLS + col];
-          if (tk == rows >> 1) gs_last(x, y, c, P);
-          else gs_bfly(x, y, P.w[h + i], P.ws[h + i], P);
-        }
-        __syncthreads();
-      }
-    }
-    for (int e = threadIdx.x; e < tile; e += blockDim.x) {
-      const int k = e / NTT_COLS, col = e - k * NTT_COLS;
-      out[(int64_t)k * NTT_CHUNK + c0 + col] = s[e];
-    }
-    __syncthreads();
+    const uint64_t *in = FORWARD ? a.out + g * a.out_gs : a.in + g * a.in_gs;
+    const ntt_view src = {(uint64_t *)(in + (int64_t)l * n + base), 1, n2};
+    const ntt_view dst = {a.out + g * a.out_gs + (int64_t)l * n + base, 1, n2};
+    const ntt_view sv = {sm, 1, n2};
+    ntt_stages<FORWARD>(src, dst, sv, chunks, sp.log_n2, geo, false, FORWARD, c, P);
   }
 }
 
@@ -273,19 +298,18 @@ fh_status run_ntt(const void *argp, void *stream) {
   cudaStream_t h = (cudaStream_t)stream;
   const int64_t n = (int64_t)1 << a->log_n;
   const unsigned gz = grid_z(a->ngroups);
-  if (a->log_n <= NTT_CHUNK_LOG) {
-    int threads = (int)(n / 2 < NTT_THREADS ? (n / 2 > 32 ? n / 2 : 32) : NTT_THREADS);
-    ntt_row_kernel<FORWARD><<<dim3(1, a->nlimbs, gz), threads, n * sizeof(uint64_t), h>>>(*a);
+  if (a->log_n <= NTT_TILE_LOG) {
+    const int threads = (int)(n / 8 < 32 ? 32 : n / 8);
+    ntt_row_kernel<FORWARD><<<dim3(1, a->nlimbs, gz), threads, 0, h>>>(*a);
   } else {
-    const int rows = (int)(n >> NTT_CHUNK_LOG);
-    const dim3 col_grid(NTT_CHUNK / NTT_COLS, a->nlimbs, gz), chunk_grid((unsigned)(n / NTT_CHUNK), a->nlimbs, gz);
-    const size_t col_smem = (size_t)rows * NTT_COLS * sizeof(uint64_t);
+    const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz);
+    const int threads = NTT_TILE / 8;
     if (FORWARD) {
-      ntt_col_kernel<true><<<col_grid, NTT_COL_THREADS, col_smem, h>>>(*a);
-      ntt_chunk_kernel<true><<<chunk_grid, NTT_THREADS, 0, h>>>(*a);
+      ntt_col_kernel<true><<<grid, threads, 0, h>>>(*a);
+      ntt_chunk_kernel<true><<<grid, threads, 0, h>>>(*a);
     } else {
-      ntt_chunk_kernel<false><<<chunk_grid, NTT_THREADS, 0, h>>>(*a);
-      ntt_col_kernel<false><<<col_grid, NTT_COL_THREADS, col_smem, h>>>(*a);
+      ntt_chunk_kernel<false><<<grid, threads, 0, h>>>(*a);
+      ntt_col_kernel<false><<<grid, threads, 0, h>>>(*a);
     }
   }
   return launched(FORWARD ? "kernel 'ckks_ntt'" : "kernel 'ckks_intt'");
