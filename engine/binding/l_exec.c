@@ -345,7 +345,7 @@ static int buf_copy_from(lua_State *L) {
   const fh_tree_sig *sig = fh_buffer_signature(b);
   fh_tensor **leaves = scratch(L, sig->nleaves);
   fh__lua_check(L, fh__lua_tree_validate(L, sig, 2, "source", FH_ERR_EXEC_INPUT, leaves));
-  fh_copy_handle *h;
+  fh_copy_handle *h = NULL;
   fh__lua_check(L, fh_buffer_copy_from(b, leaves, stream, nb, wait, nwait, &h));
   push_handle(L, h, sig, 2);
   return 1;
@@ -405,7 +405,7 @@ static int h_gc(lua_State *L) {
 
 static int h_done(lua_State *L) {
   fh_copy_handle *h = checkhandle(L, 1, "CopyHandle:done", "self");
-  bool done;
+  bool done = false;
   fh__lua_check(L, fh_copy_handle_done(h, &done));
   if (done) drop_sources(L, 1);
   lua_pushboolean(L, done);
@@ -638,8 +638,8 @@ static int p_set_output(lua_State *L) {
   lua_settop(L, 2);
   drop_output(b);
   if (!lua_isnil(L, 2)) {
-    fh_tree_sig *sig;
-    fh_tensor **leaves;
+    fh_tree_sig *sig = NULL;
+    fh_tensor **leaves = NULL;
     check_output(L, b, 2, "output", &sig, &leaves);
     for (int64_t i = 0; i < sig->nleaves; ++i) fh_tensor_retain(leaves[i]);
     b->out_sig = sig;
@@ -716,7 +716,7 @@ static int p_copy_inputs_from(lua_State *L) {
   const fh_tree_sig *sig = fh_buffer_signature(in);
   fh_tensor **leaves = scratch(L, sig->nleaves);
   fh__lua_check(L, fh__lua_tree_validate(L, sig, 2, "inputs", FH_ERR_GRAPH_INPUT, leaves));
-  fh_copy_handle *h;
+  fh_copy_handle *h = NULL;
   fh_status st = fh_program_copy_inputs(b->p, leaves, stream, nb, wait, nwait, &h);
   if (st != FH_OK) {
     fh_error_prefix("%s", fn);

@@ -82,13 +82,13 @@ fh_status fh_tensor_empty_like_layout(const fh_tensor *t, fh_device dev, bool pi
     return fh_error_set(FH_ERR_VALUE,
                         "its elements overlap in memory (a stride-0 or expanded view); a buffer cannot hold it "
                         "(pass a contiguous() copy)");
-  size_t bytes;
+  size_t bytes = 0;
   if (fh_mul_overflow((size_t)span_elements(t), fh_dtype_size((fh_dtype)t->dtype), &bytes))
     return fh_error_set(FH_ERR_MEMORY, "tensor span overflows size_t");
-  fh_storage *s;
+  fh_storage *s = NULL;
   fh_status st = fh_storage_new(dev, bytes, pin ? FH_STORAGE_PINNED : 0, &s);
   if (st != FH_OK) return st;
-  fh_tensor *r;
+  fh_tensor *r = NULL;
   st = fh_tensor_from_storage(s, 0, t->ndim, t->shape, t->stride, (fh_dtype)t->dtype, &r);
   fh_storage_release(s);
   if (st != FH_OK) return st;
@@ -578,7 +578,7 @@ fh_status fh_buffer_wait_for(fh_buffer *b, fh_copy_handle *h, fh_stream *stream)
                                         "to order", fn);
     return FH_OK;
   }
-  fh_stream *s;
+  fh_stream *s = NULL;
   if ((st = fh__op_stream(b->dev, stream, &s)) != FH_OK) {
     fh_error_prefix("%s", fn);
     return st;

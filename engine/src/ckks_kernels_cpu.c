@@ -428,7 +428,7 @@ static uint64_t round_mod(double x, const fh_modulus *m) {
     res = fh_barrett128((uint64_t)ax, 0, m);
   } else {
     /* |r| = M * 2^e with M < 2^53 (r is an integer: its ulp is >= 2^11) */
-    int e;
+    int e = 0;
     double f = frexp(ax, &e);
     uint64_t mant = (uint64_t)ldexp(f, 53);
     uint64_t p2 = fh_mod_pow(2, (uint64_t)(e - 53), m);

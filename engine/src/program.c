@@ -251,7 +251,7 @@ fh_status fh_program_capture_begin(fh_program *p) {
   if (p->kind == FH_PROGRAM_HOST_GRAPH) {
     if ((st = fh_tape_begin(p->tape)) != FH_OK) return st;
   } else {
-    fh_stream *cur;
+    fh_stream *cur = NULL;
     if ((st = fh_stream_current(p->dev, &cur)) != FH_OK) return st;
     if ((st = fh_mempool_begin(p->pool)) != FH_OK) return st;
     if ((st = fh__graph_begin(p->side)) != FH_OK) {

@@ -215,7 +215,7 @@ static fh_status tensor_alloc_record(fh_tensor **out) {
 
 /* ---- creation ----------------------------------------------------------- */
 fh_status fh_tensor_empty(int ndim, const int64_t *shape, const fh_tensor_options *o, fh_tensor **out) {
-  int64_t numel;
+  int64_t numel = 0;
   fh_status st = fh_shape_check(ndim, shape, &numel);
   if (st != FH_OK) return st;
   if ((unsigned)o->dtype >= FH_DTYPE_COUNT) return fh_error_set(FH_ERR_VALUE, "invalid dtype");
@@ -256,7 +256,7 @@ fh_status fh_tensor_full(int ndim, const int64_t *shape, const fh_scalar *value,
 
 fh_status fh_tensor_from_storage(fh_storage *s, int64_t offset, int ndim, const int64_t *shape, const int64_t *stride,
                                  fh_dtype dtype, fh_tensor **out) {
-  int64_t numel;
+  int64_t numel = 0;
   fh_status st = fh_shape_check(ndim, shape, &numel);
   if (st != FH_OK) return st;
   if (offset < 0) return fh_error_set(FH_ERR_VALUE, "negative storage offset %lld", (long long)offset);
@@ -297,7 +297,7 @@ fh_status fh_tensor_from_host(const void *src, int ndim, const int64_t *shape, c
     *out = t;
     return FH_OK;
   }
-  fh_tensor *d;
+  fh_tensor *d = NULL;
   st = fh_tensor_to(t, o->device, false, NULL, false, &d);
   fh_tensor_release(t);
   if (st != FH_OK) return st;
@@ -449,7 +449,7 @@ fh_status fh_tensor_reshape(fh_tensor *t, int ndim, const int64_t *shape, fh_ten
     return st;
   }
   if (view_strides(t, ndim, res, stride)) return view_of(t, ndim, res, stride, t->offset, out);
-  fh_tensor *c;
+  fh_tensor *c = NULL;
   if ((st = fh_tensor_clone(t, &c)) != FH_OK) return st;
   st = fh_tensor_view(c, ndim, res, out);
   fh_tensor_release(c);
@@ -638,7 +638,7 @@ static void byte_range(const fh_tensor *t, uintptr_t *lo, uintptr_t *hi) {
 
 fh__overlap_kind fh__overlap(const fh_tensor *out, const fh_tensor *in) {
   if (out->storage != in->storage || fh_tensor_numel(out) == 0 || fh_tensor_numel(in) == 0) return FH__NO_OVERLAP;
-  uintptr_t olo, ohi, ilo, ihi;
+  uintptr_t olo = 0, ohi = 0, ilo = 0, ihi = 0;
   byte_range(out, &olo, &ohi);
   byte_range(in, &ilo, &ihi);
   if (ohi <= ilo || ihi <= olo) return FH__NO_OVERLAP;
@@ -694,7 +694,7 @@ fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, boo
   if (!fh_device_eq(dd, sd)) {
     if (dst->dtype != src->dtype) {
       /* convert on the source side first, then move */
-      fh_tensor *tmp;
+      fh_tensor *tmp = NULL;
       if ((st = fh_tensor_to_dtype(src, (fh_dtype)dst->dtype, &tmp)) != FH_OK) return st;
       st = fh__cuda_copy_across(dst, tmp, stream, non_blocking);
       fh_tensor_release(tmp);
@@ -702,12 +702,12 @@ fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, boo
     }
     return fh__cuda_copy_across(dst, src, stream, non_blocking);
   }
-  fh_stream *s;
+  fh_stream *s = NULL;
   if ((st = fh__op_stream(dd, stream, &s)) != FH_OK) return st;
   if (fh__overlap(dst, src) == FH__PARTIAL_OVERLAP) {
     /* dst and src share memory but not element for element: copy from a
      * snapshot of src, so the result is as if src was read first */
-    fh_tensor *snap; /* made on the copy's stream, so the copy is ordered after it */
+    fh_tensor *snap = NULL; /* made on the copy's stream, so the copy is ordered after it */
     if ((st = fh_tensor_to(src, dd, false, stream, true, &snap)) != FH_OK) return st;
     st = fh_tensor_copy_(dst, snap, stream, non_blocking);
     fh_tensor_release(snap);
@@ -722,7 +722,7 @@ fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, boo
 /* A new contiguous tensor of t's shape with options `o`, filled by copy_. */
 static fh_status copy_to_new(fh_tensor *t, const fh_tensor_options *o, fh_stream *stream, bool non_blocking,
                              fh_tensor **out) {
-  fh_tensor *r;
+  fh_tensor *r = NULL;
   fh_status st = fh_tensor_empty(t->ndim, t->shape, o, &r);
   if (st != FH_OK) return st;
   return fh__deliver(fh_tensor_copy_(r, t, stream, non_blocking), r, out);
@@ -759,7 +759,7 @@ fh_status fh_tensor_fill_(fh_tensor *t, const fh_scalar *value) {
   fh_status st = fh_scalar_to_dtype(value, (fh_dtype)t->dtype, a.value);
   if (st != FH_OK) return st;
   fh_device dev = fh_tensor_device(t);
-  fh_stream *s;
+  fh_stream *s = NULL;
   if ((st = fh_device_check(dev)) || (st = fh__op_stream(dev, NULL, &s))) return st;
   if (fh_tensor_numel(t) == 0) return FH_OK;
   iter_init(&a.it, t);
@@ -786,7 +786,7 @@ fh_status fh_tensor_read(fh_tensor *t, void *dst) {
   }
   /* gather into a contiguous host tensor, then copy out */
   fh_tensor_options o = {(fh_dtype)t->dtype, fh_cpu(), false, false};
-  fh_tensor *h;
+  fh_tensor *h = NULL;
   if ((st = fh_tensor_empty(t->ndim, t->shape, &o, &h)) != FH_OK) return st;
   st = fh_tensor_copy_(h, t, NULL, false);
   if (st == FH_OK) memcpy(dst, fh_tensor_data(h), nb);
