@@ -52,33 +52,8 @@ static int64_t span_elements(const fh_tensor *t) {
   return hi + 1;
 }
 
-/* True when two distinct indices of t address the same element. */
-static bool self_overlapping(const fh_tensor *t) {
-  if (fh_tensor_numel(t) <= 1) return false;
-  int64_t st[FH_MAX_DIMS], sz[FH_MAX_DIMS];
-  int n = 0;
-  for (int i = 0; i < t->ndim; ++i)
-    if (t->shape[i] > 1) {
-      /* insertion sort by stride */
-      int j = n++;
-      while (j > 0 && st[j - 1] > t->stride[i]) {
-        st[j] = st[j - 1];
-        sz[j] = sz[j - 1];
-        --j;
-      }
-      st[j] = t->stride[i];
-      sz[j] = t->shape[i];
-    }
-  int64_t extent = 0; /* highest offset reachable by the smaller-stride dims */
-  for (int i = 0; i < n; ++i) {
-    if (st[i] <= extent) return true;
-    extent += (sz[i] - 1) * st[i];
-  }
-  return false;
-}
-
 fh_status fh_tensor_empty_like_layout(const fh_tensor *t, fh_device dev, bool pin, fh_tensor **out) {
-  if (self_overlapping(t))
+  if (fh_tensor_is_self_overlapping(t))
     return fh_error_set(FH_ERR_VALUE,
                         "its elements overlap in memory (a stride-0 or expanded view); a buffer cannot hold it "
                         "(pass a contiguous() copy)");
@@ -232,7 +207,7 @@ fh_status fh_buffer_new(fh_tree_sig *sig, fh_tensor *const *examples, const fh_d
   if ((st = fh_device_check(target)) != FH_OK) return st;
   for (int64_t i = 0; i < n; ++i) {
     if ((st = fh_device_check(fh_tensor_device(examples[i]))) != FH_OK) return st;
-    if (self_overlapping(examples[i]))
+    if (fh_tensor_is_self_overlapping(examples[i]))
       return fh_error_set(FH_ERR_VALUE,
                           "%s: its elements overlap in memory (a stride-0 or expanded view); a buffer cannot hold it "
                           "(pass a contiguous() copy)",

@@ -164,6 +164,43 @@ bool fh_tensor_is_contiguous(const fh_tensor *t) {
   return true;
 }
 
+bool fh_tensor_is_self_overlapping(const fh_tensor *t) {
+  /* exact fast path: a contiguous layout (also any tensor of <= 1 element)
+   * never repeats a location */
+  if (fh_tensor_is_contiguous(t) || fh_tensor_numel(t) <= 1) return false;
+  /* general: the dims of size > 1 sorted by stride (insertion sort, at most
+   * FH_MAX_DIMS); each stride must step past every location the smaller
+   * strides reach. A stride-0 dim of size > 1 fails at once (0 <= extent). */
+  int64_t st[FH_MAX_DIMS], sz[FH_MAX_DIMS];
+  int n = 0;
+  for (int i = 0; i < t->ndim; ++i) {
+    if (t->shape[i] <= 1) continue;
+    int j = n++;
+    while (j > 0 && st[j - 1] > t->stride[i]) {
+      st[j] = st[j - 1];
+      sz[j] = sz[j - 1];
+      --j;
+    }
+    st[j] = t->stride[i];
+    sz[j] = t->shape[i];
+  }
+  int64_t extent = 0; /* the highest offset the smaller-stride dims reach */
+  for (int i = 0; i < n; ++i) {
+    if (st[i] <= extent) return true;
+    extent += (sz[i] - 1) * st[i];
+  }
+  return false;
+}
+
+fh_status fh__check_writable(const fh_tensor *t, const char *what, const char *arg) {
+  if (!fh_tensor_is_self_overlapping(t)) return FH_OK;
+  return fh_error_set(FH_ERR_VALUE,
+                      "%s: unsupported operation: more than one element of the written-to tensor refers to a single "
+                      "memory location (%s is an expanded or otherwise self-overlapping view; reading it is fine, "
+                      "writing into it is not: write into a clone() or contiguous() copy)",
+                      what, arg);
+}
+
 /* Sizes are limited so that every element count, byte count and stride
  * fits in int64 with room for the largest element: the product of the
  * sizes, with zero sizes counted as one (contiguous strides of a tensor
@@ -685,6 +722,7 @@ fh_status fh__copy_submit(fh_tensor *dst, fh_tensor *src, fh_stream *s) {
 
 fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, bool non_blocking) {
   fh_status st = check_same_shape(dst, src, "copy_");
+  if (st == FH_OK) st = fh__check_writable(dst, "copy_", "self");
   if (st != FH_OK) return st;
   if (fh_dtype_is_complex(src->dtype) && !fh_dtype_is_complex(dst->dtype))
     return fh_error_set(FH_ERR_TYPE, "copy_: cannot copy complex128 into %s", fh_dtype_name(dst->dtype));
@@ -757,6 +795,7 @@ fh_status fh_tensor_fill_(fh_tensor *t, const fh_scalar *value) {
   fh_fill_args a;
   memset(&a, 0, sizeof a);
   fh_status st = fh_scalar_to_dtype(value, (fh_dtype)t->dtype, a.value);
+  if (st == FH_OK) st = fh__check_writable(t, "fill_", "self");
   if (st != FH_OK) return st;
   fh_device dev = fh_tensor_device(t);
   fh_stream *s = NULL;

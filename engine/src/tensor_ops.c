@@ -72,11 +72,19 @@ static fh_status check_out(const char *what, const fh_tensor *out, int ndim, con
 }
 
 /* Allocate (or validate) the output and produce an operand view expanded to
- * the iteration shape. */
-static fh_status prepare_out(const char *what, fh_tensor *out, int ndim, const int64_t *shape, fh_dtype dtype,
-                             fh_device dev, fh_tensor **result) {
+ * the iteration shape. out == self is the in-place form ("add_"); a given
+ * output must not be self-overlapping. */
+static fh_status prepare_out(const char *what, fh_tensor *out, const fh_tensor *self, int ndim, const int64_t *shape,
+                             fh_dtype dtype, fh_device dev, fh_tensor **result) {
   if (out != NULL) {
     fh_status st = check_out(what, out, ndim, shape, dtype, dev);
+    if (st == FH_OK && out == self) { /* in place: add_, neg_, ... */
+      char fn[32];
+      snprintf(fn, sizeof fn, "%s_", what);
+      st = fh__check_writable(out, fn, "self");
+    } else if (st == FH_OK) {
+      st = fh__check_writable(out, what, "out");
+    }
     if (st != FH_OK) return st;
     fh_tensor_retain(out);
     *result = out;
@@ -141,7 +149,7 @@ fh_status fh_binary(fh_binary_op op, fh_tensor *a, fh_tensor *b, const fh_scalar
   fh_stream *s = NULL;
   if ((st = fh_device_check(dev)) || (st = fh__op_stream(dev, NULL, &s))) return st;
   fh_tensor *r = NULL, *snap_a = NULL, *snap_b = NULL;
-  if ((st = prepare_out(what, out, ndim, shape, (fh_dtype)a->dtype, dev, &r)) != FH_OK) return st;
+  if ((st = prepare_out(what, out, scalar_first ? NULL : a, ndim, shape, (fh_dtype)a->dtype, dev, &r)) != FH_OK) return st;
   if ((st = unalias(r, &a, &snap_a)) != FH_OK || (st = unalias(r, &b, &snap_b)) != FH_OK) {
     fh_tensor_release(snap_a);
     fh_tensor_release(r);
@@ -173,7 +181,7 @@ fh_status fh_unary(fh_unary_op op, fh_tensor *a, fh_tensor *out, fh_tensor **res
   fh_stream *s = NULL;
   if ((st = fh_device_check(dev)) || (st = fh__op_stream(dev, NULL, &s))) return st;
   fh_tensor *r = NULL, *snap_a = NULL;
-  if ((st = prepare_out("neg", out, a->ndim, a->shape, (fh_dtype)a->dtype, dev, &r)) != FH_OK) return st;
+  if ((st = prepare_out("neg", out, a, a->ndim, a->shape, (fh_dtype)a->dtype, dev, &r)) != FH_OK) return st;
   if ((st = unalias(r, &a, &snap_a)) != FH_OK) {
     fh_tensor_release(r);
     return st;
@@ -238,7 +246,7 @@ fh_status fh_rns(fh_rns_op op, fh_tensor *a, fh_tensor *b, const uint64_t *modul
   fh_stream *s = NULL;
   if ((st = fh_device_check(dev)) || (st = fh__op_stream(dev, NULL, &s))) return st;
   fh_tensor *r = NULL, *snap_a = NULL, *snap_b = NULL;
-  if ((st = prepare_out(what, out, a->ndim, a->shape, FH_UINT64, dev, &r)) != FH_OK) return st;
+  if ((st = prepare_out(what, out, NULL, a->ndim, a->shape, FH_UINT64, dev, &r)) != FH_OK) return st;
   if ((st = unalias(r, &a, &snap_a)) != FH_OK || (st = unalias(r, &b, &snap_b)) != FH_OK) {
     fh_tensor_release(snap_a);
     fh_tensor_release(r);
