@@ -282,6 +282,76 @@ local function suite(Program, dev, it_)
     prog:close()
   end)
 
+  it_("refuses a coroutine.yield inside fn at warmup and at capture, tearing the capture down", function()
+    for _, c in ipairs { { 0, "capture" }, { 2, "warmup" } } do
+      local warmup, stage = c[1], c[2]
+      local calls = 0
+      local co = coroutine.create(function()
+        return Program.capture(function(x)
+          calls = calls + 1
+          local y = x * 2
+          coroutine.yield("suspended inside fn")
+          return y + 1
+        end, { example_inputs = { seq(4, 0, dev) }, warmup = warmup })
+      end)
+      -- the yield never suspends the coroutine: capture raises inside it
+      local ok, err = coroutine.resume(co)
+      assert.is_false(ok, "fn yielded out of " .. stage)
+      assert.equal("dead", coroutine.status(co))
+      assert.is_true(fh.errors.is(err, "CudaGraphCaptureError"), tostring(err))
+      assert.equal(stage, err.stage)
+      local cls = is_cuda and "CudaGraphProgram" or "HostGraphProgram"
+      for _, pat in ipairs { "^" .. cls .. "%.capture: " .. stage .. " failed: ", "coroutine%.yield",
+        "spec/program_spec%.lua:%d+", "during the " .. stage, "cannot be suspended" } do
+        assert.matches(pat, err.message)
+      end
+      assert.equal(1, calls)
+      -- nothing is capturing: the main coroutine's work runs and is read
+      check_eager_op(dev)
+      co = nil
+      collectgarbage()
+      collectgarbage()
+      check_eager_op(dev)
+    end
+  end)
+
+  it_("records only fn's own work when captured inside a coroutine; coroutines fn resumes may yield to fn", function()
+    local x0 = seq(4, 0, dev)
+    local outside = 0
+    local co = coroutine.create(function()
+      coroutine.yield("before")
+      local prog = Program.capture(function(x)
+        -- a generator created and driven by fn: its yields return to fn
+        local gen = coroutine.wrap(function()
+          coroutine.yield(x * 2)
+          coroutine.yield(x + 3)
+        end)
+        -- a yield that fn itself catches never suspends anything
+        local yok = pcall(coroutine.yield, "swallowed")
+        assert(not yok)
+        return gen() + gen()
+      end, { example_inputs = { x0 } })
+      coroutine.yield(prog)
+      return prog
+    end)
+    assert.same({ true, "before" }, { coroutine.resume(co) })
+    -- main-coroutine work between the coroutine's steps
+    for i = 1, 3 do
+      local _ = (seq(4, i, dev) + 1):tolist()
+      outside = outside + 1
+    end
+    local ok, prog = coroutine.resume(co)
+    assert.is_true(ok, tostring(prog))
+    assert.is_true(getmetatable(prog) == Program.metatable, "capture returned " .. tostring(prog))
+    for i = 1, 3 do local _ = (seq(4, i, dev) * 5):tolist() end
+    if not is_cuda then assert.equal(3, prog.stats.node_count) end -- x*2, x+3, their sum
+    local out = prog:replay({ seq(4, 10, dev) }, { synchronize = true })
+    assert.same({ 33, 36, 39, 42 }, out:tolist()) -- 3x + 3
+    assert.is_true(coroutine.resume(co))
+    assert.equal("dead", coroutine.status(co))
+    prog:close()
+  end)
+
   it_("reports a failing first replay as stage 'first replay'", function()
     ex._fail_next_launches(1)
     local err = H.expect_error("CudaGraphCaptureError", { "first replay failed", "failure injected" },
