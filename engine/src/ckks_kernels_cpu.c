@@ -541,7 +541,7 @@ fh_status fh__ckks_cpu_decode(const void *argp) {
     const uint64_t *in = a->in + g * a->in_gs;
     double *w = a->work + g * a->work_gs;
     for (int64_t i = 0; i < n; ++i) {
-      double val;
+      double val = 0;
       bool done = false;
       if (k == 1) {
         uint64_t x = in[i], q = a->primes[first].q;
