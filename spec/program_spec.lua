@@ -265,17 +265,37 @@ local function suite(Program, dev, it_)
     err = H.expect_error("CudaGraphCaptureError", { "capture failed", 'output%["k"%]', "unsupported leaf" },
       Program.capture, function(x) return { k = true } end, { example_inputs = { seq(4, 0, dev) }, warmup = 0 })
     assert.equal("capture", err.stage)
-    -- buffers and programs refuse to run inside a captured function
+    -- buffers and programs refuse to run inside a captured function, each
+    -- naming the function the user called, once
+    local cls = is_cuda and "CudaGraphProgram" or "HostGraphProgram"
     local buf = ex.ReusableValueBuffer.like({ seq(4, 0, dev) })
-    err = H.expect_error("CudaGraphCaptureError", { "capture failed", "copy_from cannot run inside" },
-      Program.capture, function(x) buf:copy_from({ x }); return x end,
-      { example_inputs = { seq(4, 0, dev) }, warmup = 0 })
-    assert.equal("capture", err.stage)
-    -- captures do not nest
-    err = H.expect_error("CudaGraphCaptureError", { "capture failed", "cannot run inside a function being captured" },
-      Program.capture, function(x) Program.capture(function(y) return y end, { example_inputs = { x } }); return x end,
-      { example_inputs = { seq(4, 0, dev) }, warmup = 0 })
-    check_eager_op(dev)
+    local other = capture(function(y) return y + 1 end, { seq(4, 0, dev) })
+    local inside = {
+      { "ReusableValueBuffer:copy_from", function(x) buf:copy_from({ x }) end },
+      { "ReusableValueBuffer.like", function(x) ex.ReusableValueBuffer.like({ x }) end },
+      { cls .. ":replay", function(x) other:replay({ x }) end },
+      { cls .. ":replay_prepared", function() other:replay_prepared() end },
+      { cls .. ":copy_inputs_from", function(x) other:copy_inputs_from({ x }) end },
+      -- captures do not nest: the inner call names itself, not the buffer layer
+      { cls .. ".capture", function(x) Program.capture(function(y) return y end, { example_inputs = { x } }) end,
+        "captures do not nest" },
+    }
+    for _, c in ipairs(inside) do
+      local name = c[1]:gsub("[%.%:]", "%%%0")
+      err = H.expect_error("CudaGraphCaptureError", { "^" .. cls .. "%.capture: capture failed: " .. name
+        .. " cannot run inside a function being captured %(", c[3] }, Program.capture,
+        function(x) c[2](x); return x end, { example_inputs = { seq(4, 0, dev) }, warmup = 0 })
+      assert.equal("capture", err.stage)
+      assert.equal("CudaGraphCaptureError", err.cause.kind)
+      assert.matches("^" .. name .. " cannot run inside", err.cause.message)
+      assert.is_nil(err.message:find(c[1] .. ": " .. c[1], 1, true), "named twice: " .. err.message)
+      if c[1] ~= "ReusableValueBuffer.like" then assert.is_nil(err.message:find("ReusableValueBuffer.like", 1, true)) end
+      check_eager_op(dev)
+    end
+    -- the refused calls changed nothing: the other program and the buffer still work
+    assert.same({ 6, 7, 8, 9 }, other:replay({ seq(4, 5, dev) }, { synchronize = true }):tolist())
+    other:close()
+    buf:close()
     -- the program works after all of that
     local prog = capture(step, { seq(4, 0, dev), seq(4, 1, dev) })
     assert.same(eager(seq(4, 0, dev), seq(4, 1, dev)), got(prog.output))

@@ -269,10 +269,20 @@ static int l_buffer_like(lua_State *L) {
     free(leaves);
   }
   if (st != FH_OK) {
-    if (fh_error_status() != FH_ERR_TYPE) fh_error_prefix("%s", fn);
+    /* type errors begin with the leaf's path; a refusal names `fn` */
+    if (fh_error_status() != FH_ERR_TYPE && fh_error_status() != FH_ERR_CAPTURE) fh_error_prefix("%s", fn);
     fh__lua_error(L);
   }
   return 1;
+}
+
+/* core.exec_refuse_in_capture(what, why): raise the CudaGraphCaptureError
+ * of fh_exec_refuse_in_capture when a capture is active on this thread. */
+static int l_exec_refuse_in_capture(lua_State *L) {
+  const char *what = luaL_checkstring(L, 1);
+  const char *why = luaL_optstring(L, 2, NULL);
+  fh__lua_check(L, fh_exec_refuse_in_capture(what, why));
+  return 0;
 }
 
 static int buf_gc(lua_State *L) {
@@ -732,7 +742,7 @@ static int p_replay(lua_State *L) {
   const fh_tree_sig *sig = fh_buffer_signature(in);
   fh_tensor **leaves = scratch(L, sig->nleaves);
   fh__lua_check(L, fh__lua_tree_validate(L, sig, 2, "inputs", FH_ERR_GRAPH_INPUT, leaves));
-  fh__lua_check(L, fh_program_replay(b->p, leaves, false));
+  fh__lua_check(L, fh_program_replay(b->p, leaves, false, fn));
   push_output(L, b, copy);
   if (sync) fh__lua_check(L, fh_program_synchronize(b->p));
   return 1;
@@ -755,11 +765,7 @@ static int p_copy_inputs_from(lua_State *L) {
   fh_tensor **leaves = scratch(L, sig->nleaves);
   fh__lua_check(L, fh__lua_tree_validate(L, sig, 2, "inputs", FH_ERR_GRAPH_INPUT, leaves));
   fh_copy_handle *h = NULL;
-  fh_status st = fh_program_copy_inputs(b->p, leaves, stream, nb, wait, nwait, &h);
-  if (st != FH_OK) {
-    fh_error_prefix("%s", fn);
-    fh__lua_error(L);
-  }
+  fh__lua_check(L, fh_program_copy_inputs(b->p, leaves, stream, nb, wait, nwait, &h, fn));
   push_handle(L, h, sig, 2);
   return 1;
 }
@@ -986,6 +992,7 @@ void fh__lua_open_exec(lua_State *L) {
                                  {"program_new", l_program_new},
                                  {"exec_clock", l_clock},
                                  {"exec_call", l_exec_call},
+                                 {"exec_refuse_in_capture", l_exec_refuse_in_capture},
                                  {"_exec_fail_next_launches", l_fail_next_launches},
                                  {NULL, NULL}};
   fh__lua_setfuncs(L, fns);

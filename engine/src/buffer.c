@@ -83,14 +83,17 @@ static void release_all(fh_tensor **t, int64_t n) {
     if (t[i]) fh_tensor_release(t[i]);
 }
 
-static fh_status refuse_in_capture(const char *what) {
+fh_status fh_exec_refuse_in_capture(const char *what, const char *why) {
   if (!tl_capturing && fh_tape_active() == NULL) return FH_OK;
-  fh_error_set(FH_ERR_CAPTURE,
-               "%s cannot run inside a function being captured (its copies and completion checks are host-side "
-               "work); move it before the capture or between replays",
-               what);
+  fh_error_set(FH_ERR_CAPTURE, "%s cannot run inside a function being captured%s%s%s", what, why ? " (" : "",
+               why ? why : "", why ? ")" : "");
   fh_error_set_stage("capture");
   return FH_ERR_CAPTURE;
+}
+
+static fh_status refuse_in_capture(const char *what) {
+  return fh_exec_refuse_in_capture(
+      what, "its copies and completion checks are host-side work; move it before the capture or between replays");
 }
 
 /* Copy src[i] into dst[i] for every leaf, completing before return. */
@@ -505,8 +508,9 @@ static fh_status copy_small_pinned(fh_buffer *b, fh_tensor *const *src, fh_strea
   return st;
 }
 
-fh_status fh__buffer_copy_ordered(fh_buffer *b, fh_tensor *const *src, fh_stream *s, fh_event *wait) {
-  const char *fn = "replay";
+fh_status fh__buffer_copy_ordered(fh_buffer *b, fh_tensor *const *src, fh_stream *s, fh_event *wait,
+                                  const char *what) {
+  const char *fn = what ? what : "replay";
   fh_status st = fh_buffer_check_open(b, fn);
   if (st == FH_OK) st = refuse_in_capture(fn);
   if (st != FH_OK) return st;

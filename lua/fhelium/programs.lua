@@ -75,6 +75,10 @@ end
 local function capture(kind, fn, opts)
   local cls = kind == "cuda" and "CudaGraphProgram" or "HostGraphProgram"
   local fname = cls .. ".capture"
+  -- first: inside a captured function, name this function (not the buffer
+  -- layer it would reach first)
+  core.exec_refuse_in_capture(fname, "captures do not nest: capture the inner function on its own, before or after "
+    .. "the outer capture")
   if not callable(fn) then
     errors.raise("TypeError", ("%s: argument 1 (fn) expected a function or a callable table, got %s"):format(fname,
       type(fn)), nil, 3)
