@@ -254,6 +254,67 @@ describe("ReusableValueBuffer", function()
     dofile("examples/double_buffering.lua")
   end)
 
+  describe("in coroutines", function()
+    -- buffers and copy handles belong to whoever references them, not to
+    -- the coroutine that made them: they cross coroutines, and a coroutine
+    -- that is abandoned and collected takes nothing with it that others use
+    it("uses a buffer and its handles from any coroutine; an abandoned coroutine leaves them intact", function()
+      local co = coroutine.create(function()
+        local buf = ex.ReusableValueBuffer.like({ seq(4) })
+        local h = buf:copy_from({ seq(4, 10) })
+        coroutine.yield(buf, h)
+        error("never resumed")
+      end)
+      local ok, buf, h = coroutine.resume(co)
+      assert.is_true(ok)
+      co = nil -- abandoned while suspended
+      collectgarbage()
+      collectgarbage()
+      assert.is_true(h:done())
+      assert.same({ 10, 11, 12, 13 }, buf.value[1]:tolist())
+      -- and the main coroutine goes on using it, as does another coroutine
+      buf:copy_from({ seq(4, 20) })
+      local co2 = coroutine.wrap(function(b) b:copy_from({ seq(4, 30) }); coroutine.yield(b.value[1]:tolist()) end)
+      assert.same({ 30, 31, 32, 33 }, co2(buf))
+      buf:close()
+      -- a buffer only the abandoned coroutine referenced is collected like any other
+      local weak = setmetatable({}, { __mode = "v" })
+      local co3 = coroutine.create(function()
+        local b = ex.ReusableValueBuffer.like({ seq(4) })
+        weak[1] = b
+        coroutine.yield()
+      end)
+      assert.is_true(coroutine.resume(co3))
+      co3 = nil
+      collectgarbage()
+      collectgarbage()
+      assert.is_nil(weak[1])
+    end)
+
+    H.gpu_it("keeps a pending copy's sources alive after the coroutine that submitted it is collected", function()
+      local buf = ex.ReusableValueBuffer.like({ seq(65536):cuda() })
+      local s = fh.cuda.Stream()
+      local weak = setmetatable({}, { __mode = "v" })
+      local co = coroutine.create(function()
+        local src = { seq(65536, 7):pin_memory() }
+        weak[1] = src[1]
+        fh.cuda._spin(200, s) -- the copy waits behind a long kernel
+        local h = buf:copy_from(src, { stream = s })
+        coroutine.yield(h)
+      end)
+      local ok, h = coroutine.resume(co)
+      assert.is_true(ok)
+      co = nil
+      collectgarbage()
+      collectgarbage()
+      assert.is_false(h:done())
+      assert.is_not_nil(weak[1], "the source was collected with its coroutine while the copy was pending")
+      h:synchronize()
+      assert.equal(7, buf.value[1]:narrow(1, 1, 1):tolist()[1])
+      buf:close()
+    end)
+  end)
+
   describe("tree helpers", function()
     it("value_tree_nbytes sums the leaves' bytes", function()
       assert.equal(4 * 8 + 3 * 8, ex.value_tree_nbytes({ seq(4), { x = seq(3, 0, "int64") } }))

@@ -265,20 +265,110 @@ local function suite(Program, dev, it_)
     err = H.expect_error("CudaGraphCaptureError", { "capture failed", 'output%["k"%]', "unsupported leaf" },
       Program.capture, function(x) return { k = true } end, { example_inputs = { seq(4, 0, dev) }, warmup = 0 })
     assert.equal("capture", err.stage)
-    -- buffers and programs refuse to run inside a captured function
+    -- buffers and programs refuse to run inside a captured function, each
+    -- naming the function the user called, once
+    local cls = is_cuda and "CudaGraphProgram" or "HostGraphProgram"
     local buf = ex.ReusableValueBuffer.like({ seq(4, 0, dev) })
-    err = H.expect_error("CudaGraphCaptureError", { "capture failed", "copy_from cannot run inside" },
-      Program.capture, function(x) buf:copy_from({ x }); return x end,
-      { example_inputs = { seq(4, 0, dev) }, warmup = 0 })
-    assert.equal("capture", err.stage)
-    -- captures do not nest
-    err = H.expect_error("CudaGraphCaptureError", { "capture failed", "cannot run inside a function being captured" },
-      Program.capture, function(x) Program.capture(function(y) return y end, { example_inputs = { x } }); return x end,
-      { example_inputs = { seq(4, 0, dev) }, warmup = 0 })
-    check_eager_op(dev)
+    local other = capture(function(y) return y + 1 end, { seq(4, 0, dev) })
+    local inside = {
+      { "ReusableValueBuffer:copy_from", function(x) buf:copy_from({ x }) end },
+      { "ReusableValueBuffer.like", function(x) ex.ReusableValueBuffer.like({ x }) end },
+      { cls .. ":replay", function(x) other:replay({ x }) end },
+      { cls .. ":replay_prepared", function() other:replay_prepared() end },
+      { cls .. ":copy_inputs_from", function(x) other:copy_inputs_from({ x }) end },
+      -- captures do not nest: the inner call names itself, not the buffer layer
+      { cls .. ".capture", function(x) Program.capture(function(y) return y end, { example_inputs = { x } }) end,
+        "captures do not nest" },
+    }
+    for _, c in ipairs(inside) do
+      local name = c[1]:gsub("[%.%:]", "%%%0")
+      err = H.expect_error("CudaGraphCaptureError", { "^" .. cls .. "%.capture: capture failed: " .. name
+        .. " cannot run inside a function being captured %(", c[3] }, Program.capture,
+        function(x) c[2](x); return x end, { example_inputs = { seq(4, 0, dev) }, warmup = 0 })
+      assert.equal("capture", err.stage)
+      assert.equal("CudaGraphCaptureError", err.cause.kind)
+      assert.matches("^" .. name .. " cannot run inside", err.cause.message)
+      assert.is_nil(err.message:find(c[1] .. ": " .. c[1], 1, true), "named twice: " .. err.message)
+      if c[1] ~= "ReusableValueBuffer.like" then assert.is_nil(err.message:find("ReusableValueBuffer.like", 1, true)) end
+      check_eager_op(dev)
+    end
+    -- the refused calls changed nothing: the other program and the buffer still work
+    assert.same({ 6, 7, 8, 9 }, other:replay({ seq(4, 5, dev) }, { synchronize = true }):tolist())
+    other:close()
+    buf:close()
     -- the program works after all of that
     local prog = capture(step, { seq(4, 0, dev), seq(4, 1, dev) })
     assert.same(eager(seq(4, 0, dev), seq(4, 1, dev)), got(prog.output))
+    prog:close()
+  end)
+
+  it_("refuses a coroutine.yield inside fn at warmup and at capture, tearing the capture down", function()
+    for _, c in ipairs { { 0, "capture" }, { 2, "warmup" } } do
+      local warmup, stage = c[1], c[2]
+      local calls = 0
+      local co = coroutine.create(function()
+        return Program.capture(function(x)
+          calls = calls + 1
+          local y = x * 2
+          coroutine.yield("suspended inside fn")
+          return y + 1
+        end, { example_inputs = { seq(4, 0, dev) }, warmup = warmup })
+      end)
+      -- the yield never suspends the coroutine: capture raises inside it
+      local ok, err = coroutine.resume(co)
+      assert.is_false(ok, "fn yielded out of " .. stage)
+      assert.equal("dead", coroutine.status(co))
+      assert.is_true(fh.errors.is(err, "CudaGraphCaptureError"), tostring(err))
+      assert.equal(stage, err.stage)
+      local cls = is_cuda and "CudaGraphProgram" or "HostGraphProgram"
+      for _, pat in ipairs { "^" .. cls .. "%.capture: " .. stage .. " failed: ", "coroutine%.yield",
+        "spec/program_spec%.lua:%d+", "during the " .. stage, "cannot be suspended" } do
+        assert.matches(pat, err.message)
+      end
+      assert.equal(1, calls)
+      -- nothing is capturing: the main coroutine's work runs and is read
+      check_eager_op(dev)
+      co = nil
+      collectgarbage()
+      collectgarbage()
+      check_eager_op(dev)
+    end
+  end)
+
+  it_("records only fn's own work when captured inside a coroutine; coroutines fn resumes may yield to fn", function()
+    local x0 = seq(4, 0, dev)
+    local outside = 0
+    local co = coroutine.create(function()
+      coroutine.yield("before")
+      local prog = Program.capture(function(x)
+        -- a generator created and driven by fn: its yields return to fn
+        local gen = coroutine.wrap(function()
+          coroutine.yield(x * 2)
+          coroutine.yield(x + 3)
+        end)
+        -- a yield that fn itself catches never suspends anything
+        local yok = pcall(coroutine.yield, "swallowed")
+        assert(not yok)
+        return gen() + gen()
+      end, { example_inputs = { x0 } })
+      coroutine.yield(prog)
+      return prog
+    end)
+    assert.same({ true, "before" }, { coroutine.resume(co) })
+    -- main-coroutine work between the coroutine's steps
+    for i = 1, 3 do
+      local _ = (seq(4, i, dev) + 1):tolist()
+      outside = outside + 1
+    end
+    local ok, prog = coroutine.resume(co)
+    assert.is_true(ok, tostring(prog))
+    assert.is_true(getmetatable(prog) == Program.metatable, "capture returned " .. tostring(prog))
+    for i = 1, 3 do local _ = (seq(4, i, dev) * 5):tolist() end
+    if not is_cuda then assert.equal(3, prog.stats.node_count) end -- x*2, x+3, their sum
+    local out = prog:replay({ seq(4, 10, dev) }, { synchronize = true })
+    assert.same({ 33, 36, 39, 42 }, out:tolist()) -- 3x + 3
+    assert.is_true(coroutine.resume(co))
+    assert.equal("dead", coroutine.status(co))
     prog:close()
   end)
 

@@ -377,7 +377,7 @@ fh_stream *fh__lua_optstream(lua_State *L, int idx, const char *key, const char 
 
 fh_device fh__lua_checkdevice(lua_State *L, int idx, const char *fn) {
   if (lua_type(L, idx) != LUA_TSTRING) type_error(L, idx, fn, "device", "a device string");
-  fh_device d;
+  fh_device d = fh_cpu();
   if (fh_device_parse(lua_tostring(L, idx), &d) != FH_OK) {
     fh_error_prefix("%s", fn);
     fh__lua_error(L);

@@ -306,7 +306,7 @@ static int l_sample(lua_State *L) {
   fh_tensor_box *b = fh__lua_new_tensor_box(L);
   fh_tensor_options o = {which == 2 ? FH_UINT64 : FH_INT64, fh_cpu(), false, false};
   fh__lua_check(L, fh_tensor_empty(1, &n, &o, &b->t));
-  fh_ckks_rng *r;
+  fh_ckks_rng *r = NULL;
   fh__lua_check(L, fh_ckks_rng_new(seeded ? &seed : NULL, &r));
   void *p = fh_tensor_data(b->t);
   if (which == 0) fh_ckks_sample_ternary(r, p, (size_t)n);

@@ -34,7 +34,7 @@ static fh_stream *optstream_arg(lua_State *L, int idx, const char *fn) {
   if (!lua_isnoneornil(L, idx)) return fh__lua_checkstream(L, idx, fn, "stream");
   fh_device d = cuda_dev(fh_cuda_current_device());
   fh__lua_check(L, fh_device_check(d));
-  fh_stream *s;
+  fh_stream *s = NULL;
   fh__lua_check(L, fh_stream_current(d, &s));
   return s;
 }
@@ -102,7 +102,7 @@ static int s_gc(lua_State *L) {
 static fh_stream *sself(lua_State *L, const char *fn) { return fh__lua_checkstream(L, 1, fn, "self"); }
 static int s_synchronize(lua_State *L) { fh__lua_check(L, fh_stream_synchronize(sself(L, "Stream:synchronize"))); return 0; }
 static int s_query(lua_State *L) {
-  bool done;
+  bool done = false;
   fh__lua_check(L, fh_stream_query(sself(L, "Stream:query"), &done));
   lua_pushboolean(L, done);
   return 1;
@@ -158,14 +158,14 @@ static int s_eq(lua_State *L) {
 
 static int l_current_stream(lua_State *L) {
   int i = checkdevice(L, 1, "fh.cuda.current_stream");
-  fh_stream *s;
+  fh_stream *s = NULL;
   fh__lua_check(L, fh_stream_current(cuda_dev(i), &s));
   fh__lua_push_stream(L, s);
   return 1;
 }
 static int l_default_stream(lua_State *L) {
   int i = checkdevice(L, 1, "fh.cuda.default_stream");
-  fh_stream *s;
+  fh_stream *s = NULL;
   fh__lua_check(L, fh_stream_default(cuda_dev(i), &s));
   fh__lua_push_stream(L, s);
   return 1;
@@ -180,7 +180,7 @@ static int l_set_stream(lua_State *L) {
  * that was current there (used by with_stream) */
 static int l_exchange_stream(lua_State *L) {
   fh_stream *s = fh__lua_checkstream(L, 1, "fh.cuda.with_stream", "stream");
-  fh_stream *prev;
+  fh_stream *prev = NULL;
   fh__lua_check(L, fh_stream_current(fh_stream_device(s), &prev));
   fh__lua_push_stream(L, prev);
   fh_stream_set_current(s);
@@ -214,7 +214,7 @@ static int e_record(lua_State *L) {
   return 1;
 }
 static int e_query(lua_State *L) {
-  bool done;
+  bool done = false;
   fh__lua_check(L, fh_event_query(eself(L, "Event:query"), &done));
   lua_pushboolean(L, done);
   return 1;
@@ -223,7 +223,7 @@ static int e_synchronize(lua_State *L) { fh__lua_check(L, fh_event_synchronize(e
 static int e_elapsed_ms(lua_State *L) {
   fh_event *a = eself(L, "Event:elapsed_ms");
   fh_event *b = fh__lua_checkevent(L, 2, "Event:elapsed_ms", "end_event");
-  double ms;
+  double ms = 0;
   fh__lua_check(L, fh_event_elapsed_ms(a, b, &ms));
   lua_pushnumber(L, ms);
   return 1;
@@ -337,7 +337,7 @@ static int l_capture(lua_State *L) {
   int replays = lua_isnoneornil(L, 2) ? 1 : (int)fh__lua_checkint(L, 2, "fh.cuda._capture", "replays", 0, 1000);
   fh_device d = cuda_dev(fh_cuda_current_device());
   fh__lua_check(L, fh_device_check(d));
-  fh_stream *prev;
+  fh_stream *prev = NULL;
   fh__lua_check(L, fh_stream_current(d, &prev));
   fh_stream_retain(prev);
   lua_settop(L, 1);
@@ -345,7 +345,7 @@ static int l_capture(lua_State *L) {
   fh_stream_release(prev);
   fh_stream_box *sb = fh__lua_newbox(L, sizeof *sb, FH_STREAM_MT); /* 3: the capture stream */
   fh__lua_check(L, fh_stream_new(d, 0, &sb->s));
-  fh_mempool *pool;
+  fh_mempool *pool = NULL;
   fh__lua_check(L, fh_mempool_new(d, &pool));
   fh_status st = fh__cuda_test_capture_begin(sb->s, pool);
   if (st != FH_OK) {

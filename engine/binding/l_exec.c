@@ -269,10 +269,20 @@ static int l_buffer_like(lua_State *L) {
     free(leaves);
   }
   if (st != FH_OK) {
-    if (fh_error_status() != FH_ERR_TYPE) fh_error_prefix("%s", fn);
+    /* type errors begin with the leaf's path; a refusal names `fn` */
+    if (fh_error_status() != FH_ERR_TYPE && fh_error_status() != FH_ERR_CAPTURE) fh_error_prefix("%s", fn);
     fh__lua_error(L);
   }
   return 1;
+}
+
+/* core.exec_refuse_in_capture(what, why): raise the CudaGraphCaptureError
+ * of fh_exec_refuse_in_capture when a capture is active on this thread. */
+static int l_exec_refuse_in_capture(lua_State *L) {
+  const char *what = luaL_checkstring(L, 1);
+  const char *why = luaL_optstring(L, 2, NULL);
+  fh__lua_check(L, fh_exec_refuse_in_capture(what, why));
+  return 0;
 }
 
 static int buf_gc(lua_State *L) {
@@ -345,7 +355,7 @@ static int buf_copy_from(lua_State *L) {
   const fh_tree_sig *sig = fh_buffer_signature(b);
   fh_tensor **leaves = scratch(L, sig->nleaves);
   fh__lua_check(L, fh__lua_tree_validate(L, sig, 2, "source", FH_ERR_EXEC_INPUT, leaves));
-  fh_copy_handle *h;
+  fh_copy_handle *h = NULL;
   fh__lua_check(L, fh_buffer_copy_from(b, leaves, stream, nb, wait, nwait, &h));
   push_handle(L, h, sig, 2);
   return 1;
@@ -405,7 +415,7 @@ static int h_gc(lua_State *L) {
 
 static int h_done(lua_State *L) {
   fh_copy_handle *h = checkhandle(L, 1, "CopyHandle:done", "self");
-  bool done;
+  bool done = false;
   fh__lua_check(L, fh_copy_handle_done(h, &done));
   if (done) drop_sources(L, 1);
   lua_pushboolean(L, done);
@@ -579,16 +589,54 @@ static int p_gc(lua_State *L) {
   return 0;
 }
 
-static int p_capture_begin(lua_State *L) {
-  program_box *b = openprog(L, 1, ":_capture_begin");
-  fh__lua_check(L, fh_program_capture_begin(b->p));
-  return 0;
+/* The error LuaJIT raises when coroutine.yield runs below a C call (the
+ * yield does not happen), after the caller's position; spec/program_spec.lua
+ * checks that it is recognised. */
+#define YIELD_ACROSS_C "attempt to yield across C-call boundary"
+
+/* Call the function at `base` with the values above it, protected, from C:
+ * a coroutine.yield inside it (or in anything it calls, other than in a
+ * coroutine it resumes itself) cannot suspend the caller's coroutine, it
+ * raises instead. Replaces the function and arguments by `true, results...`
+ * or `false, err, yielded` (yielded: the error is that refused yield) and
+ * returns how many values that is. */
+static int call_unyieldable(lua_State *L, int base) {
+  int nargs = lua_gettop(L) - base;
+  if (lua_pcall(L, nargs, LUA_MULTRET, 0) == 0) {
+    lua_pushboolean(L, 1);
+    lua_insert(L, base);
+    return lua_gettop(L) - base + 1;
+  }
+  /* the message, after the "chunk:line: " of the yield's caller */
+  size_t len = 0, k = sizeof YIELD_ACROSS_C - 1;
+  const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+  bool yielded = msg != NULL && len >= k && memcmp(msg + len - k, YIELD_ACROSS_C, k) == 0;
+  lua_pushboolean(L, 0);
+  lua_insert(L, -2);
+  lua_pushboolean(L, yielded);
+  return 3;
 }
 
-static int p_capture_end(lua_State *L) {
-  program_box *b = openprog(L, 1, ":_capture_end");
+/* core.exec_call(fn, ...): fn(...) protected and unyieldable (the warmup
+ * calls of a capture): true, results... | false, err, yielded. */
+static int l_exec_call(lua_State *L) {
+  if (lua_gettop(L) < 1) lua_settop(L, 1);
+  return call_unyieldable(L, 1);
+}
+
+/* p:_capture_run(fn, ...): capture fn(...) on this program. Begins the
+ * capture, calls fn through call_unyieldable (so fn cannot yield while the
+ * capture is active: nothing outside fn is ever recorded, and no capture
+ * outlives its call), and ends the capture whatever happened, keeping it
+ * only when fn returned. Returns true, fn's results... or false, err,
+ * yielded; raises when beginning or ending (with fn returned) fails. */
+static int p_capture_run(lua_State *L) {
+  program_box *b = openprog(L, 1, ":_capture_run");
+  if (lua_gettop(L) < 2) lua_settop(L, 2);
+  fh__lua_check(L, fh_program_capture_begin(b->p));
+  int n = call_unyieldable(L, 2);
   fh__lua_check(L, fh_program_capture_end(b->p, lua_toboolean(L, 2)));
-  return 0;
+  return n;
 }
 
 static int p_instantiate(lua_State *L) {
@@ -638,8 +686,8 @@ static int p_set_output(lua_State *L) {
   lua_settop(L, 2);
   drop_output(b);
   if (!lua_isnil(L, 2)) {
-    fh_tree_sig *sig;
-    fh_tensor **leaves;
+    fh_tree_sig *sig = NULL;
+    fh_tensor **leaves = NULL;
     check_output(L, b, 2, "output", &sig, &leaves);
     for (int64_t i = 0; i < sig->nleaves; ++i) fh_tensor_retain(leaves[i]);
     b->out_sig = sig;
@@ -694,7 +742,7 @@ static int p_replay(lua_State *L) {
   const fh_tree_sig *sig = fh_buffer_signature(in);
   fh_tensor **leaves = scratch(L, sig->nleaves);
   fh__lua_check(L, fh__lua_tree_validate(L, sig, 2, "inputs", FH_ERR_GRAPH_INPUT, leaves));
-  fh__lua_check(L, fh_program_replay(b->p, leaves, false));
+  fh__lua_check(L, fh_program_replay(b->p, leaves, false, fn));
   push_output(L, b, copy);
   if (sync) fh__lua_check(L, fh_program_synchronize(b->p));
   return 1;
@@ -716,12 +764,8 @@ static int p_copy_inputs_from(lua_State *L) {
   const fh_tree_sig *sig = fh_buffer_signature(in);
   fh_tensor **leaves = scratch(L, sig->nleaves);
   fh__lua_check(L, fh__lua_tree_validate(L, sig, 2, "inputs", FH_ERR_GRAPH_INPUT, leaves));
-  fh_copy_handle *h;
-  fh_status st = fh_program_copy_inputs(b->p, leaves, stream, nb, wait, nwait, &h);
-  if (st != FH_OK) {
-    fh_error_prefix("%s", fn);
-    fh__lua_error(L);
-  }
+  fh_copy_handle *h = NULL;
+  fh__lua_check(L, fh_program_copy_inputs(b->p, leaves, stream, nb, wait, nwait, &h, fn));
   push_handle(L, h, sig, 2);
   return 1;
 }
@@ -925,8 +969,7 @@ void fh__lua_open_exec(lua_State *L) {
                                       {"synchronize", p_synchronize},
                                       {"close", p_close},
                                       {"is_closed", p_is_closed},
-                                      {"_capture_begin", p_capture_begin},
-                                      {"_capture_end", p_capture_end},
+                                      {"_capture_run", p_capture_run},
                                       {"_instantiate", p_instantiate},
                                       {"_check_output", p_check_output},
                                       {"_set_output", p_set_output},
@@ -948,6 +991,8 @@ void fh__lua_open_exec(lua_State *L) {
                                  {"value_tree_nbytes", l_value_tree_nbytes},
                                  {"program_new", l_program_new},
                                  {"exec_clock", l_clock},
+                                 {"exec_call", l_exec_call},
+                                 {"exec_refuse_in_capture", l_exec_refuse_in_capture},
                                  {"_exec_fail_next_launches", l_fail_next_launches},
                                  {NULL, NULL}};
   fh__lua_setfuncs(L, fns);

@@ -333,7 +333,7 @@ static fh_status dict_mismatch(vld *v, const fh_tree_sig *s, int idx) {
   lua_pushnil(L);
   while (lua_next(L, idx)) {
     lua_pop(L, 1);
-    size_t n;
+    size_t n = 0;
     const char *k = lua_tolstring(L, -1, &n);
     skey probe = {k, n};
     bool found = false;

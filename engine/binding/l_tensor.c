@@ -192,7 +192,7 @@ static int l_tensor(lua_State *L) {
   fh_tensor *src = fh__lua_totensor(L, 1);
   if (src != NULL) {
     fh_tensor_options o = opts_from(L, 2, "fh.tensor", (fh_dtype)src->dtype);
-    fh_tensor *tmp;
+    fh_tensor *tmp = NULL;
     fh__lua_check(L, fh_tensor_to_dtype(src, o.dtype, &tmp));
     fh_tensor_box *b = fh__lua_new_tensor_box(L);
     fh_status st = fh_tensor_to(tmp, o.device, o.pin_memory, NULL, false, &b->t);
@@ -213,7 +213,7 @@ static int l_tensor(lua_State *L) {
   memset(&c, 0, sizeof c);
   c.complex_pairs = has_dtype && o.dtype == FH_COMPLEX128;
   discover_shape(L, 1, &c);
-  int64_t numel;
+  int64_t numel = 0;
   if (fh_shape_check(c.ndim, c.shape, &numel) != FH_OK) {
     fh_error_prefix("fh.tensor");
     fh__lua_error(L);
@@ -242,7 +242,7 @@ static int l_tensor(lua_State *L) {
 /* ---- other creation ----------------------------------------------------- */
 static int create_shaped(lua_State *L, const char *fn, int kind) {
   int64_t shape[FH_MAX_DIMS];
-  int ndim, optidx;
+  int ndim, optidx = 0;
   fh_scalar value = fh_scalar_float(kind == 1 ? 1.0 : 0.0);
   if (kind == 2) { /* full(shape, x, opts): shape is a table or one size */
     if (lua_type(L, 1) == LUA_TNUMBER) {
@@ -332,7 +332,7 @@ static int gen_tostring(lua_State *L) {
 
 static int random_create(lua_State *L, const char *fn, int normal) {
   int64_t shape[FH_MAX_DIMS];
-  int optidx;
+  int optidx = 0;
   int ndim = checked_shape_args(L, fn, shape, &optidx);
   fh_tensor_options o = opts_from_list(L, optidx, fn, FH_FLOAT32, random_opts);
   fh_generator *g = NULL;
@@ -413,14 +413,20 @@ static int t_newindex(lua_State *L) {
   if (lua_type(L, 2) == LUA_TNUMBER) { /* t[i] = tensor (copy) or value (fill) */
     fh_tensor *v = push_index_view(L, t, "Tensor[]=");
     fh_tensor *src = fh__lua_totensor(L, 3);
+    fh_status st;
     if (src != NULL) {
-      fh__lua_check(L, fh_tensor_copy_(v, src, NULL, false));
-      return 0;
+      st = fh_tensor_copy_(v, src, NULL, false);
+    } else {
+      fh_scalar x;
+      if (!fh__lua_toscalar(L, 3, &x, 1))
+        return fh__lua_raise(L, FH_ERR_TYPE, "Tensor[]=: expected a Tensor or a number, got %s",
+                             fh__lua_typename(L, 3));
+      st = fh_tensor_fill_(v, &x);
     }
-    fh_scalar x;
-    if (!fh__lua_toscalar(L, 3, &x, 1))
-      return fh__lua_raise(L, FH_ERR_TYPE, "Tensor[]=: expected a Tensor or a number, got %s", fh__lua_typename(L, 3));
-    fh__lua_check(L, fh_tensor_fill_(v, &x));
+    if (st != FH_OK) {
+      fh_error_prefix("Tensor[]=");
+      fh__lua_error(L);
+    }
     return 0;
   }
   const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
@@ -491,7 +497,7 @@ static int t_to(lua_State *L) {
   if (lua_type(L, 2) != LUA_TSTRING)
     return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:to: argument 2 expected a device or dtype string, got %s", fh__lua_typename(L, 2));
   fh__lua_checkopts(L, 3, "Tensor:to", copy_opts);
-  fh_dtype dt;
+  fh_dtype dt = FH_BOOL;
   if (fh_dtype_parse(lua_tostring(L, 2), &dt) == FH_OK) {
     fh_error_clear();
     if ((int)dt == t->dtype) {
@@ -747,7 +753,7 @@ static int binary(lua_State *L, fh_binary_op op, const char *fn, fh_tensor *out,
   }
   if (inplace) out = a;
   if (out != NULL) {
-    fh_tensor *r;
+    fh_tensor *r = NULL;
     fh__lua_check(L, fh_binary(op, a, b, b ? NULL : &s, first, out, &r));
     fh_tensor_release(r);
     return -1; /* the caller pushes `out` */
@@ -787,7 +793,7 @@ static int l_neg(lua_State *L) {
   fh_tensor *a = fh__lua_checktensor(L, 1, "fh.neg", "a");
   fh_tensor *o = optout(L, 2, "fh.neg");
   if (o) {
-    fh_tensor *r;
+    fh_tensor *r = NULL;
     fh__lua_check(L, fh_unary(FH_OP_NEG, a, o, &r));
     fh_tensor_release(r);
     lua_getfield(L, 2, "out");
@@ -798,7 +804,7 @@ static int l_neg(lua_State *L) {
 }
 static int t_neg_(lua_State *L) {
   fh_tensor *a = self(L, "Tensor:neg_");
-  fh_tensor *r;
+  fh_tensor *r = NULL;
   fh__lua_check(L, fh_unary(FH_OP_NEG, a, a, &r));
   fh_tensor_release(r);
   lua_settop(L, 1);
@@ -844,7 +850,7 @@ static int rns(lua_State *L, fh_rns_op op, const char *fn) {
     return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %d (moduli) expected a table of moduli or a uint64 tensor, got %s", fn, midx, fh__lua_typename(L, midx));
   }
   if (o) {
-    fh_tensor *r;
+    fh_tensor *r = NULL;
     fh__lua_check(L, fh_rns(op, a, b, moduli, n, o, &r));
     fh_tensor_release(r);
     lua_getfield(L, midx + 1, "out");
@@ -866,7 +872,7 @@ static int l_sum(lua_State *L) {
 }
 static int l_equal(lua_State *L) {
   fh_tensor *a = fh__lua_checktensor(L, 1, "fh.equal", "a"), *b = fh__lua_checktensor(L, 2, "fh.equal", "b");
-  bool r;
+  bool r = false;
   fh__lua_check(L, fh_equal(a, b, &r));
   lua_pushboolean(L, r);
   return 1;
@@ -888,14 +894,14 @@ static int l_allclose(lua_State *L) {
       lua_pop(L, 1);
     }
   }
-  bool r;
+  bool r = false;
   fh__lua_check(L, fh_allclose(a, b, rtol, atol, &r));
   lua_pushboolean(L, r);
   return 1;
 }
 static int l_max_abs_diff(lua_State *L) {
   fh_tensor *a = fh__lua_checktensor(L, 1, "fh.max_abs_diff", "a"), *b = fh__lua_checktensor(L, 2, "fh.max_abs_diff", "b");
-  double r;
+  double r = 0;
   fh__lua_check(L, fh_max_abs_diff(a, b, &r));
   lua_pushnumber(L, r);
   return 1;

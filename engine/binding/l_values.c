@@ -40,7 +40,7 @@ static uint64_t checkprime(lua_State *L, int idx, const char *fn, const char *fi
   if (s.kind == FH_SCALAR_FLOAT && !(fabs(s.v.f) <= 9007199254740992.0))
     fh__lua_raise(L, FH_ERR_VALUE, "%s: %s[%d] = %.17g is not exact as a Lua number; use a ULL literal", fn, field, i,
                   s.v.f);
-  uint64_t v;
+  uint64_t v = 0;
   if (fh_scalar_to_dtype(&s, FH_UINT64, &v) != FH_OK) {
     fh_error_prefix("%s: %s[%d]", fn, field, i);
     fh__lua_error(L);
@@ -168,7 +168,7 @@ static int ctx_eq(lua_State *L) {
 static int ctx_tostring(lua_State *L) {
   fh_ckks_context *c = checkcontext(L, 1, "CkksContext.__tostring");
   char buf[512];
-  int e;
+  int e = 0;
   double m = frexp(c->default_scale, &e);
   char scale[64];
   if (m == 0.5) snprintf(scale, sizeof scale, "2^%d", e - 1);
@@ -198,7 +198,7 @@ static fh_modulus_basis checkbasis(lua_State *L, int idx, const char *fn, fh_mod
   if (lua_isnoneornil(L, idx)) return def;
   if (lua_type(L, idx) != LUA_TSTRING)
     fh__lua_raise(L, FH_ERR_TYPE, "%s: modulus_basis expected a string, got %s", fn, fh__lua_typename(L, idx));
-  fh_modulus_basis b;
+  fh_modulus_basis b = FH_BASIS_NONE;
   if (fh_basis_parse(lua_tostring(L, idx), &b) != FH_OK) {
     fh_error_prefix("%s", fn);
     fh__lua_error(L);
@@ -291,7 +291,7 @@ static fh_status probe_build_inner(const fh_ckks_context *c, void *arg, void **o
   return *out ? FH_OK : fh_error_set(FH_ERR_MEMORY, "out of memory");
 }
 static fh_status probe_build_outer(const fh_ckks_context *c, void *arg, void **out) {
-  void *inner;
+  void *inner = NULL;
   fh_status st = fh_ckks_context_ext((fh_ckks_context *)c, FH_CKKS_EXT_SLOTS - 2, probe_build_inner, probe_free, arg,
                                      &inner);
   if (st != FH_OK) return st;
@@ -299,7 +299,7 @@ static fh_status probe_build_outer(const fh_ckks_context *c, void *arg, void **o
 }
 static int l_ext_probe(lua_State *L) {
   fh_ckks_context *c = checkcontext(L, 1, "core._ext_probe");
-  void *p;
+  void *p = NULL;
   if (!lua_isnoneornil(L, 2)) /* look up a slot without a builder */
     fh__lua_check(L, fh_ckks_context_ext(c, (int)lua_tointeger(L, 2), NULL, NULL, NULL, &p));
   fh__lua_check(L, fh_ckks_context_ext(c, FH_CKKS_EXT_SLOTS - 1, probe_build_outer, probe_free, NULL, &p));
@@ -469,7 +469,7 @@ static int l_value_ctor(lua_State *L) {
   lua_getfield(L, 1, "message");
   int di = lua_gettop(L) - 1, mi = lua_gettop(L);
   bool has_data = !lua_isnil(L, di), has_msg = !lua_isnil(L, mi);
-  const char *tname;
+  const char *tname = NULL;
   int ti;
   if (type == FH_PLAINTEXT) {
     if (has_data == has_msg)
@@ -654,7 +654,7 @@ static int v_equal(lua_State *L) {
     lua_pushboolean(L, 0);
     return 1;
   }
-  bool r;
+  bool r = false;
   fh__lua_check(L, fh_value_equal(a, b, &r));
   lua_pushboolean(L, r);
   return 1;
@@ -721,7 +721,7 @@ static int l_from_envelope(lua_State *L) {
   lua_getfield(L, 1, "value_type");
   if (lua_type(L, -1) != LUA_TSTRING)
     return fh__lua_raise(L, FH_ERR_TYPE, "%s: value_type expected a string, got %s", fn, fh__lua_typename(L, -1));
-  fh_value_type type;
+  fh_value_type type = FH_PLAINTEXT;
   if (fh_value_type_parse(lua_tostring(L, -1), &type) != FH_OK) {
     fh_error_prefix("%s", fn);
     return fh__lua_error(L);
@@ -887,7 +887,7 @@ static int l_deserialize(lua_State *L) {
     return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (bytes) expected a string, got %s", fn, fh__lua_typename(L, 1));
   fh__lua_checkopts(L, 2, fn, load_opts);
   fh_device dev = fh__lua_optdevice(L, 2, "device", fh_cpu(), fn);
-  size_t n;
+  size_t n = 0;
   const char *bytes = lua_tolstring(L, 1, &n);
   fh_tree_sig *sig = NULL;
   fh_tensor **leaves = NULL;

@@ -167,7 +167,7 @@ static fh_status compute_id(fh_ckks_context *c) {
   memcpy(p, tag, sizeof tag - 1);
   p += sizeof tag - 1;
   put_u32(&p, (uint32_t)c->log_n);
-  uint64_t scale_bits;
+  uint64_t scale_bits = 0;
   memcpy(&scale_bits, &c->default_scale, 8);
   put_u64(&p, scale_bits);
   put_u32(&p, (uint32_t)c->num_q);

@@ -12,7 +12,7 @@
 /* ---- tables cache (context extension slots) ------------------------------------ */
 static fh_status build_cpu_tables(const fh_ckks_context *ctx, void *arg, void **out) {
   (void)arg;
-  fh_ckks_tables *t;
+  fh_ckks_tables *t = NULL;
   fh_status st = fh_ckks_tables_new(ctx->log_n, ctx->primes, ctx->num_q, ctx->num_p, fh_cpu(), &t);
   if (st == FH_OK) *out = t;
   return st;
@@ -43,7 +43,7 @@ static void free_device_slot(void *p) {
 fh_status fh_ckks_context_tables(fh_ckks_context *ctx, fh_device dev, fh_ckks_tables **out) {
   fh_status st = fh_device_check(dev);
   if (st != FH_OK) return st;
-  void *p;
+  void *p = NULL;
   if (dev.type == FH_DEVICE_CPU) {
     if ((st = fh_ckks_context_ext(ctx, FH_CKKS_EXT_HOST_TABLES, build_cpu_tables, free_tables, NULL, &p)) != FH_OK)
       return st;
@@ -118,7 +118,7 @@ fh_status fh_ckks_context_from_bits(int log_n, const int *q_bits, int nq, const 
 /* ---- engine ----------------------------------------------------------------------- */
 fh_status fh_ckks_engine_new(fh_ckks_context *ctx, fh_device dev, const uint64_t *seed, fh_ckks_engine **out) {
   if (ctx == NULL) return fh_error_set(FH_ERR_VALUE, "CkksEngine: a context is required");
-  fh_ckks_tables *tb;
+  fh_ckks_tables *tb = NULL;
   fh_status st = fh_ckks_context_tables(ctx, dev, &tb);
   if (st != FH_OK) return st;
   fh_ckks_engine *e = calloc(1, sizeof *e);
@@ -277,7 +277,7 @@ static fh_status sample_small(fh_ckks_engine *e, fh__ckks_launcher *L, int64_t c
   int64_t n = e->ctx->ring_degree;
   int64_t shape[2] = {count, n};
   fh_tensor_options o = {FH_INT64, fh_cpu(), false, false};
-  fh_tensor *h;
+  fh_tensor *h = NULL;
   fh_status st = fh_tensor_empty(2, shape, &o, &h);
   if (st != FH_OK) return st;
   int64_t *p = (int64_t *)fh_tensor_data(h);
@@ -297,7 +297,7 @@ static fh_status sample_uniform(fh_ckks_engine *e, fh__ckks_launcher *L, int64_t
   int64_t n = e->ctx->ring_degree;
   int64_t shape[3] = {count, np, n};
   fh_tensor_options o = {FH_UINT64, fh_cpu(), false, false};
-  fh_tensor *h;
+  fh_tensor *h = NULL;
   fh_status st = fh_tensor_empty(3, shape, &o, &h);
   if (st != FH_OK) return st;
   uint64_t *p = (uint64_t *)fh_tensor_data(h);
@@ -402,7 +402,7 @@ static fh_status make_ks_key(fh_ckks_engine *e, fh__ckks_launcher *L, const uint
   int kinds[FH_CKKS_MAX_PRIMES];
   for (int j = 0; j < dnum; ++j) kinds[j] = SMALL_GAUSSIAN;
   int64_t shape[4] = {dnum, 2, nall, n};
-  fh_status st;
+  fh_status st = FH_OK;
   if ((st = sample_uniform(e, L, dnum, qp, nall, &a)) == FH_OK && (st = sample_small(e, L, dnum, kinds, &es)) == FH_OK &&
       (st = small_to_rns(e, L, es, dnum, qp, nall, &er)) == FH_OK && (st = fh__ckks_temp(L, 4, shape, &data)) == FH_OK &&
       (st = fh__ckks_ntt(L, true, fh__ckks_ptr(er), rows, fh__ckks_ptr(er), rows, dnum, qp, nall)) == FH_OK) {
@@ -515,7 +515,7 @@ fh_status fh_ckks_create_rotation_key(fh_ckks_engine *e, const fh_value *sk, int
   if (c == 0)
     return fh_error_set(FH_ERR_VALUE, "create_rotation_key: step %lld is 0 modulo num_slots %lld (not a rotation)",
                         (long long)step, (long long)e->ctx->num_slots);
-  fh_value *k;
+  fh_value *k = NULL;
   fh_status st = ks_key_common(e, "create_rotation_key", sk, FH_ROTATION_KEY, fh__ckks_galois_of_step(e, c), c, &k);
   if (st != FH_OK) return st;
   if ((st = remember_rotation_key(e, k)) != FH_OK) {
@@ -527,7 +527,7 @@ fh_status fh_ckks_create_rotation_key(fh_ckks_engine *e, const fh_value *sk, int
 }
 
 fh_status fh_ckks_create_conjugation_key(fh_ckks_engine *e, const fh_value *sk, fh_value **out) {
-  fh_value *k;
+  fh_value *k = NULL;
   fh_status st = ks_key_common(e, "create_conjugation_key", sk, FH_CONJUGATION_KEY,
                                2 * (uint64_t)e->ctx->ring_degree - 1, 0, &k);
   if (st != FH_OK) return st;
@@ -833,7 +833,7 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
   fh_tensor *D = NULL, *acc = NULL, *W = NULL, *T = NULL;
   int64_t dshape[4] = {G, ndig, lk, n}, ashape[4] = {G, 2, lk, n}, wshape[3] = {2 * G, np, n},
           tshape[3] = {2 * G, la, n};
-  fh_status st;
+  fh_status st = FH_OK;
   if ((st = fh__ckks_temp(L, 4, dshape, &D)) || (st = fh__ckks_temp(L, 4, ashape, &acc)) ||
       (st = fh__ckks_temp(L, 3, wshape, &W)) || (st = fh__ckks_temp(L, 3, tshape, &T)))
     goto done;

@@ -384,7 +384,7 @@ fh_status fh_ckks_prepare_plaintext_for_multiplication(fh_ckks_engine *e, const 
 
 fh_status fh_ckks_multiply_plaintext(fh_ckks_engine *e, const fh_value *ct, const fh_value *pt, fh_value **out) {
   const char *op = "multiply_plaintext";
-  fh_status st;
+  fh_status st = FH_OK;
   if ((st = fh__ckks_need_ct(e, op, "ct", ct)) ||
       (st = need_domain(op, "ct", ct, FH_DOMAIN_NTT, " (convert with coefficient_domain_to_ntt_domain first)")) ||
       (st = fh__ckks_need_type(op, "pt", pt, FH_PLAINTEXT)))
@@ -574,7 +574,7 @@ fh_status fh_ckks_conjugate(fh_ckks_engine *e, const fh_value *ct, const fh_valu
 /* ---- batches ------------------------------------------------------------------------------------------- */
 fh_status fh_ckks_stack_batch(fh_ckks_engine *e, const fh_value *const *cts, int n, fh_value **out) {
   const char *op = "stack_batch";
-  fh_status st;
+  fh_status st = FH_OK;
   if (n < 1) return fh_error_set(FH_ERR_VALUE, "%s: needs at least one ciphertext", op);
   if ((st = fh__ckks_need_ct(e, op, "ciphertext 1", cts[0])) != FH_OK) return st;
   fh__ckks_geo g0;
@@ -620,7 +620,7 @@ fh_status fh_ckks_stack_batch(fh_ckks_engine *e, const fh_value *const *cts, int
 
 fh_status fh_ckks_sum_ciphertext_batch(fh_ckks_engine *e, const fh_value *ct, fh_value **out) {
   const char *op = "sum_ciphertext_batch";
-  fh_status st;
+  fh_status st = FH_OK;
   if ((st = fh__ckks_need_ct(e, op, "ct", ct)) != FH_OK) return st;
   fh__ckks_geo g;
   fh__ckks_geo_of(ct, &g);

@@ -423,7 +423,7 @@ static uint64_t round_mod(double x, const fh_modulus *m) {
     res = fh_barrett128((uint64_t)ax, 0, m);
   } else {
     /* |r| = M * 2^e with M < 2^53 (r is an integer: its ulp is >= 2^11) */
-    int e;
+    int e = 0;
     double f = frexp(ax, &e);
     uint64_t mant = (uint64_t)ldexp(f, 53);
     uint64_t p2 = fh_mod_pow(2, (uint64_t)(e - 53), m);
@@ -536,7 +536,7 @@ static fh_status cpu_decode(const void *argp) {
     const uint64_t *in = a->in + g * a->in_gs;
     double *w = a->work + g * a->work_gs;
     for (int64_t i = 0; i < n; ++i) {
-      double val;
+      double val = 0;
       bool done = false;
       if (k == 1) {
         uint64_t x = in[i], q = a->primes[first].q;

@@ -211,7 +211,7 @@ static fh_status unary_io(fh__ckks_launcher *L, fh_tensor *t, fh_tensor **in, in
 fh_status fh_ckks_poly_ntt(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int nids, bool forward,
                            fh_tensor **result) {
   const char *what = forward ? "ckks ntt" : "ckks intt";
-  int64_t ngroups;
+  int64_t ngroups = 0;
   fh_status st;
   if ((st = check_ids(what, tb, ids, nids)) || (st = check_rows(what, tb, t, nids, FH_UINT64, &ngroups))) return st;
   fh__ckks_launcher L;
@@ -250,12 +250,12 @@ fh_status fh_ckks_poly_ew(fh_ckks_tables *tb, int op, fh_tensor *a, fh_tensor *b
   if (op < 0 || op >= FH_CKKS_EW_OP_COUNT) return fh_error_set(FH_ERR_VALUE, "ckks ew: invalid operation %d", op);
   char what[64];
   snprintf(what, sizeof what, "ckks %s", ew_names[op]);
-  fh_status st;
+  fh_status st = FH_OK;
   if ((st = check_ids(what, tb, ids, nids)) != FH_OK) return st;
   int nin = ew_inputs(op);
   if ((nin >= 2 && b == NULL) || (nin >= 3 && c == NULL))
     return fh_error_set(FH_ERR_VALUE, "%s: needs %d operands", what, nin);
-  int64_t ngroups;
+  int64_t ngroups = 0;
   bool broadcast = false;
   int64_t out_shape[FH_MAX_DIMS];
   int out_ndim;
@@ -279,7 +279,7 @@ fh_status fh_ckks_poly_ew(fh_ckks_tables *tb, int op, fh_tensor *a, fh_tensor *b
   }
   fh_tensor *ops[3] = {b, c, NULL};
   for (int i = 0; i < nin - 1; ++i) {
-    int64_t g2;
+    int64_t g2 = 0;
     if ((st = check_rows(what, tb, ops[i], nids, FH_UINT64, &g2)) != FH_OK) return st;
     bool same = ops[i]->ndim == out_ndim;
     for (int d = 0; same && d < out_ndim; ++d) same = ops[i]->shape[d] == out_shape[d];
@@ -333,7 +333,7 @@ fh_status fh_ckks_poly_ew(fh_ckks_tables *tb, int op, fh_tensor *a, fh_tensor *b
 fh_status fh_ckks_poly_automorph(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int nids, uint64_t galois,
                                  bool ntt_domain, fh_tensor **result) {
   const char *what = "ckks automorphism";
-  int64_t ngroups;
+  int64_t ngroups = 0;
   fh_status st;
   if ((st = check_ids(what, tb, ids, nids)) || (st = check_rows(what, tb, t, nids, FH_UINT64, &ngroups))) return st;
   if ((galois & 1) == 0 || galois >= 2 * (uint64_t)tb->n)
@@ -468,7 +468,7 @@ fh_status fh_ckks_poly_decode(fh_ckks_tables *tb, fh_tensor *coeffs, double scal
   int nlimbs = (int)coeffs->shape[coeffs->ndim - 2];
   if (nlimbs < 1 || nlimbs > tb->nq)
     return fh_error_set(FH_ERR_VALUE, "%s: between 1 and %d Q primes, got %d limb rows", what, tb->nq, nlimbs);
-  int64_t ngroups;
+  int64_t ngroups = 0;
   if ((st = check_rows(what, tb, coeffs, nlimbs, FH_UINT64, &ngroups)) != FH_OK) return st;
   fh__ckks_launcher L;
   if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;

@@ -435,7 +435,7 @@ fh_status fh_value_equal(const fh_value *a, const fh_value *b, bool *result) {
   *result = false;
   if (a->ctx != b->ctx || !fh_value_state_equal(&a->state, &b->state) || a->ntensors != b->ntensors) return FH_OK;
   for (int i = 0; i < a->ntensors; ++i) {
-    bool eq;
+    bool eq = false;
     fh_status s = fh_equal(a->tensors[i], b->tensors[i], &eq);
     if (s != FH_OK) return s;
     if (!eq) return FH_OK;
@@ -567,8 +567,8 @@ fh_status fh_value_from_metadata(fh_ckks_context *ctx, fh_value_type type, const
   if (t == NULL) return fh_error_set(FH_ERR_VALUE, "%s: tensor '%s' is missing", tn, tname);
   bool rns = !(type == FH_PLAINTEXT && st.representation == FH_REPR_SLOTS);
   if (rns && ctx == NULL) return fh_error_set(FH_ERR_VALUE, "%s: a CKKS context is required (context= or a known context_id)", tn);
-  int64_t iv;
-  const char *sv;
+  int64_t iv = 0;
+  const char *sv = NULL;
   /* level */
   if ((e = find_entry(entries, n, "level"))) {
     if ((s = entry_int(e, tn, INT32_MIN, INT32_MAX, &iv))) return s;

@@ -52,43 +52,18 @@ static int64_t span_elements(const fh_tensor *t) {
   return hi + 1;
 }
 
-/* True when two distinct indices of t address the same element. */
-static bool self_overlapping(const fh_tensor *t) {
-  if (fh_tensor_numel(t) <= 1) return false;
-  int64_t st[FH_MAX_DIMS], sz[FH_MAX_DIMS];
-  int n = 0;
-  for (int i = 0; i < t->ndim; ++i)
-    if (t->shape[i] > 1) {
-      /* insertion sort by stride */
-      int j = n++;
-      while (j > 0 && st[j - 1] > t->stride[i]) {
-        st[j] = st[j - 1];
-        sz[j] = sz[j - 1];
-        --j;
-      }
-      st[j] = t->stride[i];
-      sz[j] = t->shape[i];
-    }
-  int64_t extent = 0; /* highest offset reachable by the smaller-stride dims */
-  for (int i = 0; i < n; ++i) {
-    if (st[i] <= extent) return true;
-    extent += (sz[i] - 1) * st[i];
-  }
-  return false;
-}
-
 fh_status fh_tensor_empty_like_layout(const fh_tensor *t, fh_device dev, bool pin, fh_tensor **out) {
-  if (self_overlapping(t))
+  if (fh_tensor_is_self_overlapping(t))
     return fh_error_set(FH_ERR_VALUE,
                         "its elements overlap in memory (a stride-0 or expanded view); a buffer cannot hold it "
                         "(pass a contiguous() copy)");
-  size_t bytes;
+  size_t bytes = 0;
   if (fh_mul_overflow((size_t)span_elements(t), fh_dtype_size((fh_dtype)t->dtype), &bytes))
     return fh_error_set(FH_ERR_MEMORY, "tensor span overflows size_t");
-  fh_storage *s;
+  fh_storage *s = NULL;
   fh_status st = fh_storage_new(dev, bytes, pin ? FH_STORAGE_PINNED : 0, &s);
   if (st != FH_OK) return st;
-  fh_tensor *r;
+  fh_tensor *r = NULL;
   st = fh_tensor_from_storage(s, 0, t->ndim, t->shape, t->stride, (fh_dtype)t->dtype, &r);
   fh_storage_release(s);
   if (st != FH_OK) return st;
@@ -108,14 +83,17 @@ static void release_all(fh_tensor **t, int64_t n) {
     if (t[i]) fh_tensor_release(t[i]);
 }
 
-static fh_status refuse_in_capture(const char *what) {
+fh_status fh_exec_refuse_in_capture(const char *what, const char *why) {
   if (!tl_capturing && fh_tape_active() == NULL) return FH_OK;
-  fh_error_set(FH_ERR_CAPTURE,
-               "%s cannot run inside a function being captured (its copies and completion checks are host-side "
-               "work); move it before the capture or between replays",
-               what);
+  fh_error_set(FH_ERR_CAPTURE, "%s cannot run inside a function being captured%s%s%s", what, why ? " (" : "",
+               why ? why : "", why ? ")" : "");
   fh_error_set_stage("capture");
   return FH_ERR_CAPTURE;
+}
+
+static fh_status refuse_in_capture(const char *what) {
+  return fh_exec_refuse_in_capture(
+      what, "its copies and completion checks are host-side work; move it before the capture or between replays");
 }
 
 /* Copy src[i] into dst[i] for every leaf, completing before return. */
@@ -232,7 +210,7 @@ fh_status fh_buffer_new(fh_tree_sig *sig, fh_tensor *const *examples, const fh_d
   if ((st = fh_device_check(target)) != FH_OK) return st;
   for (int64_t i = 0; i < n; ++i) {
     if ((st = fh_device_check(fh_tensor_device(examples[i]))) != FH_OK) return st;
-    if (self_overlapping(examples[i]))
+    if (fh_tensor_is_self_overlapping(examples[i]))
       return fh_error_set(FH_ERR_VALUE,
                           "%s: its elements overlap in memory (a stride-0 or expanded view); a buffer cannot hold it "
                           "(pass a contiguous() copy)",
@@ -530,8 +508,9 @@ static fh_status copy_small_pinned(fh_buffer *b, fh_tensor *const *src, fh_strea
   return st;
 }
 
-fh_status fh__buffer_copy_ordered(fh_buffer *b, fh_tensor *const *src, fh_stream *s, fh_event *wait) {
-  const char *fn = "replay";
+fh_status fh__buffer_copy_ordered(fh_buffer *b, fh_tensor *const *src, fh_stream *s, fh_event *wait,
+                                  const char *what) {
+  const char *fn = what ? what : "replay";
   fh_status st = fh_buffer_check_open(b, fn);
   if (st == FH_OK) st = refuse_in_capture(fn);
   if (st != FH_OK) return st;
@@ -578,7 +557,7 @@ fh_status fh_buffer_wait_for(fh_buffer *b, fh_copy_handle *h, fh_stream *stream)
                                         "to order", fn);
     return FH_OK;
   }
-  fh_stream *s;
+  fh_stream *s = NULL;
   if ((st = fh__op_stream(b->dev, stream, &s)) != FH_OK) {
     fh_error_prefix("%s", fn);
     return st;

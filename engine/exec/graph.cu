@@ -77,8 +77,8 @@ static int set_add(nodeset *s, cudaGraphNode_t n) {
 /* Every node the capture stream's next node will depend on, transitively.
  * Returns false when the graph cannot be walked (then nothing is named). */
 static bool ancestors(cudaStream_t s, unsigned long long *id, nodeset *seen) {
-  cudaStreamCaptureStatus cs;
-  cudaGraph_t g;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaGraph_t g = NULL;
   const cudaGraphNode_t *deps = NULL;
   size_t nd = 0;
   if (cudaStreamGetCaptureInfo(s, &cs, id, &g, &deps, NULL, &nd) != cudaSuccess || cs != cudaStreamCaptureStatusActive)
@@ -136,7 +136,7 @@ static bool ancestors(cudaStream_t s, unsigned long long *id, nodeset *seen) {
 /* Join fork `f` into the capture stream `s` (an event recorded on f, waited
  * on by s), so that ending the capture releases every stream cleanly. */
 static void join(cudaStream_t s, cudaStream_t f) {
-  cudaEvent_t ev;
+  cudaEvent_t ev = NULL;
   if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
     (void)cudaGetLastError();
     return;
@@ -158,7 +158,7 @@ static int unjoined_forks(fh_stream *s, fh_stream *const *forks, int nforks, cha
   msg[0] = '\0';
   if (ancestors((cudaStream_t)fh_stream_handle(s), &id, &seen)) {
     for (int f = 0; f < nforks; ++f) {
-      cudaStreamCaptureStatus cs;
+      cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
       unsigned long long fid = 0;
       const cudaGraphNode_t *deps = NULL;
       size_t nd = 0;

@@ -251,7 +251,7 @@ fh_status fh_program_capture_begin(fh_program *p) {
   if (p->kind == FH_PROGRAM_HOST_GRAPH) {
     if ((st = fh_tape_begin(p->tape)) != FH_OK) return st;
   } else {
-    fh_stream *cur;
+    fh_stream *cur = NULL;
     if ((st = fh_stream_current(p->dev, &cur)) != FH_OK) return st;
     if ((st = fh_mempool_begin(p->pool)) != FH_OK) return st;
     if ((st = fh__graph_begin(p->side)) != FH_OK) {
@@ -326,11 +326,8 @@ fh_status fh_program_instantiate(fh_program *p) {
 static fh_status check_ready(fh_program *p, const char *what) {
   fh_status st = fh_program_check_open(p, what);
   if (st != FH_OK) return st;
-  if (fh_exec_capturing() || fh_tape_active() != NULL) {
-    fh_error_set(FH_ERR_CAPTURE, "%s cannot run inside a function being captured", what);
-    fh_error_set_stage("capture");
-    return FH_ERR_CAPTURE;
-  }
+  if ((st = fh_exec_refuse_in_capture(what, "replays and their input copies run between captures")) != FH_OK)
+    return st;
   if (p->state != ST_READY) return fh_error_set(FH_ERR_EXECUTION, "%s: the program was not captured", what);
   fh_exec_sweep();
   return FH_OK;
@@ -386,15 +383,16 @@ fh_status fh_program_launch(fh_program *p, bool synchronize) {
   return st;
 }
 
-fh_status fh_program_replay(fh_program *p, fh_tensor *const *src, bool synchronize) {
-  fh_status st = check_ready(p, "replay");
+fh_status fh_program_replay(fh_program *p, fh_tensor *const *src, bool synchronize, const char *what) {
+  const char *fn = what ? what : "replay";
+  fh_status st = check_ready(p, fn);
   fh_stream *s = NULL;
   if (st == FH_OK) st = replay_stream_of(p, &s);
   if (st != FH_OK) return st;
   fh_event *wait = p->replay_stream != NULL && p->replay_stream != s ? p->replay_event : NULL;
   /* no handle: the launch below follows the copy on `s`, and the replay
    * event recorded after the launch covers both */
-  if ((st = fh__buffer_copy_ordered(p->inputs, src, s, wait)) != FH_OK) return st;
+  if ((st = fh__buffer_copy_ordered(p->inputs, src, s, wait, fn)) != FH_OK) return st;
   /* the copy replaced the payload any outstanding handle prepared */
   p->outstanding = false;
   if ((st = launch_on(p, s)) != FH_OK) return st;
@@ -402,8 +400,9 @@ fh_status fh_program_replay(fh_program *p, fh_tensor *const *src, bool synchroni
 }
 
 fh_status fh_program_copy_inputs(fh_program *p, fh_tensor *const *src, fh_stream *stream, bool non_blocking,
-                                 fh_event *const *wait, int nwait, fh_copy_handle **out) {
-  fh_status st = check_ready(p, "copy_inputs_from");
+                                 fh_event *const *wait, int nwait, fh_copy_handle **out, const char *what) {
+  const char *fn = what ? what : "copy_inputs_from";
+  fh_status st = check_ready(p, fn);
   if (st != FH_OK) return st;
   fh_event *small[8];
   fh_event **all = small;
@@ -415,7 +414,10 @@ fh_status fh_program_copy_inputs(fh_program *p, fh_tensor *const *src, fh_stream
   fh_copy_handle *h = NULL;
   st = fh_buffer_copy_from(p->inputs, src, stream, non_blocking, all, nwait + 1, &h);
   if (all != small) free(all);
-  if (st != FH_OK) return st;
+  if (st != FH_OK) {
+    fh_error_prefix("%s", fn);
+    return st;
+  }
   if (p->latest) fh_copy_handle_release(p->latest);
   fh_copy_handle_retain(h);
   p->latest = h;

@@ -157,7 +157,7 @@ static fh_status enc_node(enc *e, const fh_tree_sig *s, fh_tensor *const *leaves
     case FH_TREE_TENSOR: {
       fh_tensor *t = leaves[(*li)++];
       if ((st = fh_tensor_sig_check(&s->tensor, t, FH_ERR_VALUE, "leaf tensor ")) != FH_OK) return st;
-      json_t *j;
+      json_t *j = NULL;
       if ((st = enc_tensor(e, *name ? name : "tensor", t, &j)) != FH_OK) return st;
       if (json_object_set_new(j, "kind", json_string("tensor")) != 0) {
         json_decref(j);
@@ -473,7 +473,7 @@ static fh_status dec_tensor(dec *d, json_t *j, const char *role, fh_tensor **out
   if (e == NULL) BAD(d, "tensor '%.80s' is not in the file", name);
   int64_t idx = e - d->h->tensors;
   if (d->used[idx]) BAD(d, "tensor '%.80s' is used twice", name);
-  fh_dtype dt;
+  fh_dtype dt = FH_BOOL;
   if (fh_dtype_parse(json_string_value(jd), &dt) != FH_OK) BAD(d, "unknown dtype '%.32s'", json_string_value(jd));
   int64_t shape[FH_MAX_DIMS + 1];
   int nd = e->ndim;
@@ -566,7 +566,7 @@ static fh_status dec_value(dec *d, json_t *j, fh_tree_sig **out) {
   json_t *jt = json_object_get(j, "value_type"), *jv = json_object_get(j, "schema_version");
   json_t *jc = json_object_get(j, "context_id"), *jm = json_object_get(j, "metadata"), *js = json_object_get(j, "tensors");
   if (!jstr(jt)) BAD(d, "value_type is not a string");
-  fh_value_type type;
+  fh_value_type type = FH_PLAINTEXT;
   if (fh_value_type_parse(json_string_value(jt), &type) != FH_OK)
     BAD(d, "unknown value type '%.64s'", json_string_value(jt));
   if (!json_is_integer(jv) || json_integer_value(jv) != FH_VALUE_SCHEMA_VERSION)
@@ -850,7 +850,7 @@ void fh_value_io_free_leaves(fh_tensor **leaves, int64_t n) {
 
 fh_status fh_tree_deserialize(const void *bytes, size_t nbytes, fh_device dev, fh_tree_sig **sig, fh_tensor ***leaves) {
   if (bytes == NULL && nbytes > 0) return fh_error_set(FH_ERR_VALUE, "deserialize: no input");
-  uint64_t hl;
+  uint64_t hl = 0;
   fh_status st = fh_st_header_length(bytes, nbytes, &hl);
   if (st != FH_OK) return st;
   fh_st_header h;

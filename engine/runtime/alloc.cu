@@ -213,7 +213,7 @@ static fh_status pend_push(arena *a, cudaEvent_t ev, int evdev, fh__block *b) {
 /* Record an event on `s` guarding `b`; on any failure, wait for the stream
  * instead (slow but safe). */
 static void guard_with_event(arena *a, fh__block *b, fh_stream *s) {
-  cudaEvent_t ev;
+  cudaEvent_t ev = NULL;
   int d = s->dev.index;
   if (fh__cuda_use_device(d) == FH_OK && fh__cuda_event_get(d, &ev) == FH_OK) {
     if (cudaEventRecord(ev, s->h) == cudaSuccess && pend_push(a, ev, d, b) == FH_OK) {
@@ -278,7 +278,7 @@ static void release_cached_locked(arena *a) {
 /* Is any stream of the block capturing now (a capture begun outside the
  * pools)? Then a free must not touch it. */
 static bool streams_capturing(const fh__block *b) {
-  cudaStreamCaptureStatus cs;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   for (int i = -1; i < b->nuses; ++i) {
     const fh_stream *s = i < 0 ? b->home : b->uses[i];
     if (s == NULL || s->h == NULL) continue;
@@ -485,7 +485,7 @@ static fh_status arena_alloc(arena *a, size_t n, fh_stream *stream, fh__block **
     pthread_mutex_unlock(&a->mu);
     return st;
   }
-  size_t size;
+  size_t size = 0;
   int cls = size_class(n, &size);
   fh_stream **rel = NULL;
   int nrel = 0, caprel = 0;
@@ -549,7 +549,7 @@ fh_status fh__cuda_storage_alloc(fh_storage *s, fh_stream *stream) {
   s->block = NULL;
   s->data = NULL;
   if (s->nbytes == 0) return FH_OK; /* no memory, nothing to free */
-  fh__block *b;
+  fh__block *b = NULL;
   fh_status st = arena_alloc(&g_dev[s->device.index], s->nbytes, stream, &b);
   if (st != FH_OK) return st;
   s->data = b->ptr;
@@ -566,7 +566,7 @@ fh_status fh__pinned_storage_alloc(fh_storage *s) {
   /* cudaHostAlloc needs a context: the current device's */
   fh_status st = fh__cuda_use_device(fh_cuda_current_device());
   if (st != FH_OK) return st;
-  fh__block *b;
+  fh__block *b = NULL;
   if ((st = arena_alloc(&g_pinned, s->nbytes, NULL, &b)) != FH_OK) return st;
   s->data = b->ptr;
   s->block = b;

@@ -289,7 +289,7 @@ fh_status fh_stream_wait_stream(fh_stream *s, fh_stream *other) {
   if (s == other) return FH_OK;
   fh_status st = fh__cuda_use_device(other->dev.index);
   if (st != FH_OK) return st;
-  cudaEvent_t ev;
+  cudaEvent_t ev = NULL;
   FH_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
   cudaError_t e = cudaEventRecord(ev, other->h);
   if (e == cudaSuccess) {
@@ -410,7 +410,7 @@ fh_status fh_event_elapsed_ms(fh_event *start, fh_event *end, double *ms) {
 bool fh__cuda_is_capturing(fh_device dev) {
   if (dev.type != FH_DEVICE_CUDA || dev.index < 0 || dev.index >= fh_cuda_device_count()) return false;
   if (fh__cuda_pool_active(dev.index)) return true;
-  fh_stream *s;
+  fh_stream *s = NULL;
   if (fh_stream_current(dev, &s) != FH_OK) {
     fh_error_clear();
     return false;

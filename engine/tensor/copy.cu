@@ -332,7 +332,7 @@ static fh_status d2h(fh_tensor *dst, fh_tensor *src, fh_stream *s, bool non_bloc
 static fh_status d2d(fh_tensor *dst, fh_tensor *src, fh_stream *s, bool non_blocking, bool capturing) {
   fh_status st;
   fh_device dd = fh_tensor_device(dst), sd = fh_tensor_device(src);
-  fh_stream *ss;
+  fh_stream *ss = NULL;
   if ((st = fh_stream_current(sd, &ss)) != FH_OK) return st;
   if (capturing && !non_blocking) return capture_refused("a blocking copy");
   fh_tensor *cs = NULL, *dt = NULL;
@@ -372,7 +372,7 @@ static fh_status d2d(fh_tensor *dst, fh_tensor *src, fh_stream *s, bool non_bloc
 fh_status fh__cuda_copy_across(fh_tensor *dst, fh_tensor *src, fh_stream *stream, bool non_blocking) {
   fh_device dd = fh_tensor_device(dst), sd = fh_tensor_device(src);
   fh_device cuda_side = dd.type == FH_DEVICE_CUDA ? dd : sd;
-  fh_stream *s;
+  fh_stream *s = NULL;
   fh_status st = fh__op_stream(cuda_side, stream, &s);
   if (st != FH_OK) {
     if (dd.type == FH_DEVICE_CUDA && sd.type == FH_DEVICE_CUDA) fh_error_prefix("copy_ (runs on the destination's stream)");

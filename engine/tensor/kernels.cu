@@ -67,7 +67,7 @@ static fh_status scratch_new(cudaStream_t h, size_t n, fh_storage **out) {
   fh_stream *ls = fh__cuda_launch_stream();
   if (ls == NULL || ls->h != h)
     return fh_error_set(FH_ERR_EXECUTION, "internal error: a kernel needing scratch memory ran outside the launch boundary");
-  fh_storage *s;
+  fh_storage *s = NULL;
   fh_status st = fh_storage_new(ls->dev, n, 0, &s);
   if (st != FH_OK) return st;
   if ((st = fh_storage_record_stream(s, ls)) != FH_OK) {
@@ -190,7 +190,7 @@ static fh_status k_copy(const void *argp, void *stream) {
   const fh_copy_args *a = (const fh_copy_args *)argp;
   cudaStream_t h = (cudaStream_t)stream;
   size_t des = fh_dtype_size((fh_dtype)a->dst_dtype), ses = fh_dtype_size((fh_dtype)a->src_dtype);
-  uintptr_t dlo, dhi, slo, shi;
+  uintptr_t dlo = 0, dhi = 0, slo = 0, shi = 0;
   extent(&a->it, &a->dst, des, &dlo, &dhi);
   extent(&a->it, &a->src, ses, &slo, &shi);
   bool identical = a->dst.data == a->src.data && a->dst_dtype == a->src_dtype &&
@@ -198,7 +198,7 @@ static fh_status k_copy(const void *argp, void *stream) {
   if (identical) return FH_OK;
   if (dlo < shi && slo < dhi) {
     /* overlapping: as memmove, through a contiguous copy of the source */
-    fh_storage *tmp;
+    fh_storage *tmp = NULL;
     fh_status st = scratch_new(h, (size_t)a->it.numel * ses, &tmp);
     if (st != FH_OK) return st;
     fh_copy_args one = *a, two = *a;
@@ -535,7 +535,7 @@ static fh_status k_sum(const void *argp, void *stream) {
   const fh_reduce_args *a = (const fh_reduce_args *)argp;
   cudaStream_t h = (cudaStream_t)stream;
   int g = reduce_blocks(a->it.numel);
-  fh_storage *tmp;
+  fh_storage *tmp = NULL;
   fh_status st = scratch_new(h, (size_t)g * sizeof(sum_acc), &tmp);
   if (st != FH_OK) return st;
   sum_acc *parts = (sum_acc *)tmp->data;
@@ -611,7 +611,7 @@ static fh_status k_compare(const void *argp, void *stream) {
   const fh_compare_args *a = (const fh_compare_args *)argp;
   cudaStream_t h = (cudaStream_t)stream;
   int g = reduce_blocks(a->it.numel);
-  fh_storage *tmp;
+  fh_storage *tmp = NULL;
   fh_status st = scratch_new(h, (size_t)g * sizeof(cmp_acc), &tmp);
   if (st != FH_OK) return st;
   cmp_acc *parts = (cmp_acc *)tmp->data;

@@ -245,7 +245,7 @@ static fh_status k_compare(const void *argp) {
       int64_t sp = a->a.stride[_last] * (int64_t)es, sq = a->b.stride[_last] * (int64_t)es;
       for (int64_t j = 0; j < n; ++j) {
         fh_wide x = fh_wide_load(a->dtype, p + j * sp), y = fh_wide_load(a->dtype, q + j * sq);
-        double d, ay;
+        double d = 0, ay;
         if (x.kind == 0) {
           if (a->mode == FH_CMP_EQUAL) { bad += x.i != y.i; continue; }
           d = x.i > y.i ? (double)((uint64_t)x.i - (uint64_t)y.i) : (double)((uint64_t)y.i - (uint64_t)x.i);

@@ -74,7 +74,7 @@ static _Thread_local fh_generator *default_gen;
 
 static fh_status get_default(fh_generator **g) {
   if (default_gen == NULL) {
-    uint64_t seed;
+    uint64_t seed = 0;
     if (getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
       return fh_error_set(FH_ERR_GENERIC, "could not seed the default generator from the OS");
     fh_status st = fh_generator_new(seed, &default_gen);
@@ -94,7 +94,7 @@ static fh_status random_tensor(int ndim, const int64_t *shape, fh_generator *g, 
   if (g == NULL && (st = get_default(&g)) != FH_OK) return st;
   fh_tensor_options host = *o;
   host.device = fh_cpu();
-  fh_tensor *t;
+  fh_tensor *t = NULL;
   if ((st = fh_tensor_empty(ndim, shape, &host, &t)) != FH_OK) return st;
   int64_t n = fh_tensor_numel(t) * (o->dtype == FH_COMPLEX128 ? 2 : 1);
   for (int64_t i = 0; i < n; ++i) {

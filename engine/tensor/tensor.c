@@ -165,6 +165,43 @@ bool fh_tensor_is_contiguous(const fh_tensor *t) {
   return true;
 }
 
+bool fh_tensor_is_self_overlapping(const fh_tensor *t) {
+  /* exact fast path: a contiguous layout (also any tensor of <= 1 element)
+   * never repeats a location */
+  if (fh_tensor_is_contiguous(t) || fh_tensor_numel(t) <= 1) return false;
+  /* general: the dims of size > 1 sorted by stride (insertion sort, at most
+   * FH_MAX_DIMS); each stride must step past every location the smaller
+   * strides reach. A stride-0 dim of size > 1 fails at once (0 <= extent). */
+  int64_t st[FH_MAX_DIMS], sz[FH_MAX_DIMS];
+  int n = 0;
+  for (int i = 0; i < t->ndim; ++i) {
+    if (t->shape[i] <= 1) continue;
+    int j = n++;
+    while (j > 0 && st[j - 1] > t->stride[i]) {
+      st[j] = st[j - 1];
+      sz[j] = sz[j - 1];
+      --j;
+    }
+    st[j] = t->stride[i];
+    sz[j] = t->shape[i];
+  }
+  int64_t extent = 0; /* the highest offset the smaller-stride dims reach */
+  for (int i = 0; i < n; ++i) {
+    if (st[i] <= extent) return true;
+    extent += (sz[i] - 1) * st[i];
+  }
+  return false;
+}
+
+fh_status fh__check_writable(const fh_tensor *t, const char *what, const char *arg) {
+  if (!fh_tensor_is_self_overlapping(t)) return FH_OK;
+  return fh_error_set(FH_ERR_VALUE,
+                      "%s: unsupported operation: more than one element of the written-to tensor refers to a single "
+                      "memory location (%s is an expanded or otherwise self-overlapping view; reading it is fine, "
+                      "writing into it is not: write into a clone() or contiguous() copy)",
+                      what, arg);
+}
+
 /* Sizes are limited so that every element count, byte count and stride
  * fits in int64 with room for the largest element: the product of the
  * sizes, with zero sizes counted as one (contiguous strides of a tensor
@@ -216,7 +253,7 @@ static fh_status tensor_alloc_record(fh_tensor **out) {
 
 /* ---- creation ----------------------------------------------------------- */
 fh_status fh_tensor_empty(int ndim, const int64_t *shape, const fh_tensor_options *o, fh_tensor **out) {
-  int64_t numel;
+  int64_t numel = 0;
   fh_status st = fh_shape_check(ndim, shape, &numel);
   if (st != FH_OK) return st;
   if ((unsigned)o->dtype >= FH_DTYPE_COUNT) return fh_error_set(FH_ERR_VALUE, "invalid dtype");
@@ -257,7 +294,7 @@ fh_status fh_tensor_full(int ndim, const int64_t *shape, const fh_scalar *value,
 
 fh_status fh_tensor_from_storage(fh_storage *s, int64_t offset, int ndim, const int64_t *shape, const int64_t *stride,
                                  fh_dtype dtype, fh_tensor **out) {
-  int64_t numel;
+  int64_t numel = 0;
   fh_status st = fh_shape_check(ndim, shape, &numel);
   if (st != FH_OK) return st;
   if (offset < 0) return fh_error_set(FH_ERR_VALUE, "negative storage offset %lld", (long long)offset);
@@ -298,7 +335,7 @@ fh_status fh_tensor_from_host(const void *src, int ndim, const int64_t *shape, c
     *out = t;
     return FH_OK;
   }
-  fh_tensor *d;
+  fh_tensor *d = NULL;
   st = fh_tensor_to(t, o->device, false, NULL, false, &d);
   fh_tensor_release(t);
   if (st != FH_OK) return st;
@@ -450,7 +487,7 @@ fh_status fh_tensor_reshape(fh_tensor *t, int ndim, const int64_t *shape, fh_ten
     return st;
   }
   if (view_strides(t, ndim, res, stride)) return view_of(t, ndim, res, stride, t->offset, out);
-  fh_tensor *c;
+  fh_tensor *c = NULL;
   if ((st = fh_tensor_clone(t, &c)) != FH_OK) return st;
   st = fh_tensor_view(c, ndim, res, out);
   fh_tensor_release(c);
@@ -650,7 +687,7 @@ static void byte_range(const fh_tensor *t, uintptr_t *lo, uintptr_t *hi) {
 
 fh__overlap_kind fh__overlap(const fh_tensor *out, const fh_tensor *in) {
   if (out->storage != in->storage || fh_tensor_numel(out) == 0 || fh_tensor_numel(in) == 0) return FH__NO_OVERLAP;
-  uintptr_t olo, ohi, ilo, ihi;
+  uintptr_t olo = 0, ohi = 0, ilo = 0, ihi = 0;
   byte_range(out, &olo, &ohi);
   byte_range(in, &ilo, &ihi);
   if (ohi <= ilo || ihi <= olo) return FH__NO_OVERLAP;
@@ -697,6 +734,7 @@ fh_status fh__copy_submit(fh_tensor *dst, fh_tensor *src, fh_stream *s) {
 
 fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, bool non_blocking) {
   fh_status st = check_same_shape(dst, src, "copy_");
+  if (st == FH_OK) st = fh__check_writable(dst, "copy_", "self");
   if (st != FH_OK) return st;
   if (fh_dtype_is_complex(src->dtype) && !fh_dtype_is_complex(dst->dtype))
     return fh_error_set(FH_ERR_TYPE, "copy_: cannot copy complex128 into %s", fh_dtype_name(dst->dtype));
@@ -706,7 +744,7 @@ fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, boo
   if (!fh_device_eq(dd, sd)) {
     if (dst->dtype != src->dtype) {
       /* convert on the source side first, then move */
-      fh_tensor *tmp;
+      fh_tensor *tmp = NULL;
       if ((st = fh_tensor_to_dtype(src, (fh_dtype)dst->dtype, &tmp)) != FH_OK) return st;
       st = fh__cuda_copy_across(dst, tmp, stream, non_blocking);
       fh_tensor_release(tmp);
@@ -714,12 +752,12 @@ fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, boo
     }
     return fh__cuda_copy_across(dst, src, stream, non_blocking);
   }
-  fh_stream *s;
+  fh_stream *s = NULL;
   if ((st = fh__op_stream(dd, stream, &s)) != FH_OK) return st;
   if (fh__overlap(dst, src) == FH__PARTIAL_OVERLAP) {
     /* dst and src share memory but not element for element: copy from a
      * snapshot of src, so the result is as if src was read first */
-    fh_tensor *snap; /* made on the copy's stream, so the copy is ordered after it */
+    fh_tensor *snap = NULL; /* made on the copy's stream, so the copy is ordered after it */
     if ((st = fh_tensor_to(src, dd, false, stream, true, &snap)) != FH_OK) return st;
     st = fh_tensor_copy_(dst, snap, stream, non_blocking);
     fh_tensor_release(snap);
@@ -735,7 +773,7 @@ fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, boo
 /* A new contiguous tensor of t's shape with options `o`, filled by copy_. */
 static fh_status copy_to_new(fh_tensor *t, const fh_tensor_options *o, fh_stream *stream, bool non_blocking,
                              fh_tensor **out) {
-  fh_tensor *r;
+  fh_tensor *r = NULL;
   fh_status st = fh_tensor_empty(t->ndim, t->shape, o, &r);
   if (st != FH_OK) return st;
   return fh__deliver(fh_tensor_copy_(r, t, stream, non_blocking), r, out);
@@ -770,9 +808,10 @@ fh_status fh_tensor_fill_(fh_tensor *t, const fh_scalar *value) {
   fh_fill_args a;
   memset(&a, 0, sizeof a);
   fh_status st = fh_scalar_to_dtype(value, (fh_dtype)t->dtype, a.value);
+  if (st == FH_OK) st = fh__check_writable(t, "fill_", "self");
   if (st != FH_OK) return st;
   fh_device dev = fh_tensor_device(t);
-  fh_stream *s;
+  fh_stream *s = NULL;
   if ((st = fh_device_check(dev)) || (st = fh__op_stream(dev, NULL, &s))) return st;
   if (fh_tensor_numel(t) == 0) return FH_OK;
   iter_init(&a.it, t);
@@ -799,7 +838,7 @@ fh_status fh_tensor_read(fh_tensor *t, void *dst) {
   }
   /* gather into a contiguous host tensor, then copy out */
   fh_tensor_options o = {(fh_dtype)t->dtype, fh_cpu(), false, false};
-  fh_tensor *h;
+  fh_tensor *h = NULL;
   if ((st = fh_tensor_empty(t->ndim, t->shape, &o, &h)) != FH_OK) return st;
   st = fh_tensor_copy_(h, t, NULL, false);
   if (st == FH_OK) memcpy(dst, fh_tensor_data(h), nb);

@@ -72,11 +72,19 @@ static fh_status check_out(const char *what, const fh_tensor *out, int ndim, con
 }
 
 /* Allocate (or validate) the output and produce an operand view expanded to
- * the iteration shape. */
-static fh_status prepare_out(const char *what, fh_tensor *out, int ndim, const int64_t *shape, fh_dtype dtype,
-                             fh_device dev, fh_tensor **result) {
+ * the iteration shape. out == self is the in-place form ("add_"); a given
+ * output must not be self-overlapping. */
+static fh_status prepare_out(const char *what, fh_tensor *out, const fh_tensor *self, int ndim, const int64_t *shape,
+                             fh_dtype dtype, fh_device dev, fh_tensor **result) {
   if (out != NULL) {
     fh_status st = check_out(what, out, ndim, shape, dtype, dev);
+    if (st == FH_OK && out == self) { /* in place: add_, neg_, ... */
+      char fn[32];
+      snprintf(fn, sizeof fn, "%s_", what);
+      st = fh__check_writable(out, fn, "self");
+    } else if (st == FH_OK) {
+      st = fh__check_writable(out, what, "out");
+    }
     if (st != FH_OK) return st;
     fh_tensor_retain(out);
     *result = out;
@@ -138,10 +146,10 @@ fh_status fh_binary(fh_binary_op op, fh_tensor *a, fh_tensor *b, const fh_scalar
     ndim = a->ndim;
     memcpy(shape, a->shape, sizeof(int64_t) * (size_t)ndim);
   }
-  fh_stream *s;
+  fh_stream *s = NULL;
   if ((st = fh_device_check(dev)) || (st = fh__op_stream(dev, NULL, &s))) return st;
-  fh_tensor *r, *snap_a = NULL, *snap_b = NULL;
-  if ((st = prepare_out(what, out, ndim, shape, (fh_dtype)a->dtype, dev, &r)) != FH_OK) return st;
+  fh_tensor *r = NULL, *snap_a = NULL, *snap_b = NULL;
+  if ((st = prepare_out(what, out, scalar_first ? NULL : a, ndim, shape, (fh_dtype)a->dtype, dev, &r)) != FH_OK) return st;
   if ((st = unalias(r, &a, &snap_a)) != FH_OK || (st = unalias(r, &b, &snap_b)) != FH_OK) {
     fh_tensor_release(snap_a);
     fh_tensor_release(r);
@@ -170,10 +178,10 @@ fh_status fh_unary(fh_unary_op op, fh_tensor *a, fh_tensor *out, fh_tensor **res
   fh_status st;
   fh_device dev = fh_tensor_device(a);
   if ((st = arith_dtype_ok("neg", (fh_dtype)a->dtype, op, false)) != FH_OK) return st;
-  fh_stream *s;
+  fh_stream *s = NULL;
   if ((st = fh_device_check(dev)) || (st = fh__op_stream(dev, NULL, &s))) return st;
-  fh_tensor *r, *snap_a = NULL;
-  if ((st = prepare_out("neg", out, a->ndim, a->shape, (fh_dtype)a->dtype, dev, &r)) != FH_OK) return st;
+  fh_tensor *r = NULL, *snap_a = NULL;
+  if ((st = prepare_out("neg", out, a, a->ndim, a->shape, (fh_dtype)a->dtype, dev, &r)) != FH_OK) return st;
   if ((st = unalias(r, &a, &snap_a)) != FH_OK) {
     fh_tensor_release(r);
     return st;
@@ -235,10 +243,10 @@ fh_status fh_rns(fh_rns_op op, fh_tensor *a, fh_tensor *b, const uint64_t *modul
     fh_modulus_init(&args.mod[i], moduli[i]);
   }
   fh_device dev = fh_tensor_device(a);
-  fh_stream *s;
+  fh_stream *s = NULL;
   if ((st = fh_device_check(dev)) || (st = fh__op_stream(dev, NULL, &s))) return st;
-  fh_tensor *r, *snap_a = NULL, *snap_b = NULL;
-  if ((st = prepare_out(what, out, a->ndim, a->shape, FH_UINT64, dev, &r)) != FH_OK) return st;
+  fh_tensor *r = NULL, *snap_a = NULL, *snap_b = NULL;
+  if ((st = prepare_out(what, out, NULL, a->ndim, a->shape, FH_UINT64, dev, &r)) != FH_OK) return st;
   if ((st = unalias(r, &a, &snap_a)) != FH_OK || (st = unalias(r, &b, &snap_b)) != FH_OK) {
     fh_tensor_release(snap_a);
     fh_tensor_release(r);
@@ -278,11 +286,11 @@ static fh_dtype sum_dtype(fh_dtype d) {
 
 fh_status fh_sum(fh_tensor *t, fh_tensor **out) {
   fh_device dev = fh_tensor_device(t);
-  fh_stream *s;
+  fh_stream *s = NULL;
   fh_status st;
   if ((st = fh_device_check(dev)) || (st = fh__op_stream(dev, NULL, &s))) return st;
   fh_tensor_options o = {sum_dtype((fh_dtype)t->dtype), dev, false, false};
-  fh_tensor *r;
+  fh_tensor *r = NULL;
   if ((st = fh_tensor_empty(0, NULL, &o, &r)) != FH_OK) return st;
   fh_reduce_args a;
   memset(&a, 0, sizeof a);
@@ -326,7 +334,7 @@ static fh_status compare(const char *what, int mode, fh_tensor *a, fh_tensor *b,
   } else {
     fh_tensor_retain(bb);
   }
-  fh_stream *s;
+  fh_stream *s = NULL;
   fh_tensor *r = NULL;
   fh_tensor_options o = {mode == FH_CMP_MAXDIFF ? FH_FLOAT64 : FH_INT64, dev, false, false};
   if ((st = fh_device_check(dev)) || (st = fh__op_stream(dev, NULL, &s)) ||
@@ -357,7 +365,7 @@ static fh_status compare(const char *what, int mode, fh_tensor *a, fh_tensor *b,
 
 fh_status fh_equal(fh_tensor *a, fh_tensor *b, bool *result) {
   int64_t mismatches = 1;
-  bool shape_ok;
+  bool shape_ok = false;
   fh_status st = compare("equal", FH_CMP_EQUAL, a, b, 0, 0, &mismatches, &shape_ok);
   if (st != FH_OK) return st;
   *result = shape_ok && a->dtype == b->dtype && mismatches == 0;
@@ -367,7 +375,7 @@ fh_status fh_equal(fh_tensor *a, fh_tensor *b, bool *result) {
 fh_status fh_allclose(fh_tensor *a, fh_tensor *b, double rtol, double atol, bool *result) {
   if (!(rtol >= 0) || !(atol >= 0)) return fh_error_set(FH_ERR_VALUE, "allclose: rtol and atol must be >= 0");
   int64_t bad = 1;
-  bool shape_ok;
+  bool shape_ok = false;
   fh_status st = compare("allclose", FH_CMP_CLOSE, a, b, rtol, atol, &bad, &shape_ok);
   if (st != FH_OK) return st;
   *result = bad == 0;
@@ -376,7 +384,7 @@ fh_status fh_allclose(fh_tensor *a, fh_tensor *b, double rtol, double atol, bool
 
 fh_status fh_max_abs_diff(fh_tensor *a, fh_tensor *b, double *result) {
   double m = 0;
-  bool shape_ok;
+  bool shape_ok = false;
   fh_status st = compare("max_abs_diff", FH_CMP_MAXDIFF, a, b, 0, 0, &m, &shape_ok);
   if (st != FH_OK) return st;
   *result = m;

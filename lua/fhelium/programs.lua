@@ -16,6 +16,11 @@
 --      allocation on the device going to the program's private pool (CUDA), or
 --      a host tape (host); fn(unpack(inputs)) runs once; its output tree is
 --      validated and kept;
+--   fn runs through a C boundary in both stages (core.exec_call, and
+--   prog:_capture_run, which also begins and ends the capture around it), so
+--   a coroutine.yield inside fn raises instead of suspending a coroutine with
+--   a capture active (which would record other coroutines' work into the
+--   program, and keep the thread capturing if never resumed);
 --   4. instantiate, one synchronized first replay, statistics.
 -- A failure raises CudaGraphCaptureError with `stage` ("warmup", "capture",
 -- "first replay"), the cause in the message and in `err.cause`, after closing
@@ -56,9 +61,24 @@ end
 
 local capture_keys = { example_inputs = true, warmup = true }
 
+-- The cause when fn called coroutine.yield during `stage` (the yield was
+-- refused: fn runs through core.exec_call / _capture_run, a C boundary).
+local function yield_refused(stage, raw)
+  local where = tostring(raw):match("^(.-):?%s*attempt to yield across C%-call boundary$")
+  where = where and where ~= "" and (" (at " .. where .. ")") or ""
+  return errors.new("CudaGraphCaptureError", ("fn called coroutine.yield%s during the %s; a capture belongs to the "
+    .. "function being captured and cannot be suspended (work done elsewhere meanwhile would be recorded into it): "
+    .. "capture first and yield after capture returns (a coroutine that fn creates and resumes itself may yield to "
+    .. "fn)"):format(where, stage), { stage = stage })
+end
+
 local function capture(kind, fn, opts)
   local cls = kind == "cuda" and "CudaGraphProgram" or "HostGraphProgram"
   local fname = cls .. ".capture"
+  -- first: inside a captured function, name this function (not the buffer
+  -- layer it would reach first)
+  core.exec_refuse_in_capture(fname, "captures do not nest: capture the inner function on its own, before or after "
+    .. "the outer capture")
   if not callable(fn) then
     errors.raise("TypeError", ("%s: argument 1 (fn) expected a function or a callable table, got %s"):format(fname,
       type(fn)), nil, 3)
@@ -136,13 +156,15 @@ local function capture(kind, fn, opts)
     local fok, fresh = pcall(core.buffer_like, inputs, { device = dev }, "example_inputs")
     if not fok then fail("warmup", fresh) end
     local args = fresh.value
+    -- unyieldable (core.exec_call): fn runs to completion inside this call
     local res
     if cuda then
-      res = pack(pcall(cuda.with_stream, side, function() return fn(unpack(args, 1, nargs)) end))
+      res = pack(core.exec_call(cuda.with_stream, side, function() return fn(unpack(args, 1, nargs)) end))
     else
-      res = pack(pcall(fn, unpack(args, 1, nargs)))
+      res = pack(core.exec_call(fn, unpack(args, 1, nargs)))
     end
     local rok, rerr = res[1], res[2]
+    if not rok and res[3] then rerr = yield_refused("warmup", rerr) end
     if rok and res.n > 2 then
       rok, rerr = false, ("fn returned %d values; return one output tree (a list or ex.tuple of them)"):format(res.n - 1)
     end
@@ -161,16 +183,15 @@ local function capture(kind, fn, opts)
   -- 3. capture on the retained inputs
   local args = prog:_input_value()
   local t1 = clock()
-  local cok, cerr = pcall(prog._capture_begin, prog)
-  if not cok then fail("capture", cerr) end
-  local res = pack(pcall(fn, unpack(args, 1, nargs)))
-  local eok, eerr = pcall(prog._capture_end, prog, res[1])
-  if not res[1] then fail("capture", res[2]) end
-  if not eok then fail("capture", eerr) end
-  if res.n > 2 then
-    fail("capture", ("fn returned %d values; return one output tree (a list or ex.tuple of them)"):format(res.n - 1))
+  -- begin, fn (unyieldable), end: one C call, so the capture is active only
+  -- while fn runs and always ends with it
+  local res = pack(pcall(prog._capture_run, prog, fn, unpack(args, 1, nargs)))
+  if not res[1] then fail("capture", res[2]) end -- beginning or ending failed
+  if not res[2] then fail("capture", res[4] and yield_refused("capture", res[3]) or res[3]) end
+  if res.n > 3 then
+    fail("capture", ("fn returned %d values; return one output tree (a list or ex.tuple of them)"):format(res.n - 2))
   end
-  local sok, serr = pcall(prog._set_output, prog, res[2])
+  local sok, serr = pcall(prog._set_output, prog, res[3])
   if not sok then fail("capture", serr) end
   res, args = nil, nil
   local iok, ierr = pcall(prog._instantiate, prog)

@@ -138,12 +138,18 @@ size_t fh_leaves_nbytes(fh_tensor *const *leaves, int64_t n);
  * Small leaves from pinned host memory with the target's exact layout move
  * in FH_K_COPY_BATCH kernels on `s` (no copy-engine latency); the others
  * through fh_tensor_copy_. Sources are guarded by record-stream either way. */
-fh_status fh__buffer_copy_ordered(fh_buffer *b, fh_tensor *const *src, fh_stream *s, fh_event *wait);
+fh_status fh__buffer_copy_ordered(fh_buffer *b, fh_tensor *const *src, fh_stream *s, fh_event *wait,
+                                  const char *what);
 
 /* Execution capture state of the calling thread (set by programs while a
  * capture runs): buffers refuse copies then, and completion checks (event
  * queries) are postponed. */
 bool fh_exec_capturing(void);
+/* FH_OK unless a capture (CUDA or host) is active on this thread; then a
+ * CudaGraphCaptureError (stage "capture") "<what> cannot run inside a
+ * function being captured (<why>)": `what` is the function the user called,
+ * `why` (NULL: none) says why and what to do instead. */
+fh_status fh_exec_refuse_in_capture(const char *what, const char *why);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,13 @@ fh_status fh__op_stream(fh_device dev, fh_stream *s, fh_stream **out);
  * equals it->shape (before collapsing). */
 void fh__operand_from(fh_operand *op, const fh_tensor *t);
 
+/* FH_OK when t may be written (not self-overlapping); otherwise a
+ * ValueError "<what>: unsupported operation: more than one element of the
+ * written-to tensor refers to a single memory location (<arg> is ...)".
+ * Every write into a caller's tensor (copy_, fill_, in-place and out=
+ * operators) checks its target with this before touching anything. */
+fh_status fh__check_writable(const fh_tensor *t, const char *what, const char *arg);
+
 /* How `in`, read as an operand of an elementwise operator that writes
  * `out` (iteration shape = out's shape, `in` right-aligned and broadcast),
  * aliases out's memory: not at all, element for element (safe: each output

@@ -94,6 +94,11 @@ int64_t fh_tensor_numel(const fh_tensor *t);
 size_t fh_tensor_element_size(const fh_tensor *t);
 size_t fh_tensor_nbytes(const fh_tensor *t); /* numel * element size */
 bool fh_tensor_is_contiguous(const fh_tensor *t);
+/* True when two distinct indices of t address one memory location (an
+ * expanded / stride-0 view, or any layout whose strides do not separate its
+ * elements). Such a tensor can be read but never written (in-place ops,
+ * copy_, fill_, out= refuse it with a ValueError). */
+bool fh_tensor_is_self_overlapping(const fh_tensor *t);
 static inline fh_device fh_tensor_device(const fh_tensor *t) { return t->storage->device; }
 static inline bool fh_tensor_is_pinned(const fh_tensor *t) { return (t->storage->flags & FH_STORAGE_PINNED) != 0; }
 /* Address of element 0 (borrowed; valid while the storage lives). */
