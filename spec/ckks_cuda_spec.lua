@@ -156,6 +156,13 @@ describe("CKKS kernels on CUDA", function()
         local kc, kg = both("ks_inner", digits, key, ids, rows)
         same(kc, kg, ("ks_inner with %d digits"):format(D))
       end
+      -- the mod-up of every digit at every level (one P prime per digit's worth of Q primes)
+      for level = 0, nq - 1 do
+        local act = {}
+        for i = level + 1, nq do act[#act + 1] = qs[i] end
+        local mu_c, mu_g = both("modup", residues({ G }, act, n, seed + 13000 + level), level)
+        same(mu_c, mu_g, ("modup at level %d"):format(level))
+      end
       -- automorphisms in both domains
       local m2 = 2 * n
       for _, g in ipairs { 3 % m2, 5 % m2, (5 ^ 7) % m2, m2 - 1 } do

@@ -257,6 +257,17 @@ static int l_ks_inner(lua_State *L) {
   return 1;
 }
 
+/* _ckks.modup(tables, t, level) */
+static int l_modup(lua_State *L) {
+  const char *fn = "_ckks.modup";
+  fh_ckks_tables *tb = check_tables(L, 1, fn);
+  fh_tensor *t = fh__lua_checktensor(L, 2, fn, "t");
+  int level = (int)fh__lua_checkint(L, 3, fn, "level", 0, FH_CKKS_MAX_PRIMES);
+  fh_tensor_box *box = fh__lua_new_tensor_box(L);
+  fh__lua_check(L, fh_ckks_poly_modup(tb, t, level, &box->t));
+  return 1;
+}
+
 /* _ckks.encode(tables, msg, scale, nlimbs) */
 static int l_encode(lua_State *L) {
   const char *fn = "_ckks.encode";
@@ -381,7 +392,7 @@ void fh__lua_open_ckks(lua_State *L) {
       {"intt", l_intt},               {"ew", l_ew},             {"automorph", l_automorph},
       {"encode", l_encode},           {"decode", l_decode},     {"sample", l_sample},
       {"capture", l_capture},         {"tensor", l_tensor},     {"bconv", l_bconv},
-      {"ks_inner", l_ks_inner},       {NULL, NULL}};
+      {"ks_inner", l_ks_inner},       {"modup", l_modup},       {NULL, NULL}};
   lua_newtable(L);
   fh__lua_setfuncs(L, internal);
   lua_setfield(L, -2, "_ckks");

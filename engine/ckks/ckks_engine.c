@@ -837,40 +837,32 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
   if ((st = fh__ckks_temp(L, 4, dshape, &D)) || (st = fh__ckks_temp(L, 4, ashape, &acc)) ||
       (st = fh__ckks_temp(L, 3, wshape, &W)) || (st = fh__ckks_temp(L, 3, tshape, &T)))
     goto done;
-  /* 1. mod-up: each digit's residues extended to every other active row and P */
-  for (int jj = 0; jj < ndig && st == FH_OK; ++jj) {
-    int j = j0 + jj;
-    int first = j * alpha > level ? j * alpha : level;
-    int last = (j + 1) * alpha < nq ? (j + 1) * alpha : nq;
-    fh_ckks_bconv_args b;
-    memset(&b, 0, sizeof b);
-    b.out = fh__ckks_ptr(D) + (int64_t)jj * lk * n;
-    b.out_gs = (int64_t)ndig * lk * n;
-    b.in = d;
-    b.in_gs = gs_d;
-    b.ngroups = G;
-    b.nsrc = last - first;
-    b.log_n = tb->log_n;
-    b.primes = tb->primes_dev;
-    b.consts = tb->modup[level * dnum + j];
-    b.copy_src = 1;
-    b.center = 1; /* zero-mean digits: see fh_ckks_bconv_args */
-    for (int i = 0; i < b.nsrc; ++i) {
-      b.src_prime[i] = first + i;
-      b.src_row[i] = b.src_out_row[i] = first + i - level;
+  /* 1. mod-up: each digit's residues extended to every other active row and P, one launch */
+  {
+    fh_ckks_modup_args u;
+    memset(&u, 0, sizeof u);
+    u.out = fh__ckks_ptr(D);
+    u.in = d;
+    u.out_gs = (int64_t)ndig * lk * n;
+    u.out_ds = (int64_t)lk * n;
+    u.in_gs = gs_d;
+    u.ngroups = G;
+    u.ndigits = ndig;
+    u.nrows = lk;
+    u.log_n = tb->log_n;
+    u.center = 1; /* zero-mean digits: see fh_ckks_bconv_args */
+    u.primes = tb->primes_dev;
+    for (int jj = 0; jj < ndig; ++jj) {
+      int j = j0 + jj;
+      int first = j * alpha > level ? j * alpha : level;
+      int last = (j + 1) * alpha < nq ? (j + 1) * alpha : nq;
+      u.consts[jj] = tb->modup[level * dnum + j];
+      u.first[jj] = first - level;
+      u.nsrc[jj] = last - first;
     }
-    int nd = 0;
-    for (int r = 0; r < lk; ++r) {
-      int pid = qp[r];
-      if (pid >= first && pid < last) continue;
-      b.dst_prime[nd] = pid;
-      b.dst_row[nd] = r;
-      ++nd;
-    }
-    b.ndst = nd;
-    st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &b, sizeof b);
+    memcpy(u.prime, qp, sizeof(int32_t) * (size_t)lk);
+    if ((st = fh__ckks_submit(L, FH_K_CKKS_MODUP, &u, sizeof u))) goto done;
   }
-  if (st) goto done;
   /* 2. NTT of every extended digit */
   if ((st = fh__ckks_ntt(L, true, fh__ckks_ptr(D), (int64_t)lk * n, fh__ckks_ptr(D), (int64_t)lk * n, G * ndig, qp,
                          lk)))

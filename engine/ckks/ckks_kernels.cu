@@ -480,6 +480,61 @@ fh_status k_bconv(const void *argp, void *stream) {
   return launched("kernel 'ckks_bconv'");
 }
 
+/* ==== mod-up of every digit ===========================================================
+ * blockIdx.y is the digit: its rows are copied and converted to every other row,
+ * as bconv_kernel does for one (S, T) pair. */
+__global__ void modup_kernel(const __grid_constant__ fh_ckks_modup_args a) {
+  extern __shared__ uint64_t ys[]; /* [nsrc][blockDim.x] */
+  const int64_t n = (int64_t)1 << a.log_n;
+  const int jd = blockIdx.y, ns = a.nsrc[jd], f = a.first[jd];
+  const uint64_t *shat_inv = a.consts[jd], *mat = a.consts[jd] + 2 * ns;
+  const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  GROUPS(g, a.ngroups) {
+    const uint64_t *in = a.in + g * a.in_gs;
+    uint64_t *out = a.out + g * a.out_gs + (int64_t)jd * a.out_ds;
+    uint32_t v = 0;
+    for (int i = 0; i < ns; ++i) {
+      const uint64_t x = in[(int64_t)(f + i) * n + j];
+      out[(int64_t)(f + i) * n + j] = x;
+      const uint64_t q = a.primes[a.prime[f + i]].q;
+      const uint64_t y = fh_shoup_mul(x, shat_inv[2 * i], shat_inv[2 * i + 1], q);
+      ys[i * blockDim.x + threadIdx.x] = y;
+      v += y > (q >> 1);
+    }
+    const int nd = a.nrows - ns;
+    for (int t = 0; t < nd; ++t) {
+      const int r = t < f ? t : t + ns;
+      const fh_modulus m = a.primes[a.prime[r]].bar;
+      const uint64_t *row = mat + (int64_t)t * ns;
+      uint64_t acc_r = 0;
+      for (int i0 = 0; i0 < ns; i0 += 16) {
+        unsigned __int128 acc = 0;
+        const int i1 = i0 + 16 < ns ? i0 + 16 : ns;
+        for (int i = i0; i < i1; ++i) acc += (unsigned __int128)ys[i * blockDim.x + threadIdx.x] * row[i];
+        acc_r = fh_mod_add(acc_r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), &m), m.q);
+      }
+      if (a.center && v && ns > 0) {
+        const uint64_t s_mod_t = fh_mod_mul(row[0], a.primes[a.prime[f]].q % m.q, &m);
+        acc_r = fh_mod_sub(acc_r, fh_mod_mul(v, s_mod_t, &m), m.q);
+      }
+      out[(int64_t)r * n + j] = acc_r;
+    }
+  }
+}
+
+fh_status k_modup(const void *argp, void *stream) {
+  const fh_ckks_modup_args *a = (const fh_ckks_modup_args *)argp;
+  if (a->ngroups <= 0 || a->ndigits <= 0) return FH_OK;
+  const int64_t n = (int64_t)1 << a->log_n;
+  int most = 1;
+  for (int j = 0; j < a->ndigits; ++j) most = a->nsrc[j] > most ? a->nsrc[j] : most;
+  const int threads = most > BCONV_WIDE_SRC ? BCONV_THREADS_WIDE : BCONV_THREADS;
+  const size_t smem = (size_t)most * threads * sizeof(uint64_t);
+  modup_kernel<<<dim3(blocks_for(n, threads), a->ndigits, grid_z(a->ngroups)), threads, smem, (cudaStream_t)stream>>>(*a);
+  return launched("kernel 'ckks_modup'");
+}
+
 /* ==== key-switching inner product ==================================================== */
 __global__ void __launch_bounds__(EW_THREADS) ks_kernel(const __grid_constant__ fh_ckks_ks_args a) {
   const int l = blockIdx.y;
@@ -1045,5 +1100,5 @@ fh_status k_decode(const void *argp, void *stream) {
 } // namespace
 
 const fh_cuda_kernel_fn fh__ckks_cuda_kernels[FH_K_CKKS_COUNT] = {
-    k_ntt, k_intt, k_ew, k_tensor, k_bconv, k_ks_inner, k_automorph, k_encode, k_decode,
+    k_ntt, k_intt, k_ew, k_tensor, k_bconv, k_ks_inner, k_automorph, k_encode, k_decode, k_modup,
 };

@@ -10,7 +10,7 @@
 
 const char *const fh__ckks_kernel_names[FH_K_CKKS_COUNT] = {
     "ckks_ntt",   "ckks_intt",      "ckks_ew",          "ckks_tensor",     "ckks_bconv",
-    "ckks_ks_inner", "ckks_automorph", "ckks_encode", "ckks_decode",
+    "ckks_ks_inner", "ckks_automorph", "ckks_encode", "ckks_decode", "ckks_modup",
 };
 
 /* ---- NTT ------------------------------------------------------------------------ */
@@ -607,6 +607,41 @@ static fh_status cpu_decode(const void *argp) {
   return FH_OK;
 }
 
+/* ---- mod-up of every digit: one base conversion per digit -------------------------------- */
+static fh_status cpu_modup(const void *argp) {
+  const fh_ckks_modup_args *a = argp;
+  const int64_t n = (int64_t)1 << a->log_n;
+  for (int j = 0; j < a->ndigits; ++j) {
+    fh_ckks_bconv_args b;
+    memset(&b, 0, sizeof b);
+    b.out = a->out + (int64_t)j * a->out_ds;
+    b.in = a->in;
+    b.out_gs = a->out_gs;
+    b.in_gs = a->in_gs;
+    b.ngroups = a->ngroups;
+    b.nsrc = a->nsrc[j];
+    b.log_n = a->log_n;
+    b.primes = a->primes;
+    b.consts = a->consts[j];
+    b.copy_src = 1;
+    b.center = a->center;
+    for (int i = 0; i < b.nsrc; ++i) {
+      b.src_row[i] = b.src_out_row[i] = a->first[j] + i;
+      b.src_prime[i] = a->prime[a->first[j] + i];
+    }
+    for (int r = 0; r < a->nrows; ++r) {
+      if (r >= a->first[j] && r < a->first[j] + a->nsrc[j]) continue;
+      b.dst_prime[b.ndst] = a->prime[r];
+      b.dst_row[b.ndst] = r;
+      b.ndst++;
+    }
+    (void)n;
+    fh_status st = cpu_bconv(&b);
+    if (st != FH_OK) return st;
+  }
+  return FH_OK;
+}
+
 const fh_cpu_kernel_fn fh__ckks_cpu_kernels[FH_K_CKKS_COUNT] = {
-    cpu_ntt, cpu_intt, cpu_ew, cpu_tensor, cpu_bconv, cpu_ks_inner, cpu_automorph, cpu_encode, cpu_decode,
+    cpu_ntt, cpu_intt, cpu_ew, cpu_tensor, cpu_bconv, cpu_ks_inner, cpu_automorph, cpu_encode, cpu_decode, cpu_modup,
 };

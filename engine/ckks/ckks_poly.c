@@ -692,3 +692,58 @@ fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor
   if (k) fh_tensor_release(k);
   return fh__deliver(st, out, result);
 }
+
+fh_status fh_ckks_poly_modup(fh_ckks_tables *tb, fh_tensor *t, int level, fh_tensor **result) {
+  const char *what = "ckks modup";
+  fh_status st;
+  if (tb->np == 0) return fh_error_set(FH_ERR_VALUE, "%s: the tables have no P primes", what);
+  if (level < 0 || level >= tb->nq)
+    return fh_error_set(FH_ERR_VALUE, "%s: level %d is outside [0, %d)", what, level, tb->nq);
+  const int nq = tb->nq, np = tb->np, alpha = tb->alpha, dnum = tb->dnum;
+  const int la = nq - level, lk = la + np, j0 = level / alpha, ndig = dnum - j0;
+  int64_t ngroups;
+  if ((st = check_rows(what, tb, t, la, FH_UINT64, &ngroups)) != FH_OK) return st;
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
+  fh_tensor *in = NULL, *out = NULL;
+  int64_t in_gs = 0;
+  if ((st = rows_of(t, tb->n, &in, &in_gs)) != FH_OK) return st;
+  int64_t shape[FH_MAX_DIMS];
+  memcpy(shape, t->shape, sizeof(int64_t) * (size_t)(t->ndim - 2));
+  shape[t->ndim - 2] = ndig;
+  shape[t->ndim - 1] = lk;
+  shape[t->ndim] = tb->n;
+  fh_tensor_options o = {FH_UINT64, tb->device, false, false};
+  if (t->ndim + 1 > FH_MAX_DIMS) st = fh_error_set(FH_ERR_VALUE, "%s: too many dimensions", what);
+  if (st == FH_OK) st = fh_tensor_empty(t->ndim + 1, shape, &o, &out);
+  if (st == FH_OK && ngroups > 0) {
+    fh__ckks_use(&L, in);
+    fh__ckks_use(&L, out);
+    fh_ckks_modup_args u;
+    memset(&u, 0, sizeof u);
+    u.out = fh__ckks_ptr(out);
+    u.in = fh__ckks_ptr(in);
+    u.out_gs = (int64_t)ndig * lk * tb->n;
+    u.out_ds = (int64_t)lk * tb->n;
+    u.in_gs = in_gs;
+    u.ngroups = ngroups;
+    u.ndigits = ndig;
+    u.nrows = lk;
+    u.log_n = tb->log_n;
+    u.center = 1;
+    u.primes = tb->primes_dev;
+    for (int jj = 0; jj < ndig; ++jj) {
+      int j = j0 + jj;
+      int first = j * alpha > level ? j * alpha : level;
+      int last = (j + 1) * alpha < nq ? (j + 1) * alpha : nq;
+      u.consts[jj] = tb->modup[level * dnum + j];
+      u.first[jj] = first - level;
+      u.nsrc[jj] = last - first;
+    }
+    for (int i = 0; i < la; ++i) u.prime[i] = level + i;
+    for (int k = 0; k < np; ++k) u.prime[la + k] = nq + k;
+    st = fh__ckks_submit(&L, FH_K_CKKS_MODUP, &u, sizeof u);
+  }
+  fh_tensor_release(in);
+  return fh__deliver(st, out, result);
+}

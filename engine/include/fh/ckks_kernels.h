@@ -65,6 +65,7 @@ enum {
   FH_K_CKKS_AUTOMORPH,              /* fh_ckks_automorph_args: X -> X^g */
   FH_K_CKKS_ENCODE,                 /* fh_ckks_encode_args: slots -> RNS coefficients */
   FH_K_CKKS_DECODE,                 /* fh_ckks_decode_args: RNS coefficients -> slots */
+  FH_K_CKKS_MODUP,                  /* fh_ckks_modup_args: every digit's mod-up conversion at once */
   FH_K_CKKS_END
 };
 #define FH_K_CKKS_COUNT (FH_K_CKKS_END - FH_K_CKKS_NTT)
@@ -189,6 +190,28 @@ typedef struct fh_ckks_bconv_args {
   int32_t src_out_row[FH_CKKS_MAX_PRIMES];
   int32_t center; /* lift the scaled source residues to (-s_i/2, s_i/2] */
 } fh_ckks_bconv_args;
+
+/* ---- key-switching mod-up: all digits in one launch ---------------------------
+ * `in` holds the nrows_in active Q rows of a polynomial (coefficient domain,
+ * standard residues; group stride in_gs); the output of digit j (j < ndigits)
+ * has nrows rows (the same Q rows, then the P rows; prime[r] is row r's prime
+ * id) at out + g * out_gs + j * out_ds. Digit j's own rows are
+ * [first[j], first[j] + nsrc[j]): they are copied, and every other row r is
+ * their fast base conversion (fh_ckks_bconv_args, `center` as there) with the
+ * constants consts[j] for the targets in row order. One launch replaces ndigits
+ * copy_src base conversions. */
+#define FH_CKKS_MAX_DIGITS FH_CKKS_MAX_PRIMES
+typedef struct fh_ckks_modup_args {
+  uint64_t *out;
+  const uint64_t *in;
+  int64_t out_gs, out_ds, in_gs;
+  int64_t ngroups;
+  int32_t ndigits, nrows, log_n, center;
+  const fh_ckks_prime *primes;
+  const uint64_t *consts[FH_CKKS_MAX_DIGITS];
+  int32_t first[FH_CKKS_MAX_DIGITS], nsrc[FH_CKKS_MAX_DIGITS];
+  int32_t prime[FH_CKKS_MAX_PRIMES];
+} fh_ckks_modup_args;
 
 /* ---- key-switching inner product (NTT domain, Montgomery) ---------------------
  * out[c][l] = sum_{j < ndigits} digits[j][l] * key[j][c][key_row[l]] for c = 0, 1,

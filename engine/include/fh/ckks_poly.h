@@ -74,6 +74,12 @@ fh_status fh_ckks_poly_bconv(fh_ckks_tables *tb, fh_tensor *t, const int *src, i
 fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
                                 const int *key_rows, int nids, fh_tensor **result);
 
+/* Key-switching mod-up of t [*, la, N], the la = nq - level active Q rows of
+ * `level` (coefficient domain): result [*, ndigits, la + np, N], digit j's rows
+ * copied and extended to the other active Q rows and the P rows with the
+ * tables' digit constants (fh_ckks_modup_args; centered). */
+fh_status fh_ckks_poly_modup(fh_ckks_tables *tb, fh_tensor *t, int level, fh_tensor **result);
+
 /* ---- internal: launch helper for the evaluator ----------------------------- */
 #define FH_CKKS_MAX_USES 24
 typedef struct fh__ckks_launcher {

@@ -1,0 +1,135 @@
+-- The polynomial test entries (core._ckks: tensor, bconv, ks_inner, modup) and
+-- strided groups, on the CPU: each kernel against a composition of simpler
+-- ones. The same entries on CUDA are compared with these in
+-- ckks_cuda_spec.lua.
+local fh = require "fhelium"
+local H = require "spec.helpers"
+local C = fh.core._ckks
+
+local function u64(list) return fh.tensor(list, { dtype = "uint64" }):view(#list) end
+
+local function residues(shape, qs, n, seed)
+  local full = {}
+  for _, s in ipairs(shape) do full[#full + 1] = s end
+  full[#full + 1] = #qs
+  full[#full + 1] = n
+  local t = fh.empty(full, { dtype = "uint64" })
+  local flat = t:view(-1, #qs, n)
+  for g = 1, flat.shape[1] do
+    for l = 1, #qs do
+      seed = seed + 1
+      flat:select(1, g):select(1, l):copy_(C.sample("uniform", n, { q = qs[l], seed = seed }))
+    end
+  end
+  return t
+end
+
+describe("ckks polynomial entries (CPU)", function()
+  local seed = H.seed("ckks poly")
+  local log_n, n = 5, 32
+  local qs = C.find_primes(40, log_n, 3):tolist()
+  local ps = C.find_primes(60, log_n, 2):tolist()
+  local primes = { qs[1], qs[2], qs[3], ps[1], ps[2] }
+  -- 3 Q primes, 2 P primes: alpha = 2, dnum = 2
+  local tb = C.tables(log_n, u64(primes), 3)
+  local ids = { 0, 1, 2, 3, 4 }
+
+  it("the tensor product is the three Montgomery products", function()
+    local a, b = residues({ 2, 3 }, primes, n, seed), residues({ 2, 3 }, primes, n, seed + 100)
+    local d = C.tensor(tb, a, b, ids)
+    assert.are.same({ 3, 3, 5, n }, d.shape)
+    local a0, a1, b0, b1 = a:select(1, 1), a:select(1, 2), b:select(1, 1), b:select(1, 2)
+    assert.is_true(fh.equal(d:select(1, 1), C.ew(tb, "mont_mul", ids, a0, b0)))
+    assert.is_true(fh.equal(d:select(1, 3), C.ew(tb, "mont_mul", ids, a1, b1)))
+    assert.is_true(fh.equal(d:select(1, 2),
+      C.ew(tb, "add", ids, C.ew(tb, "mont_mul", ids, a0, b1), C.ew(tb, "mont_mul", ids, a1, b0))))
+    H.expect_error("ValueError", "different shapes", C.tensor, tb, a, b:narrow(2, 1, 2), ids)
+    H.expect_error("ValueError", "2 components", C.tensor, tb, a:narrow(1, 1, 1), b:narrow(1, 1, 1), ids)
+  end)
+
+  it("the key-switching inner product is a sum of Montgomery products", function()
+    local D = 3
+    local digits, key = residues({ 2, D }, primes, n, seed + 200), residues({ D, 2 }, primes, n, seed + 300)
+    local out = C.ks_inner(tb, digits, key, ids, { 0, 1, 2, 3, 4 })
+    assert.are.same({ 2, 2, 5, n }, out.shape)
+    for g = 1, 2 do
+      for c = 1, 2 do
+        local acc
+        for d = 1, D do
+          local p = C.ew(tb, "mont_mul", ids, digits:select(1, g):select(1, d), key:select(1, d):select(1, c))
+          acc = acc and C.ew(tb, "add", ids, acc, p) or p
+        end
+        assert.is_true(fh.equal(out:select(1, g):select(1, c), acc), ("group %d component %d"):format(g, c))
+      end
+    end
+    H.expect_error("ValueError", "key row 5 is out of range", C.ks_inner, tb, digits, key, ids, { 0, 1, 2, 3, 5 })
+    H.expect_error("ValueError", "key expected shape", C.ks_inner, tb, digits, key:narrow(1, 1, 2), ids,
+      { 0, 1, 2, 3, 4 })
+  end)
+
+  it("a centered conversion from one prime is the centred residue", function()
+    local x = residues({ 2 }, { qs[1] }, n, seed + 400)
+    local y = C.bconv(tb, x, { 0 }, { 1, 3 }, true)
+    local plain = C.bconv(tb, x, { 0 }, { 1, 3 }, false)
+    local xv, yv, pv = x:tolist(), y:tolist(), plain:tolist()
+    for g = 1, 2 do
+      for j = 1, n do
+        local v = xv[g][1][j]
+        for k, t in ipairs { qs[2], ps[1] } do
+          assert.are.equal(v % t, pv[g][k][j])
+          local want = v > qs[1] / 2 and (v + t - qs[1] % t) % t or v % t
+          assert.are.equal(want, yv[g][k][j])
+        end
+      end
+    end
+    H.expect_error("ValueError", "appears twice", C.bconv, tb, residues({ 1 }, { qs[1], qs[1] }, n, 1), { 0, 0 },
+      { 1 }, true)
+  end)
+
+  it("the mod-up copies each digit's rows and converts them to every other row", function()
+    for level = 0, 2 do
+      local act = {}
+      for i = level + 1, 3 do act[#act + 1] = qs[i] end
+      local t = residues({ 2 }, act, n, seed + 500 + level)
+      local u = C.modup(tb, t, level)
+      local la = #act
+      local first_digit = math.floor(level / 2)
+      assert.are.same({ 2, 2 - first_digit, la + 2, n }, u.shape)
+      for jj = 1, 2 - first_digit do
+        local j = first_digit + jj - 1
+        local lo, hi = math.max(2 * j, level), math.min(2 * j + 2, 3) -- the digit's prime ids [lo, hi)
+        local src, dst, dst_rows = {}, {}, {}
+        for p = lo, hi - 1 do src[#src + 1] = p end
+        for r = 0, la + 1 do
+          local pid = r < la and level + r or 3 + (r - la)
+          if pid < lo or pid >= hi then
+            dst[#dst + 1] = pid
+            dst_rows[#dst_rows + 1] = r
+          end
+        end
+        local digit = u:select(2, jj)
+        local own = t:narrow(2, lo - level + 1, hi - lo)
+        assert.is_true(fh.equal(digit:narrow(2, lo - level + 1, hi - lo), own), "own rows copied")
+        local conv = C.bconv(tb, own, src, dst, true)
+        for k, r in ipairs(dst_rows) do
+          assert.is_true(fh.equal(digit:narrow(2, r + 1, 1), conv:narrow(2, k, 1)),
+            ("level %d digit %d row %d"):format(level, j, r))
+        end
+      end
+    end
+    H.expect_error("ValueError", "level 3 is outside", C.modup, tb, residues({ 1 }, { qs[1] }, n, 1), 3)
+  end)
+
+  it("strided groups (a narrowed batch) give the results of their contiguous copy", function()
+    local wide = residues({ 3 }, { qs[1], qs[1], qs[2], qs[3] }, n, seed + 600)
+    local v = wide:narrow(2, 2, 3)
+    assert.is_false(v:is_contiguous())
+    local c = v:contiguous()
+    local ids3 = { 0, 1, 2 }
+    assert.is_true(fh.equal(C.ntt(tb, v, ids3), C.ntt(tb, c, ids3)))
+    assert.is_true(fh.equal(C.intt(tb, v, ids3), C.intt(tb, c, ids3)))
+    assert.is_true(fh.equal(C.automorph(tb, v, ids3, 5, true), C.automorph(tb, c, ids3, 5, true)))
+    assert.is_true(fh.equal(C.ew(tb, "add", ids3, v, c), C.ew(tb, "add", ids3, c, c)))
+    assert.is_true(fh.equal(C.bconv(tb, v, ids3, { 3, 4 }, true), C.bconv(tb, c, ids3, { 3, 4 }, true)))
+  end)
+end)
