@@ -38,6 +38,7 @@ describe("fh.cuda without a GPU", function()
     H.expect_error("CudaError", NO, fh.cuda._spin, 1)
     H.expect_error("CudaError", NO, fh.cuda._capture, function() end)
     H.expect_error("CudaError", NO, fh.cuda._raw_graph_bench, 10)
+    H.expect_error("CudaError", NO, fh.cuda._profiler, true)
   end)
 
   cpu_it("raises CudaError for memory statistics and the caches", function()

@@ -312,6 +312,12 @@ static int l_spin(lua_State *L) {
   return 0;
 }
 
+/* fh.cuda._profiler(on): profiling aid (cudaProfilerStart / Stop). */
+static int l_profiler(lua_State *L) {
+  fh__lua_check(L, fh_cuda_profiler(lua_toboolean(L, 1)));
+  return 0;
+}
+
 /* fh.cuda._raw_graph_bench(K, random, reps): benchmark aid, the baseline's
  * raw CUDA graph of K adds replayed in this process (fh_cuda_raw_graph_bench
  * on the current device); microseconds per replay. */
@@ -404,6 +410,7 @@ void fh__lua_open_cuda(lua_State *L) {
                                  {"pinned_memory_stats", l_pinned_memory_stats},
                                  {"empty_cache", l_empty_cache},
                                  {"_spin", l_spin},
+                                 {"_profiler", l_profiler},
                                  {"_capture", l_capture},
                                  {"_raw_graph_bench", l_raw_graph_bench},
                                  {NULL, NULL}};

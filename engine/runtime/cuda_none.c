@@ -70,6 +70,7 @@ void fh_mempool_usage(const fh_mempool *p, uint64_t *reserved, uint64_t *blocks)
   *reserved = *blocks = 0;
 }
 fh_status fh_cuda_spin(fh_stream *s, double ms) { (void)s; (void)ms; return no_cuda(); }
+fh_status fh_cuda_profiler(bool on) { (void)on; return no_cuda(); }
 fh_status fh__cuda_test_capture_begin(fh_stream *s, fh_mempool *p) { (void)s; (void)p; return no_cuda(); }
 fh_status fh__cuda_test_capture_end(fh_stream *s, fh_mempool *p, int replays) {
   (void)s; (void)p; (void)replays;

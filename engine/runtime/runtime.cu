@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_profiler_api.h>
+
 #include "cuda_internal.h"
 #include "fh/launch.h"
 
@@ -502,5 +504,10 @@ fh_status fh_cuda_spin(fh_stream *s, double ms) {
   spin_kernel<<<1, 1, 0, s->h>>>((uint64_t)(ms * 1e6));
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'spin'");
+  return FH_OK;
+}
+
+fh_status fh_cuda_profiler(bool on) {
+  FH_CUDA_TRY(on ? cudaProfilerStart() : cudaProfilerStop(), on ? "cudaProfilerStart" : "cudaProfilerStop");
   return FH_OK;
 }

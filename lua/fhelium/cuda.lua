@@ -8,6 +8,9 @@
 -- it and returns ok, fn's first result or error. Benchmark aid (not API):
 -- fh.cuda._raw_graph_bench(K, random, reps) replays the raw CUDA graph of
 -- scripts/bench/exec_baseline.cu inside this process (us per replay).
+-- Profiling aid (not API): fh.cuda._profiler(true / false) starts and stops
+-- a profiler's range (cudaProfilerStart / Stop; ncu --profile-from-start off,
+-- scripts/bench/ckks_profile.lua).
 local core = require "fhelium.core"
 local errors = require "fhelium.errors"
 local M = {}

@@ -131,6 +131,10 @@ void fh_mempool_usage(const fh_mempool *p, uint64_t *reserved, uint64_t *blocks)
 /* Enqueue a kernel on `s` that spins for `ms` milliseconds (a long-running
  * kernel for ordering tests and benchmarks). */
 fh_status fh_cuda_spin(fh_stream *s, double ms);
+/* Profiling aid: cudaProfilerStart (on) / cudaProfilerStop (off), so a
+ * profiler started with its capture off (ncu --profile-from-start off)
+ * records only the range in between. */
+fh_status fh_cuda_profiler(bool on);
 /* A minimal CUDA graph capture for testing the pools (the execution layer
  * has the real one): begin routes allocations to `p` and starts a
  * thread-local capture on `s` (which the caller makes current); end stops
