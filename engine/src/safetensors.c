@@ -49,6 +49,7 @@ void fh_st_header_free(fh_st_header *h) {
   if (h == NULL) return;
   for (int64_t i = 0; i < h->ntensors; ++i) free(h->tensors[i].name);
   free(h->tensors);
+  free(h->by_name);
   for (int64_t i = 0; i < h->nmeta; ++i) {
     free(h->meta_keys[i]);
     free(h->meta_values[i]);
@@ -63,6 +64,13 @@ static int by_offset(const void *pa, const void *pb) {
   if (a->begin != b->begin) return a->begin < b->begin ? -1 : 1;
   if (a->end != b->end) return a->end < b->end ? -1 : 1;
   return 0;
+}
+
+/* qsort has no context argument: by_name sorts pointers to the entries,
+ * turned into indices afterwards. */
+static int by_name_ptr(const void *pa, const void *pb) {
+  const fh_st_tensor *a = *(const fh_st_tensor *const *)pa, *b = *(const fh_st_tensor *const *)pb;
+  return strcmp(a->name, b->name);
 }
 
 static fh_status parse_entry(const char *name, json_t *v, fh_st_tensor *t) {
@@ -210,6 +218,14 @@ fh_status fh_st_parse_header(const char *json, size_t len, uint64_t input_size, 
     st = CORRUPT("%llu trailing bytes belong to no tensor", (unsigned long long)(h.data_size - pos));
     goto done;
   }
+  /* the name index (names are unique: the parser rejects duplicate keys) */
+  h.by_name = malloc(sizeof *h.by_name * (nt ? nt : 1));
+  if (h.by_name == NULL) {
+    st = fh_error_set(FH_ERR_MEMORY, "out of memory parsing a safetensors header");
+    goto done;
+  }
+  qsort(order, (size_t)h.ntensors, sizeof *order, by_name_ptr);
+  for (int64_t i = 0; i < h.ntensors; ++i) h.by_name[i] = order[i] - h.tensors;
 done:
   free(order);
   json_decref(root);
@@ -228,8 +244,15 @@ const char *fh_st_header_meta(const fh_st_header *h, const char *key) {
 }
 
 const fh_st_tensor *fh_st_header_find(const fh_st_header *h, const char *name) {
-  for (int64_t i = 0; i < h->ntensors; ++i)
-    if (strcmp(h->tensors[i].name, name) == 0) return &h->tensors[i];
+  int64_t lo = 0, hi = h->ntensors; /* binary search over by_name */
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    const fh_st_tensor *t = &h->tensors[h->by_name[mid]];
+    int c = strcmp(t->name, name);
+    if (c == 0) return t;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
   return NULL;
 }
 
