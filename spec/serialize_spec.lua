@@ -329,6 +329,47 @@ save_file({"x": np.arange(4, dtype=np.float64), "y": np.array([[1, 2]], dtype=np
       bad("ValueError", "invalid JSON", blob('{"t":"\\u0000"}'))
     end)
 
+    it("reads the header's JSON exactly as strictly as Jansson (RFC 8259, duplicate keys refused)", function()
+      local e8 = '{"dtype":"U8","shape":[1],"data_offsets":[0,1]}'
+      -- valid: whitespace anywhere, escapes, UTF-8, any key order, metadata anywhere
+      local ok = {
+        [' \t\r\n{ "a" : ' .. e8 .. ' } \n  '] = "a",
+        ['{"\\u00e9\\ud83d\\ude00\\/\\"\\\\\\b\\f\\n\\r\\t":' .. e8 .. '}'] = "é😀/\"\\\b\f\n\r\t",
+        ['{"é😀":' .. e8 .. '}'] = "é😀",
+        ['{"a":{"data_offsets":[0,1],"shape":[1],"dtype":"U8"}}'] = "a",
+        ['{"a":' .. e8 .. ',"__metadata__":{"k":"v\\u20ac","":""}}'] = "a",
+        ['{"a":{"dtype":"U8","shape":[-0],"data_offsets":[0,0]},"b":' .. e8 .. '}'] = "b",
+      }
+      for header, name in pairs(ok) do
+        local d = fh.deserialize(blob(header, "\7"))
+        assert.equal(7, d[name]:item(), header)
+      end
+      assert.same({}, fh.deserialize(blob("{}")))
+      assert.same({}, fh.deserialize(blob('{"__metadata__":{}}')))
+      -- invalid JSON, wherever it is (a schema error earlier in the text does not hide it)
+      local invalid = {
+        '{"a":' .. e8 .. ',}', '{"a" ' .. e8 .. '}', "{'a':" .. e8 .. "}", '{"a":' .. e8 .. '} x', '{"a":' .. e8 .. '}}',
+        '{"a":{"dtype":"U8","shape":[01],"data_offsets":[0,1]}}', '{"a":{"dtype":"U8","shape":[1.],"data_offsets":[0,1]}}',
+        '{"a":{"dtype":"U8","shape":[+1],"data_offsets":[0,1]}}', '{"a":{"dtype":"U8","shape":[NaN],"data_offsets":[0,1]}}',
+        '{"a":{"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,1]}}',
+        '{"\\ud83d":' .. e8 .. '}', '{"\\ude00":' .. e8 .. '}', '{"\\u00":' .. e8 .. '}', '{"\\x":' .. e8 .. '}',
+        '{"a\\u0000":' .. e8 .. '}', '{"a\0":' .. e8 .. '}', '{"a\1":' .. e8 .. '}', '{"\255":' .. e8 .. '}',
+        '{"\192\175":' .. e8 .. '}', '{"\237\160\128":' .. e8 .. '}', '{"\244\144\128\128":' .. e8 .. '}',
+        '{"a":' .. e8 .. ',"a":' .. e8 .. '}', '{"__metadata__":{"k":"v","k":"w"}}',
+        '{"__metadata__":{},"__metadata__":{}}', '{"a":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}}',
+        '{"a":5,"b":' .. e8 .. ',}', '{"a":{"x":' .. string.rep("[", 3000) .. string.rep("]", 3000) .. '}}',
+        "5", '"a"', "true", "", "   ", '{"a":tru}', '{"a":' .. e8 .. '\0}',
+      }
+      for _, header in ipairs(invalid) do
+        if #header < 2 then header = header .. "  " end
+        H.expect_error("ValueError", "corrupt safetensors header: invalid JSON", fh.deserialize, blob(header, "\7"))
+      end
+      -- valid JSON that is no header
+      bad("ValueError", "the header is not a JSON object", blob(" [1, {}, []] "))
+      bad("ValueError", "entry 'a' must have exactly the keys", blob('{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":[[[{}]]]}}', "\7"))
+      bad("ValueError", "__metadata__ value of 'k' is not a string", blob('{"__metadata__":{"k":["v"]}}'))
+    end)
+
     it("rejects malformed tensor entries", function()
       bad("ValueError", "entry 't' is not an object", blob('{"t":5}'))
       bad("ValueError", "must have exactly the keys dtype, shape and data_offsets",
