@@ -366,6 +366,12 @@ describe("I/O failures", function()
     io_error("fh.save", "^fh%.save: cannot create a temporary file next to '" .. escape(dir) ..
       "/no/f': No such file or directory$", fh.save, fh.ones(1), dir .. "/no/f")
     assert.same({}, ls(dir))
+    -- a regular file where a directory should be
+    fh.save(fh.ones(1), dir .. "/file")
+    io_error("fh.save", "^fh%.save: cannot write '" .. escape(dir) .. "/file/x': Not a directory$", fh.save, fh.ones(1),
+      dir .. "/file/x")
+    io_error("fh.load", "^fh%.load: cannot open '" .. escape(dir) .. "/file/x': Not a directory$", fh.load, dir .. "/file/x")
+    assert.same({ "file" }, ls(dir))
   end)
 
   it("saving onto a directory: the rename fails (overwrite=true) or it is refused (overwrite=false)", function()
