@@ -429,7 +429,7 @@ fh_status fh_tree_save(const fh_tree_sig *sig, fh_tensor *const *leaves, const c
   /* the new directory entry must be durable too; a directory that cannot
    * be opened for reading (mode -wx) is left to the file system */
   char *dcopy = strdup(path);
-  if (dcopy == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory");
+  if (dcopy == NULL) return FH_OK; /* the file is in place; its directory entry is left to the file system */
   int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP)
