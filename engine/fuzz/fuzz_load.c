@@ -6,7 +6,9 @@
  * The header reader (engine/src/safetensors.c) is checked against Jansson
  * with JSON_REJECT_DUPLICATES: a header it accepts must parse there to the
  * same entries and metadata, and a header it calls invalid JSON must be
- * invalid there too. Built with -DFHELIUM_FUZZ=ON and clang (scripts/fuzz). */
+ * invalid there too, unless it holds a NUL byte (Jansson skips one that
+ * follows a number or a literal, "[2\0]" is [2] there; RFC 8259 and this
+ * reader refuse it). Built with -DFHELIUM_FUZZ=ON and clang (scripts/fuzz). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,8 +59,9 @@ static void check_header(const unsigned char *data, size_t size) {
         abort();
     }
     fh_st_header_free(&h);
-  } else if (st == FH_ERR_VALUE && strncmp(fh_error_message(), INVALID, strlen(INVALID)) == 0 && root != NULL) {
-    abort(); /* called invalid here, valid there */
+  } else if (st == FH_ERR_VALUE && strncmp(fh_error_message(), INVALID, strlen(INVALID)) == 0 && root != NULL &&
+             memchr(data + 8, 0, (size_t)hl) == NULL) {
+    abort(); /* called invalid here, valid there (Jansson drops a NUL byte that follows a number or a literal) */
   }
   json_decref(root);
   fh_error_clear();

@@ -81,11 +81,12 @@ static int by_string(const void *pa, const void *pb) {
  * A strict, streaming JSON reader (RFC 8259) for the one shape a header
  * has: it fills the entries as it reads instead of building a document
  * (a Jansson tree of a 100,000-entry header costs ~10 allocations per
- * entry, and freeing it dominated loading). It accepts exactly what Jansson
+ * entry, and freeing it dominated loading). It accepts what Jansson
  * accepts with JSON_REJECT_DUPLICATES (the value-file fuzzer,
  * engine/fuzz/fuzz_load.c, checks that every header accepted here parses
  * there to the same entries, and every "invalid JSON" here is invalid
- * there): whitespace is space, tab, LF and CR; strings are valid UTF-8 (no
+ * there), except a raw NUL byte right after a number or a literal, which
+ * Jansson skips ("[2\0]" reads as [2]) and this reader refuses: whitespace is space, tab, LF and CR; strings are valid UTF-8 (no
  * overlong forms, surrogates or code points above U+10FFFF) without control
  * characters; escapes are \" \\ \/ \b \f \n \r \t and \uXXXX (surrogate
  * pairs combined; lone surrogates and \u0000 rejected); numbers follow the

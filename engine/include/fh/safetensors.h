@@ -10,8 +10,9 @@
  * The parser treats its input as hostile and enforces what the reference
  * implementation enforces: 2 <= N <= FH_ST_MAX_HEADER and N <= size - 8; the
  * header is a JSON object (no duplicate keys), read in one pass by a strict
- * reader that accepts exactly what Jansson accepts with
- * JSON_REJECT_DUPLICATES (safetensors.c says how; the fuzzer checks it);
+ * reader that accepts what Jansson accepts with JSON_REJECT_DUPLICATES, less
+ * a stray NUL byte Jansson skips (safetensors.c says how; the fuzzer checks
+ * it);
  * every entry has exactly
  * dtype, shape and data_offsets; dtype is a name this engine stores (BOOL,
  * U8, I32, I64, U32, U64, F32, F64); shape has at most FH_MAX_DIMS + 1
