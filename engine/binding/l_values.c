@@ -786,18 +786,30 @@ static const char *const save_opts[] = {"overwrite", "allow_secret", NULL};
 static const char *const ser_opts[] = {"allow_secret", NULL};
 static const char *const load_opts[] = {"device", NULL};
 
+/* A path argument: a string without NUL bytes (the C library would stop at
+ * the first one and open another file). */
+static const char *check_path(lua_State *L, int idx, const char *fn, const char *arg) {
+  if (lua_type(L, idx) != LUA_TSTRING)
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %s expected a string, got %s", fn, arg, fh__lua_typename(L, idx));
+  size_t n;
+  const char *p = lua_tolstring(L, idx, &n);
+  if (strlen(p) != n)
+    fh__lua_raise(L, FH_ERR_VALUE, "%s: argument %s must not contain a NUL byte (at byte %zu of %zu)", fn, arg,
+                  strlen(p) + 1, n);
+  return p;
+}
+
 static int l_save(lua_State *L) {
   const char *fn = "fh.save";
   if (lua_isnoneornil(L, 1)) return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (value) is missing", fn);
-  if (lua_type(L, 2) != LUA_TSTRING)
-    return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 2 (path) expected a string, got %s", fn, fh__lua_typename(L, 2));
+  const char *path = check_path(L, 2, fn, "2 (path)");
   fh__lua_checkopts(L, 3, fn, save_opts);
   int overwrite = fh__lua_optbool(L, 3, "overwrite", 0, fn);
   int allow = fh__lua_optbool(L, 3, "allow_secret", 0, fn);
   fh_tree_sig *sig = NULL;
   fh_tensor **leaves = NULL;
   fh_status st = fh__lua_tree_build(L, 1, "value", &sig, &leaves);
-  if (st == FH_OK) st = fh_tree_save(sig, leaves, lua_tostring(L, 2), overwrite != 0, allow != 0);
+  if (st == FH_OK) st = fh_tree_save(sig, leaves, path, overwrite != 0, allow != 0);
   if (sig) fh_tree_sig_release(sig);
   free(leaves);
   if (st != FH_OK) {
@@ -870,14 +882,13 @@ static int push_loaded(lua_State *L, fh_status st, fh_tree_sig *sig, fh_tensor *
 
 static int l_load(lua_State *L) {
   const char *fn = "fh.load";
-  if (lua_type(L, 1) != LUA_TSTRING)
-    return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (path) expected a string, got %s", fn, fh__lua_typename(L, 1));
+  const char *path = check_path(L, 1, fn, "1 (path)");
   fh__lua_checkopts(L, 2, fn, load_opts);
   fh_device dev = fh__lua_optdevice(L, 2, "device", fh_cpu(), fn);
   fh_tree_sig *sig = NULL;
   fh_tensor **leaves = NULL;
   fh_status st = fh_device_check(dev);
-  if (st == FH_OK) st = fh_tree_load(lua_tostring(L, 1), dev, &sig, &leaves);
+  if (st == FH_OK) st = fh_tree_load(path, dev, &sig, &leaves);
   return push_loaded(L, st, sig, leaves, fn);
 }
 

@@ -23,6 +23,7 @@ static const char *const kind_names[FH_STATUS_COUNT] = {
     [FH_ERR_EXEC_INPUT] = "ExecutionInputError",
     [FH_ERR_GRAPH_INPUT] = "CudaGraphInputError",
     [FH_ERR_CAPTURE] = "CudaGraphCaptureError",
+    [FH_ERR_IO] = "IOError",
 };
 
 const char *fh_status_kind(fh_status s) {

@@ -58,13 +58,14 @@ static char *child_name(const char *prefix, const fh_tree_sig *parent, int64_t i
 }
 
 /* ---- encoding ------------------------------------------------------------------ */
+/* The entries to write, grown together. Nothing points into these arrays
+ * while they grow: an entry holds its shape by value (fh_st_entry) and its
+ * name points at its own strdup'ed block (names[i]). */
 typedef struct enc {
   json_t *contexts;
   fh_st_entry *entries;
   fh_tensor **tensors;
   char **names;
-  int64_t shapes_n;
-  int64_t (*shapes)[FH_MAX_DIMS + 1];
   int64_t n, cap;
   bool allow_secret;
 } enc;
@@ -74,7 +75,6 @@ static void enc_free(enc *e) {
   free(e->names);
   free(e->entries);
   free(e->tensors);
-  free(e->shapes);
   json_decref(e->contexts);
 }
 
@@ -87,9 +87,7 @@ static fh_status enc_tensor(enc *e, const char *name, fh_tensor *t, json_t **out
     if (ts) e->tensors = ts;
     char **nm = realloc(e->names, sizeof *nm * (size_t)cap);
     if (nm) e->names = nm;
-    int64_t(*sh)[FH_MAX_DIMS + 1] = realloc(e->shapes, sizeof *sh * (size_t)cap);
-    if (sh) e->shapes = sh;
-    if (!en || !ts || !nm || !sh) return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
+    if (!en || !ts || !nm) return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
     e->cap = cap;
   }
   int64_t i = e->n;
@@ -98,16 +96,16 @@ static fh_status enc_tensor(enc *e, const char *name, fh_tensor *t, json_t **out
   e->n++;
   fh_dtype d = (fh_dtype)t->dtype;
   int nd = t->ndim;
-  memcpy(e->shapes[i], t->shape, sizeof(int64_t) * (size_t)nd);
+  fh_st_entry *en = &e->entries[i];
+  memcpy(en->shape, t->shape, sizeof(int64_t) * (size_t)nd);
   if (d == FH_COMPLEX128) {
-    e->shapes[i][nd++] = 2;
+    en->shape[nd++] = 2;
     d = FH_FLOAT64;
   }
-  e->entries[i].name = e->names[i];
-  e->entries[i].dtype = d;
-  e->entries[i].ndim = nd;
-  e->entries[i].shape = e->shapes[i];
-  e->entries[i].nbytes = fh_tensor_nbytes(t);
+  en->name = e->names[i];
+  en->dtype = d;
+  en->ndim = nd;
+  en->nbytes = fh_tensor_nbytes(t);
   e->tensors[i] = t;
   json_t *j = json_pack("{s:s, s:s, s:b}", "tensor", name, "dtype", fh_dtype_name((fh_dtype)t->dtype),
                         "requires_grad", t->requires_grad);
@@ -318,18 +316,56 @@ fh_status fh_tree_serialize(const fh_tree_sig *sig, fh_tensor *const *leaves, bo
   return FH_OK;
 }
 
+/* ---- files ----------------------------------------------------------------------- */
+/* Every failure of the operating system while opening, reading, writing,
+ * syncing or renaming a file is an IOError naming the path and giving
+ * strerror; the binding puts the name of the function the user called
+ * (fh.save, fh.load) in front. */
+#define IOERR(...) fh_error_set(FH_ERR_IO, __VA_ARGS__)
+
+/* What a file that is not a regular file is, for messages. */
+static const char *file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "a special file";
+}
+
 static fh_status write_all(int fd, const void *p, size_t n, const char *path) {
   const char *c = p;
   while (n > 0) {
     ssize_t w = write(fd, c, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return fh_error_set(FH_ERR_GENERIC, "cannot write '%s': %s", path, strerror(errno));
-    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return IOERR("cannot write '%s': %s", path, w < 0 ? strerror(errno) : "the write made no progress");
     c += w;
     n -= (size_t)w;
   }
   return FH_OK;
+}
+
+/* The target of a save may be missing, a regular file or a symbolic link
+ * (replaced, never followed); a directory, a FIFO, a socket or a device is
+ * refused before anything is written (a FIFO would otherwise be replaced,
+ * and `rename` cannot replace a directory). */
+static fh_status check_target(const char *path, bool overwrite) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0) {
+    if (errno == ENOENT) return FH_OK;
+    return IOERR("cannot write '%s': %s", path, strerror(errno));
+  }
+  if (S_ISREG(sb.st_mode) || S_ISLNK(sb.st_mode)) {
+    if (!overwrite) return fh_error_set(FH_ERR_VALUE, "'%s' exists (pass overwrite=true to replace it)", path);
+    return FH_OK;
+  }
+  if (S_ISDIR(sb.st_mode)) {
+    /* with overwrite=true the rename reports it (EISDIR) after the write */
+    if (!overwrite) return IOERR("cannot write '%s': %s", path, strerror(EISDIR));
+    return FH_OK;
+  }
+  return IOERR("cannot replace '%s': it is %s, not a regular file", path, file_kind(sb.st_mode));
 }
 
 fh_status fh_tree_save(const fh_tree_sig *sig, fh_tensor *const *leaves, const char *path, bool overwrite,
@@ -340,11 +376,10 @@ fh_status fh_tree_save(const fh_tree_sig *sig, fh_tensor *const *leaves, const c
   size_t hl = 0;
   fh_status st = encode(sig, leaves, allow_secret, &e, &h, &hl);
   if (st != FH_OK) return st;
-  struct stat sb;
-  if (!overwrite && lstat(path, &sb) == 0) {
+  if ((st = check_target(path, overwrite)) != FH_OK) {
     free(h);
     enc_free(&e);
-    return fh_error_set(FH_ERR_VALUE, "'%s' exists (pass overwrite=true to replace it)", path);
+    return st;
   }
   char *tmp = str_concat(path, ".tmp-XXXXXX");
   if (tmp == NULL) {
@@ -354,13 +389,13 @@ fh_status fh_tree_save(const fh_tree_sig *sig, fh_tensor *const *leaves, const c
   }
   int fd = mkstemp(tmp); /* mode 0600 */
   if (fd < 0) {
-    st = fh_error_set(FH_ERR_GENERIC, "cannot create a temporary file next to '%s': %s", path, strerror(errno));
+    st = IOERR("cannot create a temporary file next to '%s': %s", path, strerror(errno));
     free(tmp);
     free(h);
     enc_free(&e);
     return st;
   }
-  if (fchmod(fd, 0600) != 0) st = fh_error_set(FH_ERR_GENERIC, "cannot chmod '%s': %s", tmp, strerror(errno));
+  if (fchmod(fd, 0600) != 0) st = IOERR("cannot chmod the temporary file '%s': %s", tmp, strerror(errno));
   if (st == FH_OK) st = write_all(fd, h, hl, path);
   free(h);
   for (int64_t i = 0; i < e.n && st == FH_OK; ++i) {
@@ -376,30 +411,32 @@ fh_status fh_tree_save(const fh_tree_sig *sig, fh_tensor *const *leaves, const c
     free(buf);
   }
   enc_free(&e);
-  if (st == FH_OK && fsync(fd) != 0) st = fh_error_set(FH_ERR_GENERIC, "cannot fsync '%s': %s", tmp, strerror(errno));
-  if (close(fd) != 0 && st == FH_OK) st = fh_error_set(FH_ERR_GENERIC, "cannot close '%s': %s", tmp, strerror(errno));
+  if (st == FH_OK && fsync(fd) != 0) st = IOERR("cannot fsync '%s': %s", path, strerror(errno));
+  if (close(fd) != 0 && st == FH_OK) st = IOERR("cannot close '%s': %s", path, strerror(errno));
   if (st == FH_OK) {
     if (overwrite) {
-      if (rename(tmp, path) != 0) st = fh_error_set(FH_ERR_GENERIC, "cannot rename to '%s': %s", path, strerror(errno));
+      if (rename(tmp, path) != 0)
+        st = IOERR("cannot rename the temporary file onto '%s': %s", path, strerror(errno));
     } else {
       if (link(tmp, path) != 0)
         st = errno == EEXIST ? fh_error_set(FH_ERR_VALUE, "'%s' exists (pass overwrite=true to replace it)", path)
-                             : fh_error_set(FH_ERR_GENERIC, "cannot create '%s': %s", path, strerror(errno));
+                             : IOERR("cannot create '%s': %s", path, strerror(errno));
     }
   }
   unlink(tmp); /* after link or on failure; a no-op after rename */
-  if (st == FH_OK) {
-    char *dcopy = strdup(path);
-    if (dcopy) {
-      int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-      }
-      free(dcopy);
-    }
-  }
   free(tmp);
+  if (st != FH_OK) return st;
+  /* the new directory entry must be durable too; a directory that cannot
+   * be opened for reading (mode -wx) is left to the file system */
+  char *dcopy = strdup(path);
+  if (dcopy == NULL) return FH_OK; /* the file is in place; its directory entry is left to the file system */
+  int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP)
+      st = IOERR("'%s' is written but its directory cannot be fsync'ed: %s", path, strerror(errno));
+    close(dfd);
+  }
+  free(dcopy);
   return st;
 }
 
@@ -408,7 +445,8 @@ typedef struct dec {
   const fh_st_header *h;
   const unsigned char *mem; /* whole input, or NULL for a file */
   int fd;
-  const char *what; /* for messages */
+  const char *what; /* for messages: the path of a file */
+  uint64_t size;    /* of the file, as fstat said */
   fh_device dev;
   json_t *contexts; /* borrowed from the parsed metadata */
   fh_ckks_context *ctxs[FH_CKKS_MAX_PRIMES]; /* contexts built so far (owned) */
@@ -439,8 +477,11 @@ static fh_status read_at(const dec *d, uint64_t off, void *dst, size_t n) {
   while (n > 0) {
     ssize_t r = pread(d->fd, c, n, (off_t)off);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0)
-      return fh_error_set(FH_ERR_GENERIC, "cannot read %s: %s", d->what, r < 0 ? strerror(errno) : "unexpected end of file");
+    if (r < 0) return IOERR("cannot read '%s': %s", d->what, strerror(errno));
+    if (r == 0)
+      return IOERR("cannot read '%s': unexpected end of file at byte %llu (the file is shorter than its size, %llu "
+                   "bytes, said)",
+                   d->what, (unsigned long long)off, (unsigned long long)d->size);
     c += r;
     n -= (size_t)r;
     off += (uint64_t)r;
@@ -736,16 +777,10 @@ static fh_status dec_plain(dec *d, fh_tree_sig **out) {
     free(kp);
     return fh_error_set(FH_ERR_MEMORY, "out of memory loading a value file");
   }
-  /* leaf order must follow the sorted keys: sort indices by name first */
-  int64_t *idx = malloc(sizeof *idx * (size_t)(n ? n : 1));
-  fh_status st = idx ? FH_OK : fh_error_set(FH_ERR_MEMORY, "out of memory loading a value file");
-  for (int64_t i = 0; st == FH_OK && i < n; ++i) idx[i] = i;
-  for (int64_t i = 1; st == FH_OK && i < n; ++i) /* insertion sort by name (bytewise) */
-    for (int64_t j = i; j > 0 && strcmp(d->h->tensors[idx[j - 1]].name, d->h->tensors[idx[j]].name) > 0; --j) {
-      int64_t t = idx[j];
-      idx[j] = idx[j - 1];
-      idx[j - 1] = t;
-    }
+  /* leaf order follows the sorted keys: the header's name index (bytewise,
+   * as dict keys sort) */
+  const int64_t *idx = d->h->by_name;
+  fh_status st = FH_OK;
   int64_t done = 0;
   for (int64_t i = 0; st == FH_OK && i < n; ++i) {
     const fh_st_tensor *e = &d->h->tensors[idx[i]];
@@ -756,8 +791,8 @@ static fh_status dec_plain(dec *d, fh_tree_sig **out) {
     if (st == FH_OK) st = fh_tree_sig_tensor(t, &children[i]);
     if (st == FH_OK) {
       st = push_leaf(d, t);
-      done = i + 1;
-      if (st != FH_OK) fh_tree_sig_release(children[i]);
+      if (st == FH_OK) done = i + 1;
+      else fh_tree_sig_release(children[i]);
     }
     if (t) fh_tensor_release(t);
     kp[i] = e->name;
@@ -767,7 +802,6 @@ static fh_status dec_plain(dec *d, fh_tree_sig **out) {
   } else {
     for (int64_t i = 0; i < done; ++i) fh_tree_sig_release(children[i]);
   }
-  free(idx);
   free(children);
   free(kp);
   return st;
@@ -869,12 +903,19 @@ fh_status fh_tree_deserialize(const void *bytes, size_t nbytes, fh_device dev, f
 
 fh_status fh_tree_load(const char *path, fh_device dev, fh_tree_sig **sig, fh_tensor ***leaves) {
   if (path == NULL) return fh_error_set(FH_ERR_VALUE, "load: no path");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fh_error_set(FH_ERR_GENERIC, "cannot open '%s': %s", path, strerror(errno));
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer (and O_NOCTTY: a
+   * terminal never becomes ours); the type is checked before any read */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return IOERR("cannot open '%s': %s", path, strerror(errno));
   struct stat sb;
   fh_status st = FH_OK;
-  if (fstat(fd, &sb) != 0) st = fh_error_set(FH_ERR_GENERIC, "cannot stat '%s': %s", path, strerror(errno));
-  else if (!S_ISREG(sb.st_mode)) st = fh_error_set(FH_ERR_VALUE, "'%s' is not a regular file", path);
+  int fl;
+  if (fstat(fd, &sb) != 0) st = IOERR("cannot stat '%s': %s", path, strerror(errno));
+  else if (S_ISDIR(sb.st_mode)) st = IOERR("cannot read '%s': %s", path, strerror(EISDIR));
+  else if (!S_ISREG(sb.st_mode))
+    st = IOERR("cannot read '%s': it is %s, not a regular file", path, file_kind(sb.st_mode));
+  else if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+    st = IOERR("cannot read '%s': %s", path, strerror(errno));
   dec d;
   memset(&d, 0, sizeof d);
   d.fd = fd;
@@ -882,6 +923,7 @@ fh_status fh_tree_load(const char *path, fh_device dev, fh_tree_sig **sig, fh_te
   d.dev = dev;
   unsigned char prefix[8] = {0};
   uint64_t size = st == FH_OK ? (uint64_t)sb.st_size : 0, hl = 0;
+  d.size = size;
   if (st == FH_OK && size >= 8) st = read_at(&d, 0, prefix, 8);
   if (st == FH_OK) st = fh_st_header_length(prefix, size, &hl);
   char *hbuf = NULL;
@@ -897,7 +939,7 @@ fh_status fh_tree_load(const char *path, fh_device dev, fh_tree_sig **sig, fh_te
     st = decode(&d, sig, leaves);
   }
   fh_st_header_free(&h);
-  close(fd);
+  close(fd); /* read-only: nothing to report */
   if (st != FH_OK && strstr(fh_error_message(), path) == NULL) fh_error_prefix("load '%s'", path);
   return st;
 }

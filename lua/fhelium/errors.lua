@@ -16,6 +16,7 @@ M.parents = {
   ExecutionInputError = "ExecutionError",
   CudaGraphInputError = "ExecutionInputError",
   CudaGraphCaptureError = "ExecutionError",
+  IOError = "FHEliumError",
 }
 M.kinds = { "FHEliumError" }
 for _, k in ipairs(core.error_kinds()) do

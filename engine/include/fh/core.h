@@ -53,6 +53,8 @@ typedef enum fh_status {
   FH_ERR_EXEC_INPUT,  /* ExecutionInputError */
   FH_ERR_GRAPH_INPUT, /* CudaGraphInputError */
   FH_ERR_CAPTURE,     /* CudaGraphCaptureError */
+  FH_ERR_IO,          /* IOError: the operating system failed a file operation (open, read, write, fsync,
+                         rename...); the message names the path and gives strerror */
   FH_STATUS_COUNT
 } fh_status;
 

@@ -33,8 +33,16 @@
  * Writing a file is atomic: a temporary file in the target's directory
  * (mode 0600), written, fsync'ed, then renamed over the target
  * (overwrite=true) or hard-linked to it (overwrite=false: fails with a
- * ValueError if the target exists, without replacing it). A tree containing
- * a SecretKey is refused (ValueError naming its path) unless allow_secret.
+ * ValueError if the target exists, without replacing it), then the
+ * directory fsync'ed. A target that is a directory, FIFO, socket or device
+ * is refused before anything is written. A tree containing a SecretKey is
+ * refused (ValueError naming its path) unless allow_secret.
+ *
+ * Reading a file opens it with O_NONBLOCK (a FIFO must not wait for a
+ * writer) and refuses anything but a regular file before the first read.
+ * Every failure of the operating system (open, stat, read, write, fsync,
+ * close, rename, link) is an IOError (FH_ERR_IO) naming the path and
+ * giving strerror; callers put their own name in front.
  *
  * Ownership: serialize returns malloc'd bytes (free); the readers return a
  * new signature reference and a malloc'd array of new tensor references
