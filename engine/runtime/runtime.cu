@@ -508,6 +508,10 @@ fh_status fh_cuda_spin(fh_stream *s, double ms) {
 }
 
 fh_status fh_cuda_profiler(bool on) {
+  fh_device d = {FH_DEVICE_CUDA, fh_cuda_current_device()};
+  fh_status st = fh_device_check(d);
+  if (st == FH_OK) st = fh__cuda_use_device(d.index);
+  if (st != FH_OK) return st;
   FH_CUDA_TRY(on ? cudaProfilerStart() : cudaProfilerStop(), on ? "cudaProfilerStart" : "cudaProfilerStop");
   return FH_OK;
 }
