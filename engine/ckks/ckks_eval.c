@@ -286,35 +286,28 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
     uint64_t *w = fh__ckks_ptr(ts[1]), *t = fh__ckks_ptr(ts[2]), *o = fh__ckks_ptr(ts[3]);
     const uint64_t *src = c;
     int64_t src_gs = (int64_t)la * n;
-    /* w = (dropped row in coefficients) + floor(q_level / 2) */
+    /* the dropped row in coefficients (an INTT in the NTT domain) */
     if (ntt) {
       st = fh__ckks_ntt(&L, false, w, n, c, src_gs, G, p, 1);
       src = w;
       src_gs = n;
     }
+    /* t_i = its centred representative (-q_level/2, q_level/2] modulo the remaining
+     * primes: a centred base conversion from one prime (the table's ones) */
     if (st == FH_OK) {
-      fh_ckks_ew_args h;
-      fh__ckks_ew_init(&L, &h, FH_CKKS_EW_ADD_CONST, G, p, 1);
-      h.out = w;
-      h.out_gs = n;
-      h.a = src;
-      h.a_gs = src_gs;
-      h.k[0] = (ctx->primes[level] - 1) / 2;
-      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &h, sizeof h);
-    }
-    if (st == FH_OK) { /* t_i = w mod q_i for the remaining rows */
       fh_ckks_bconv_args b;
       memset(&b, 0, sizeof b);
       b.out = t;
       b.out_gs = (int64_t)lo * n;
-      b.in = w;
-      b.in_gs = n;
+      b.in = src;
+      b.in_gs = src_gs;
       b.ngroups = G;
       b.nsrc = 1;
       b.ndst = lo;
       b.log_n = ctx->log_n;
       b.primes = tb->primes_dev;
       b.consts = tb->ones;
+      b.center = 1;
       b.src_prime[0] = level;
       for (int i = 0; i < lo; ++i) {
         b.dst_prime[i] = level + 1 + i;
@@ -322,20 +315,7 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
       }
       st = fh__ckks_submit(&L, FH_K_CKKS_BCONV, &b, sizeof b);
     }
-    /* the offset h went into every coefficient: an NTT-domain result takes
-     * it out of t before t's NTT (a constant added to every NTT slot would
-     * only reach the X^0 coefficient) */
-    if (st == FH_OK && ntt) {
-      fh_ckks_ew_args m;
-      fh__ckks_ew_init(&L, &m, FH_CKKS_EW_ADD_CONST, G, p + 1, lo);
-      m.out = t;
-      m.a = t;
-      m.out_gs = m.a_gs = (int64_t)lo * n;
-      for (int i = 0; i < lo; ++i)
-        m.k[i] = fh_mod_neg(tb->rescale_half[(size_t)level * nq + level + 1 + i], ctx->primes[level + 1 + i]);
-      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &m, sizeof m);
-      if (st == FH_OK) st = fh__ckks_ntt(&L, true, t, (int64_t)lo * n, t, (int64_t)lo * n, G, p + 1, lo);
-    }
+    if (st == FH_OK && ntt) st = fh__ckks_ntt(&L, true, t, (int64_t)lo * n, t, (int64_t)lo * n, G, p + 1, lo);
     if (st == FH_OK) {
       fh_ckks_ew_args f;
       fh__ckks_ew_init(&L, &f, FH_CKKS_EW_SUB_ADD_MUL, G, p + 1, lo);
@@ -345,11 +325,9 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
       f.a_gs = (int64_t)la * n;
       f.b = t;
       f.b_gs = (int64_t)lo * n;
-      for (int i = 0; i < lo; ++i) {
-        int pid = level + 1 + i;
-        f.k[i] = ntt ? 0 : tb->rescale_half[(size_t)level * nq + pid];
-        fh__ckks_ew_set_const(&L, &f, i, tb->rescale_inv[(size_t)level * nq + pid]);
-      }
+      /* out_i = (c_i - t_i) q_level^-1: the exact rounding of c / q_level */
+      for (int i = 0; i < lo; ++i)
+        fh__ckks_ew_set_const(&L, &f, i, tb->rescale_inv[(size_t)level * nq + level + 1 + i]);
       st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
     }
   }

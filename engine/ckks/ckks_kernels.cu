@@ -144,8 +144,11 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
   constexpr int r = R == 8 ? 3 : R == 4 ? 2 : 1;
   const int t_lo = 1 << log_tlo;
   const int per = M / R;
+  /* adjacent threads take adjacent words: across arrays when the arrays are
+   * adjacent columns (astride 1), else along an array */
+  const bool arrays_fast = src.astride == 1;
   for (int w = threadIdx.x; w < narr * per; w += blockDim.x) {
-    const int a = w % narr, item = w / narr;
+    const int a = arrays_fast ? w % narr : w / per, item = arrays_fast ? w / narr : w % per;
     const int b = item >> log_tlo, q = item & (t_lo - 1);
     const int x0 = b * R * t_lo + q;
     const int64_t base = g.offset + (int64_t)a * g.aoff + x0;
@@ -422,51 +425,104 @@ fh_status k_tensor(const void *argp, void *stream) {
 }
 
 /* ==== fast base conversion ===========================================================
- * One thread per coefficient of a group (blockIdx.y walks groups). The scaled
- * source residues y_i = [x_i shat_inv_i]_{s_i} go to shared memory (one
- * column per thread), then each target row sums y_i (Shat_i mod t) in 128 bits,
- * reduced every 16 terms (each product < 2^124). */
+ * One thread per coefficient; blockIdx.y takes a chunk of at most BCONV_TARGETS
+ * target rows (for mod-up: a digit and a chunk of its targets), so the targets
+ * of a conversion spread over blocks. The scaled source residues
+ * y_i = [x_i shat_inv_i]_{s_i} go to shared memory (one column per thread);
+ * each target sums y_i (Shat_i mod t) in 128 bits, reduced every 16 terms
+ * (each product < 2^124). With `center`, v = #{i : y_i > s_i / 2} and the sum
+ * loses v (S mod t); S mod t = Shat_0 s_0 mod t is computed once per block and
+ * target (a 64-bit remainder is slow on the GPU). */
 constexpr int BCONV_THREADS = 128;
 constexpr int BCONV_THREADS_WIDE = 32; /* when nsrc > BCONV_WIDE_SRC */
 constexpr int BCONV_WIDE_SRC = 48;
+constexpr int BCONV_TARGETS = 16;      /* target rows per block */
+
+struct bconv_src {
+  const uint64_t *in;   /* the group's input */
+  uint64_t *copy;       /* the group's output, when the source rows are copied (else NULL) */
+  const int32_t *row, *out_row, *prime;
+  int first;            /* rows and primes are first + i when row == NULL (mod-up) */
+  const int32_t *prime_of_row;
+};
+__device__ __forceinline__ int src_row(const bconv_src &s, int i) { return s.row ? s.row[i] : s.first + i; }
+__device__ __forceinline__ int src_out_row(const bconv_src &s, int i) { return s.out_row ? s.out_row[i] : s.first + i; }
+__device__ __forceinline__ int src_prime(const bconv_src &s, int i) {
+  return s.prime ? s.prime[i] : s.prime_of_row[s.first + i];
+}
+
+/* targets [t0, t1): row and prime of target t */
+struct bconv_dst {
+  uint64_t *out;
+  const int32_t *row, *prime; /* row == NULL: mod-up, target t is row t (< first) or t + ns */
+  int first, ns;
+  const int32_t *prime_of_row;
+};
+__device__ __forceinline__ int dst_row(const bconv_dst &d, int t) {
+  return d.row ? d.row[t] : (t < d.first ? t : t + d.ns);
+}
+__device__ __forceinline__ int dst_prime(const bconv_dst &d, int t) {
+  return d.row ? d.prime[t] : d.prime_of_row[dst_row(d, t)];
+}
+
+/* the per-block part: S mod t for the block's targets into smt (center only) */
+__device__ __forceinline__ void bconv_block_consts(const bconv_src &S, const bconv_dst &D, const uint64_t *mat,
+                                                   int ns, int t0, int t1, const fh_ckks_prime *primes, bool center,
+                                                   uint64_t *smt) {
+  if (center && ns > 0)
+    for (int t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
+      const fh_modulus m = primes[dst_prime(D, t)].bar;
+      smt[t - t0] = fh_mod_mul(mat[(int64_t)t * ns], primes[src_prime(S, 0)].q % m.q, &m);
+    }
+  __syncthreads();
+}
+
+__device__ __forceinline__ void bconv_coeff(int64_t j, int64_t n, int ns, int t0, int t1, const bconv_src &S,
+                                            const bconv_dst &D, const uint64_t *consts,
+                                            const fh_ckks_prime *primes, bool center, uint64_t *ys,
+                                            const uint64_t *smt, bool copy) {
+  const uint64_t *shat_inv = consts, *mat = consts + 2 * ns;
+  uint32_t v = 0;
+  for (int i = 0; i < ns; ++i) {
+    const uint64_t x = S.in[(int64_t)src_row(S, i) * n + j];
+    if (copy) S.copy[(int64_t)src_out_row(S, i) * n + j] = x;
+    const uint64_t q = primes[src_prime(S, i)].q;
+    const uint64_t y = fh_shoup_mul(x, shat_inv[2 * i], shat_inv[2 * i + 1], q);
+    ys[i * blockDim.x + threadIdx.x] = y;
+    v += y > (q >> 1); /* (s_i - 1) / 2: s_i is odd */
+  }
+  for (int t = t0; t < t1; ++t) {
+    const fh_modulus m = primes[dst_prime(D, t)].bar;
+    const uint64_t *row = mat + (int64_t)t * ns;
+    uint64_t r = 0;
+    for (int i0 = 0; i0 < ns; i0 += 16) {
+      unsigned __int128 acc = 0;
+      const int i1 = i0 + 16 < ns ? i0 + 16 : ns;
+      for (int i = i0; i < i1; ++i) acc += (unsigned __int128)ys[i * blockDim.x + threadIdx.x] * row[i];
+      r = fh_mod_add(r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), &m), m.q);
+    }
+    if (center && v) r = fh_mod_sub(r, fh_mod_mul(v, smt[t - t0], &m), m.q);
+    D.out[(int64_t)dst_row(D, t) * n + j] = r;
+  }
+}
 
 __global__ void bconv_kernel(const __grid_constant__ fh_ckks_bconv_args a) {
-  extern __shared__ uint64_t ys[]; /* [nsrc][blockDim.x] */
+  extern __shared__ uint64_t sh[]; /* smt[BCONV_TARGETS], then ys[nsrc][blockDim.x] */
+  uint64_t *smt = sh, *ys = sh + BCONV_TARGETS;
   const int64_t n = (int64_t)1 << a.log_n;
   const int ns = a.nsrc;
-  const uint64_t *shat_inv = a.consts, *mat = a.consts + 2 * ns;
+  const int t0 = blockIdx.y * BCONV_TARGETS, t1 = t0 + BCONV_TARGETS < a.ndst ? t0 + BCONV_TARGETS : a.ndst;
   const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  for (int64_t g = blockIdx.y; g < a.ngroups; g += gridDim.y) {
-    const uint64_t *in = a.in + g * a.in_gs;
-    uint64_t *out = a.out + g * a.out_gs;
-    if (j < n) {
-      uint32_t v = 0;
-      for (int i = 0; i < ns; ++i) {
-        const uint64_t x = in[(int64_t)a.src_row[i] * n + j];
-        if (a.copy_src) out[(int64_t)a.src_out_row[i] * n + j] = x;
-        const uint64_t q = a.primes[a.src_prime[i]].q;
-        const uint64_t y = fh_shoup_mul(x, shat_inv[2 * i], shat_inv[2 * i + 1], q);
-        ys[i * blockDim.x + threadIdx.x] = y;
-        v += y > (q >> 1); /* (s_i - 1) / 2: s_i is odd */
-      }
-      for (int t = 0; t < a.ndst; ++t) {
-        const fh_modulus m = a.primes[a.dst_prime[t]].bar;
-        const uint64_t *row = mat + (int64_t)t * ns;
-        uint64_t r = 0;
-        for (int i0 = 0; i0 < ns; i0 += 16) {
-          unsigned __int128 acc = 0;
-          const int i1 = i0 + 16 < ns ? i0 + 16 : ns;
-          for (int i = i0; i < i1; ++i) acc += (unsigned __int128)ys[i * blockDim.x + threadIdx.x] * row[i];
-          r = fh_mod_add(r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), &m), m.q);
-        }
-        if (a.center && v && ns > 0) {
-          /* sum_i (y_i - [y_i > s_i/2] s_i) Shat_i = sum_i y_i Shat_i - v S; S mod t = Shat_0 s_0 mod t */
-          const uint64_t s_mod_t = fh_mod_mul(row[0], a.primes[a.src_prime[0]].q % m.q, &m);
-          r = fh_mod_sub(r, fh_mod_mul(v, s_mod_t, &m), m.q);
-        }
-        out[(int64_t)a.dst_row[t] * n + j] = r;
-      }
-    }
+  bconv_src S = {NULL, NULL, a.src_row, a.src_out_row, a.src_prime, 0, NULL};
+  bconv_dst D = {NULL, a.dst_row, a.dst_prime, 0, 0, NULL};
+  bconv_block_consts(S, D, a.consts + 2 * ns, ns, t0, t1, a.primes, a.center, smt);
+  /* the source rows are copied by the first target chunk only */
+  const bool copy = a.copy_src && blockIdx.y == 0;
+  GROUPS(g, a.ngroups) {
+    S.in = a.in + g * a.in_gs;
+    S.copy = a.out + g * a.out_gs;
+    D.out = a.out + g * a.out_gs;
+    if (j < n) bconv_coeff(j, n, ns, t0, t1, S, D, a.consts, a.primes, a.center, ys, smt, copy);
   }
 }
 
@@ -475,51 +531,32 @@ fh_status k_bconv(const void *argp, void *stream) {
   if (a->ngroups <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = a->nsrc > BCONV_WIDE_SRC ? BCONV_THREADS_WIDE : BCONV_THREADS;
-  const size_t smem = (size_t)(a->nsrc > 0 ? a->nsrc : 1) * threads * sizeof(uint64_t);
-  bconv_kernel<<<dim3(blocks_for(n, threads), grid_z(a->ngroups)), threads, smem, (cudaStream_t)stream>>>(*a);
+  const int chunks = a->ndst > 0 ? (a->ndst + BCONV_TARGETS - 1) / BCONV_TARGETS : 1;
+  const size_t smem = (BCONV_TARGETS + (size_t)(a->nsrc > 0 ? a->nsrc : 1) * threads) * sizeof(uint64_t);
+  bconv_kernel<<<dim3(blocks_for(n, threads), chunks, grid_z(a->ngroups)), threads, smem, (cudaStream_t)stream>>>(*a);
   return launched("kernel 'ckks_bconv'");
 }
 
 /* ==== mod-up of every digit ===========================================================
- * blockIdx.y is the digit: its rows are copied and converted to every other row,
- * as bconv_kernel does for one (S, T) pair. */
-__global__ void modup_kernel(const __grid_constant__ fh_ckks_modup_args a) {
-  extern __shared__ uint64_t ys[]; /* [nsrc][blockDim.x] */
+ * blockIdx.y is (digit, chunk of its targets): the digit's rows are copied (by
+ * its first chunk) and converted to every other row. */
+__global__ void modup_kernel(const __grid_constant__ fh_ckks_modup_args a, int chunks) {
+  extern __shared__ uint64_t sh[];
+  uint64_t *smt = sh, *ys = sh + BCONV_TARGETS;
   const int64_t n = (int64_t)1 << a.log_n;
-  const int jd = blockIdx.y, ns = a.nsrc[jd], f = a.first[jd];
-  const uint64_t *shat_inv = a.consts[jd], *mat = a.consts[jd] + 2 * ns;
+  const int jd = blockIdx.y / chunks, chunk = blockIdx.y - jd * chunks;
+  const int ns = a.nsrc[jd], f = a.first[jd], nd = a.nrows - ns;
+  const int t0 = chunk * BCONV_TARGETS, t1 = t0 + BCONV_TARGETS < nd ? t0 + BCONV_TARGETS : nd;
+  if (t0 >= nd && chunk > 0) return; /* digits with fewer targets than the widest */
   const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= n) return;
+  bconv_src S = {NULL, NULL, NULL, NULL, NULL, f, a.prime};
+  bconv_dst D = {NULL, NULL, NULL, f, ns, a.prime};
+  bconv_block_consts(S, D, a.consts[jd] + 2 * ns, ns, t0, t1, a.primes, a.center, smt);
   GROUPS(g, a.ngroups) {
-    const uint64_t *in = a.in + g * a.in_gs;
-    uint64_t *out = a.out + g * a.out_gs + (int64_t)jd * a.out_ds;
-    uint32_t v = 0;
-    for (int i = 0; i < ns; ++i) {
-      const uint64_t x = in[(int64_t)(f + i) * n + j];
-      out[(int64_t)(f + i) * n + j] = x;
-      const uint64_t q = a.primes[a.prime[f + i]].q;
-      const uint64_t y = fh_shoup_mul(x, shat_inv[2 * i], shat_inv[2 * i + 1], q);
-      ys[i * blockDim.x + threadIdx.x] = y;
-      v += y > (q >> 1);
-    }
-    const int nd = a.nrows - ns;
-    for (int t = 0; t < nd; ++t) {
-      const int r = t < f ? t : t + ns;
-      const fh_modulus m = a.primes[a.prime[r]].bar;
-      const uint64_t *row = mat + (int64_t)t * ns;
-      uint64_t acc_r = 0;
-      for (int i0 = 0; i0 < ns; i0 += 16) {
-        unsigned __int128 acc = 0;
-        const int i1 = i0 + 16 < ns ? i0 + 16 : ns;
-        for (int i = i0; i < i1; ++i) acc += (unsigned __int128)ys[i * blockDim.x + threadIdx.x] * row[i];
-        acc_r = fh_mod_add(acc_r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), &m), m.q);
-      }
-      if (a.center && v && ns > 0) {
-        const uint64_t s_mod_t = fh_mod_mul(row[0], a.primes[a.prime[f]].q % m.q, &m);
-        acc_r = fh_mod_sub(acc_r, fh_mod_mul(v, s_mod_t, &m), m.q);
-      }
-      out[(int64_t)r * n + j] = acc_r;
-    }
+    S.in = a.in + g * a.in_gs;
+    S.copy = a.out + g * a.out_gs + (int64_t)jd * a.out_ds;
+    D.out = S.copy;
+    if (j < n) bconv_coeff(j, n, ns, t0, t1, S, D, a.consts[jd], a.primes, a.center, ys, smt, chunk == 0);
   }
 }
 
@@ -527,11 +564,16 @@ fh_status k_modup(const void *argp, void *stream) {
   const fh_ckks_modup_args *a = (const fh_ckks_modup_args *)argp;
   if (a->ngroups <= 0 || a->ndigits <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
-  int most = 1;
-  for (int j = 0; j < a->ndigits; ++j) most = a->nsrc[j] > most ? a->nsrc[j] : most;
+  int most = 1, most_dst = 1;
+  for (int j = 0; j < a->ndigits; ++j) {
+    most = a->nsrc[j] > most ? a->nsrc[j] : most;
+    most_dst = a->nrows - a->nsrc[j] > most_dst ? a->nrows - a->nsrc[j] : most_dst;
+  }
   const int threads = most > BCONV_WIDE_SRC ? BCONV_THREADS_WIDE : BCONV_THREADS;
-  const size_t smem = (size_t)most * threads * sizeof(uint64_t);
-  modup_kernel<<<dim3(blocks_for(n, threads), a->ndigits, grid_z(a->ngroups)), threads, smem, (cudaStream_t)stream>>>(*a);
+  const int chunks = (most_dst + BCONV_TARGETS - 1) / BCONV_TARGETS;
+  const size_t smem = (BCONV_TARGETS + (size_t)most * threads) * sizeof(uint64_t);
+  modup_kernel<<<dim3(blocks_for(n, threads), a->ndigits * chunks, grid_z(a->ngroups)), threads, smem,
+                 (cudaStream_t)stream>>>(*a, chunks);
   return launched("kernel 'ckks_modup'");
 }
 

@@ -120,7 +120,6 @@ static void tables_free(fh_ckks_tables *t) {
   free(t->modup);
   free(t->moddown);
   free(t->rescale_inv);
-  free(t->rescale_half);
   free(t->p_inv);
   free(t);
 }
@@ -246,12 +245,11 @@ fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, 
   lo.total = w;
 
   t->rescale_inv = calloc((size_t)nq * (size_t)nq, sizeof(uint64_t));
-  t->rescale_half = calloc((size_t)nq * (size_t)nq, sizeof(uint64_t));
   t->p_inv = calloc((size_t)nq, sizeof(uint64_t));
   fh_tensor *host = NULL;
   fh_tensor_options o = {FH_UINT64, fh_cpu(), false, false};
   int64_t shape[1] = {(int64_t)lo.total};
-  if (!t->rescale_inv || !t->rescale_half || !t->p_inv) {
+  if (!t->rescale_inv || !t->p_inv) {
     st = fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
   } else {
     st = fh_tensor_empty(1, shape, &o, &host);
@@ -349,7 +347,6 @@ fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, 
     for (int i = l + 1; i < nq; ++i) {
       const fh_modulus *m = &t->host[i].bar;
       t->rescale_inv[(size_t)l * nq + i] = fh_mod_inv_prime(qd % m->q, m);
-      t->rescale_half[(size_t)l * nq + i] = ((qd - 1) / 2) % m->q;
     }
   }
   if (np > 0) {

@@ -64,10 +64,9 @@ typedef struct fh_ckks_tables {
   const uint64_t **modup;
   const uint64_t **moddown;
   /* host-side per-level constants, [level][i] for the Q prime rows i > level:
-   * rescale at `level` (dropping q_level): q_level^-1 mod q_i and floor(q_level/2) mod q_i;
+   * rescale at `level` (dropping q_level): q_level^-1 mod q_i;
    * mod-down: P^-1 mod q_i (any level; the mod-down rounds by a centered conversion). */
   uint64_t *rescale_inv;  /* [nq][nq] (level-major) */
-  uint64_t *rescale_half; /* [nq][nq] */
   uint64_t *p_inv;        /* [nq] */
 } fh_ckks_tables;
 
