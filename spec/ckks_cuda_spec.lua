@@ -390,6 +390,23 @@ describe("CkksEngine on cuda:0 refuses", function()
     assert.are.equal(before, launches(), "nothing was launched")
   end)
 
+  gpu_it("nothing of that in buffers: a CPU ciphertext fills a CUDA buffer the CUDA engine computes on", function()
+    local eg = fh.CkksEngine(fh.Preset[name], { device = "cuda:0", seed = 3 })
+    local ec = fh.CkksEngine(fh.Preset[name], { seed = 3 })
+    local skg, skc = eg:create_secret_key(), ec:create_secret_key()
+    local pkc = ec:create_public_key(skc)
+    local ctc = ec:encrypt_message({ 1.5, -2.25, 3 }, pkc)
+    local buf = ex.ReusableValueBuffer.like(ctc, { device = "cuda:0" })
+    buf:copy_from(ctc):synchronize()
+    assert.are.equal("cuda:0", buf.value.device)
+    -- the same seed: the same secret key on both engines
+    same(skc.data, skg.data, "secret keys")
+    local sum = eg:add(buf.value, buf.value)
+    local got = eg:decrypt_message(sum, skg, { is_real = true }):cpu():narrow(1, 1, 3):tolist()
+    for i, want in ipairs { 3, -4.5, 6 } do assert.is_true(math.abs(got[i] - want) < 1e-5, got[i]) end
+    buf:close()
+  end)
+
   gpu_it("a rotation key for another step and a context mismatch, before any launch", function()
     local eg = fh.CkksEngine(fh.Preset[name], { device = "cuda:0", seed = 2 })
     local other = fh.CkksEngine(fh.Preset.slots8192_scale50_levels5_int64, { device = "cuda:0", seed = 2 })
