@@ -202,7 +202,10 @@ describe("CKKS kernels on CUDA", function()
 end)
 
 -- ---- the engine on cuda:0 against the CPU engine -----------------------------------------------
-local engine_presets = { "slots8192_scale40_levels7_int64", "slots16384_scale40_levels16_int64" }
+-- a small ring too (N = 2^10: the one-kernel NTT and key-switch paths), then presets
+local small_ring = { log_n = 10, q_bits = { 40, 40, 40, 60 }, p_bits = { 60, 60 }, scale = 2 ^ 40,
+  allow_insecure = true }
+local engine_presets = { "small ring", "slots8192_scale40_levels7_int64", "slots16384_scale40_levels16_int64" }
 if slow then
   for _, p in ipairs { "slots32768_scale40_levels34_int64", "slots65536_scale40_levels72_int64" } do
     engine_presets[#engine_presets + 1] = p
@@ -219,8 +222,9 @@ describe("CkksEngine on cuda:0", function()
   local seed = H.seed("ckks cuda engine")
   for _, name in ipairs(engine_presets) do
     gpu_it("gives the CPU engine's keys, ciphertexts and results with the same seed on " .. name, function()
-      local ec = fh.CkksEngine(fh.Preset[name], { seed = seed })
-      local eg = fh.CkksEngine(fh.Preset[name], { device = "cuda:0", seed = seed })
+      local what = name == "small ring" and small_ring or fh.Preset[name]
+      local ec = fh.CkksEngine(what, { seed = seed })
+      local eg = fh.CkksEngine(what, { device = "cuda:0", seed = seed })
       local S = ec.context.num_slots
       local gen = fh.Generator(seed)
       local m1 = fh.rand({ S }, { dtype = "float64", generator = gen }) - 0.5

@@ -837,58 +837,43 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
   if ((st = fh__ckks_temp(L, 4, dshape, &D)) || (st = fh__ckks_temp(L, 4, ashape, &acc)) ||
       (st = fh__ckks_temp(L, 3, wshape, &W)) || (st = fh__ckks_temp(L, 3, tshape, &T)))
     goto done;
-  /* 1. mod-up: each digit's residues extended to every other active row and P, one launch */
+  /* 1-3. mod-up (each digit's residues extended to every other active row and P, centred:
+   * zero-mean digits, see fh_ckks_bconv_args), NTT of the extended digits, inner product
+   * with the key: one launch (fh_ckks_ks_core_args), D its scratch */
   {
-    fh_ckks_modup_args u;
-    memset(&u, 0, sizeof u);
-    u.out = fh__ckks_ptr(D);
-    u.in = d;
-    u.out_gs = (int64_t)ndig * lk * n;
-    u.out_ds = (int64_t)lk * n;
-    u.in_gs = gs_d;
-    u.ngroups = G;
-    u.ndigits = ndig;
-    u.nrows = lk;
-    u.log_n = tb->log_n;
-    u.center = 1; /* zero-mean digits: see fh_ckks_bconv_args */
-    u.primes = tb->primes_dev;
+    fh_ckks_ks_core_args k;
+    memset(&k, 0, sizeof k);
+    fh_ckks_modup_args *u = &k.up;
+    u->out = fh__ckks_ptr(D);
+    u->in = d;
+    u->out_gs = (int64_t)ndig * lk * n;
+    u->out_ds = (int64_t)lk * n;
+    u->in_gs = gs_d;
+    u->ngroups = G;
+    u->ndigits = ndig;
+    u->nrows = lk;
+    u->log_n = tb->log_n;
+    u->center = 1;
+    u->primes = tb->primes_dev;
     for (int jj = 0; jj < ndig; ++jj) {
       int j = j0 + jj;
       int first = j * alpha > level ? j * alpha : level;
       int last = (j + 1) * alpha < nq ? (j + 1) * alpha : nq;
-      u.consts[jj] = tb->modup[level * dnum + j];
-      u.first[jj] = first - level;
-      u.nsrc[jj] = last - first;
+      u->consts[jj] = tb->modup[level * dnum + j];
+      u->first[jj] = first - level;
+      u->nsrc[jj] = last - first;
     }
-    memcpy(u.prime, qp, sizeof(int32_t) * (size_t)lk);
-    if ((st = fh__ckks_submit(L, FH_K_CKKS_MODUP, &u, sizeof u))) goto done;
-  }
-  /* 2. NTT of every extended digit */
-  if ((st = fh__ckks_ntt(L, true, fh__ckks_ptr(D), (int64_t)lk * n, fh__ckks_ptr(D), (int64_t)lk * n, G * ndig, qp,
-                         lk)))
-    goto done;
-  /* 3. inner product with the key */
-  {
+    memcpy(u->prime, qp, sizeof(int32_t) * (size_t)lk);
     int64_t krows = (int64_t)(nq + np) * n;
-    fh_ckks_ks_args k;
-    memset(&k, 0, sizeof k);
+    k.ntt = tb->ntt;
     k.out = fh__ckks_ptr(acc);
     k.out_gs = 2 * (int64_t)lk * n;
     k.out_cs = (int64_t)lk * n;
-    k.digits = fh__ckks_ptr(D);
-    k.digits_gs = (int64_t)ndig * lk * n;
-    k.digit_stride = (int64_t)lk * n;
     k.key = (const uint64_t *)fh_tensor_data(key) + (int64_t)j0 * 2 * krows;
     k.key_ds = 2 * krows;
     k.key_cs = krows;
-    k.ngroups = G;
-    k.ndigits = ndig;
-    k.nlimbs = lk;
-    k.log_n = tb->log_n;
-    k.primes = tb->primes_dev;
-    memcpy(k.prime, qp, sizeof(int32_t) * (size_t)lk);
     memcpy(k.key_row, qp, sizeof(int32_t) * (size_t)lk);
-    if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_INNER, &k, sizeof k))) goto done;
+    if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &k, sizeof k))) goto done;
   }
   /* 4. mod-down: out = (A - conv(A mod P)) * P^-1 with the centered conversion from the P
    * rows: conv(x) = x + u P with x + u P = sum_k y'_k Phat_k, so the result is A / P minus

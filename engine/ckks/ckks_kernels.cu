@@ -71,16 +71,19 @@ struct ntt_prime {
   const uint64_t *w, *ws; /* forward: psi_rev and companions; inverse: ipsi_rev and companions */
 };
 
-__device__ __forceinline__ ntt_prime ntt_prime_of(const fh_ckks_ntt_args &a, int l, bool forward) {
-  const int p = a.prime[l];
-  const int64_t n = (int64_t)1 << a.log_n;
-  const uint64_t *tw = a.ntt + (int64_t)p * 4 * n;
+__device__ __forceinline__ ntt_prime ntt_prime_at(const fh_ckks_prime *primes, const uint64_t *ntt, int p, int log_n,
+                                                  bool forward) {
+  const int64_t n = (int64_t)1 << log_n;
+  const uint64_t *tw = ntt + (int64_t)p * 4 * n;
   ntt_prime r;
-  r.q = a.primes[p].q;
+  r.q = primes[p].q;
   r.q2 = 2 * r.q;
   r.w = forward ? tw : tw + 2 * n;
   r.ws = forward ? tw + n : tw + 3 * n;
   return r;
+}
+__device__ __forceinline__ ntt_prime ntt_prime_of(const fh_ckks_ntt_args &a, int l, bool forward) {
+  return ntt_prime_at(a.primes, a.ntt, a.prime[l], a.log_n, forward);
 }
 
 /* forward butterflies: inputs in [0, 4q), outputs in [0, 4q) */
@@ -575,6 +578,163 @@ fh_status k_modup(const void *argp, void *stream) {
   modup_kernel<<<dim3(blocks_for(n, threads), a->ndigits * chunks, grid_z(a->ngroups)), threads, smem,
                  (cudaStream_t)stream>>>(*a, chunks);
   return launched("kernel 'ckks_modup'");
+}
+
+/* ==== the key-switch core: mod-up + NTT + inner product ================================
+ * ks1: a block per (digit, row, column tile) fills the tile with the digit's row
+ *      (its own rows copied, the others converted as modup_kernel does, coefficient by
+ *      coefficient) and runs the NTT's column stages on it into the scratch;
+ * ks2: a block per (row, chunk tile) runs, digit after digit, the chunk stages on the
+ *      scratch tile and accumulates the product with the key's two rows, then writes
+ *      both outputs: the transformed digits never go back to memory.
+ * Small rings (N <= NTT_TILE) run the three kernels in turn. */
+__global__ void __launch_bounds__(NTT_THREADS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+  __shared__ uint64_t sm[NTT_TILE];
+  __shared__ uint64_t smt[1];
+  const fh_ckks_modup_args &u = a.up;
+  const int jd = blockIdx.y / u.nrows, r = blockIdx.y - jd * u.nrows;
+  const int ns = u.nsrc[jd], f = u.first[jd];
+  const bool own = r >= f && r < f + ns;
+  const int t = r < f ? r : r - ns; /* target index when !own */
+  const ntt_split sp = ntt_split_of(u.log_n);
+  const int64_t n = (int64_t)1 << u.log_n;
+  const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1, tile = NTT_TILE;
+  const int c0 = blockIdx.x * cols;
+  const int p = u.prime[r];
+  const fh_ckks_prime c = u.primes[p];
+  const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
+  const uint64_t *shat_inv = u.consts[jd], *row = u.consts[jd] + 2 * ns + (int64_t)t * ns;
+  if (!own && u.center && threadIdx.x == 0)
+    smt[0] = fh_mod_mul(row[0], u.primes[u.prime[f]].q % c.bar.q, &c.bar);
+  __syncthreads();
+  const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
+  GROUPS(g, u.ngroups) {
+    const uint64_t *in = u.in + g * u.in_gs;
+    for (int e = threadIdx.x; e < tile; e += blockDim.x) {
+      const int k = e / cols, col = e - k * cols;
+      const int64_t j = (int64_t)k * n2 + c0 + col;
+      uint64_t v;
+      if (own) {
+        v = in[(int64_t)r * n + j];
+      } else {
+        uint32_t cnt = 0;
+        uint64_t acc_r = 0;
+        unsigned __int128 acc = 0;
+        for (int i = 0; i < ns; ++i) {
+          const uint64_t qi = u.primes[u.prime[f + i]].q;
+          const uint64_t y = fh_shoup_mul(in[(int64_t)(f + i) * n + j], shat_inv[2 * i], shat_inv[2 * i + 1], qi);
+          cnt += y > (qi >> 1);
+          acc += (unsigned __int128)y * row[i];
+          if ((i & 15) == 15 || i == ns - 1) { /* each product < 2^124: reduce every 16 terms */
+            acc_r = fh_mod_add(acc_r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), &c.bar), c.q);
+            acc = 0;
+          }
+        }
+        if (u.center && cnt) acc_r = fh_mod_sub(acc_r, fh_mod_mul(cnt, smt[0], &c.bar), c.q);
+        v = acc_r;
+      }
+      sm[e] = v;
+    }
+    __syncthreads();
+    const ntt_view src = {sm, cols, 1};
+    const ntt_view dst = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + c0, n2, 1};
+    ntt_stages<true>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
+  }
+}
+
+constexpr int KS2_PER_THREAD = NTT_TILE / NTT_THREADS;
+__global__ void __launch_bounds__(NTT_THREADS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+  __shared__ uint64_t sm[NTT_TILE];
+  const fh_ckks_modup_args &u = a.up;
+  const int r = blockIdx.y;
+  const ntt_split sp = ntt_split_of(u.log_n);
+  const int64_t n = (int64_t)1 << u.log_n;
+  const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
+  const int64_t base = (int64_t)blockIdx.x * NTT_TILE;
+  const int p = u.prime[r];
+  const fh_ckks_prime c = u.primes[p];
+  const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
+  const ntt_geom geo = {n, base, n2, u.log_n};
+  const ntt_view sv = {sm, 1, n2};
+  const uint64_t *key = a.key + (int64_t)a.key_row[r] * n + base;
+  GROUPS(g, u.ngroups) {
+    uint64_t acc0[KS2_PER_THREAD], acc1[KS2_PER_THREAD];
+#pragma unroll
+    for (int k = 0; k < KS2_PER_THREAD; ++k) acc0[k] = acc1[k] = 0;
+    for (int jd = 0; jd < u.ndigits; ++jd) {
+      const ntt_view src = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + base, 1, n2};
+      ntt_stages<true>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
+      const uint64_t *k0 = key + (int64_t)jd * a.key_ds, *k1 = k0 + a.key_cs;
+#pragma unroll
+      for (int k = 0; k < KS2_PER_THREAD; ++k) {
+        const int e = threadIdx.x + k * NTT_THREADS;
+        const uint64_t x = sm[e];
+        acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, k0[e], c.q, c.qinv), c.q);
+        acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, k1[e], c.q, c.qinv), c.q);
+      }
+      __syncthreads(); /* the next digit's stages overwrite sm */
+    }
+    uint64_t *o0 = a.out + g * a.out_gs + (int64_t)r * n + base, *o1 = o0 + a.out_cs;
+#pragma unroll
+    for (int k = 0; k < KS2_PER_THREAD; ++k) {
+      const int e = threadIdx.x + k * NTT_THREADS;
+      o0[e] = acc0[k];
+      o1[e] = acc1[k];
+    }
+  }
+}
+
+fh_status k_ntt(const void *a, void *s);
+fh_status k_ks_inner(const void *argp, void *stream);
+
+fh_status k_ks_core(const void *argp, void *stream) {
+  const fh_ckks_ks_core_args *a = (const fh_ckks_ks_core_args *)argp;
+  const fh_ckks_modup_args *u = &a->up;
+  if (u->ngroups <= 0 || u->ndigits <= 0 || u->nrows <= 0) return FH_OK;
+  if (u->log_n <= NTT_TILE_LOG) {
+    /* small rings: the three kernels in turn */
+    fh_status st = k_modup(u, stream);
+    fh_ckks_ntt_args t;
+    memset(&t, 0, sizeof t);
+    t.in_gs = t.out_gs = u->out_ds;
+    t.ngroups = u->ndigits;
+    t.nlimbs = u->nrows;
+    t.log_n = u->log_n;
+    t.primes = u->primes;
+    t.ntt = a->ntt;
+    memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
+    for (int64_t g = 0; g < u->ngroups && st == FH_OK; ++g) {
+      t.out = u->out + g * u->out_gs;
+      t.in = t.out;
+      st = k_ntt(&t, stream);
+    }
+    if (st != FH_OK) return st;
+    fh_ckks_ks_args k;
+    memset(&k, 0, sizeof k);
+    k.out = a->out;
+    k.digits = u->out;
+    k.key = a->key;
+    k.out_gs = a->out_gs;
+    k.out_cs = a->out_cs;
+    k.digits_gs = u->out_gs;
+    k.digit_stride = u->out_ds;
+    k.key_ds = a->key_ds;
+    k.key_cs = a->key_cs;
+    k.ngroups = u->ngroups;
+    k.ndigits = u->ndigits;
+    k.nlimbs = u->nrows;
+    k.log_n = u->log_n;
+    k.primes = u->primes;
+    memcpy(k.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
+    memcpy(k.key_row, a->key_row, sizeof(int32_t) * (size_t)u->nrows);
+    return k_ks_inner(&k, stream);
+  }
+  cudaStream_t h = (cudaStream_t)stream;
+  const int64_t n = (int64_t)1 << u->log_n;
+  const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(u->ngroups);
+  ks1_kernel<<<dim3(tiles, u->ndigits * u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
+  ks2_kernel<<<dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
+  return launched("kernel 'ckks_ks_core'");
 }
 
 /* ==== key-switching inner product ==================================================== */
@@ -1142,5 +1302,5 @@ fh_status k_decode(const void *argp, void *stream) {
 } // namespace
 
 const fh_cuda_kernel_fn fh__ckks_cuda_kernels[FH_K_CKKS_COUNT] = {
-    k_ntt, k_intt, k_ew, k_tensor, k_bconv, k_ks_inner, k_automorph, k_encode, k_decode, k_modup,
+    k_ntt, k_intt, k_ew, k_tensor, k_bconv, k_ks_inner, k_automorph, k_encode, k_decode, k_modup, k_ks_core,
 };

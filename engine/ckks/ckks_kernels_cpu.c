@@ -10,7 +10,7 @@
 
 const char *const fh__ckks_kernel_names[FH_K_CKKS_COUNT] = {
     "ckks_ntt",   "ckks_intt",      "ckks_ew",          "ckks_tensor",     "ckks_bconv",
-    "ckks_ks_inner", "ckks_automorph", "ckks_encode", "ckks_decode", "ckks_modup",
+    "ckks_ks_inner", "ckks_automorph", "ckks_encode", "ckks_decode", "ckks_modup", "ckks_ks_core",
 };
 
 /* ---- NTT ------------------------------------------------------------------------ */
@@ -642,6 +642,49 @@ static fh_status cpu_modup(const void *argp) {
   return FH_OK;
 }
 
+/* ---- key-switch core: mod-up, NTT, inner product in turn ---------------------------------- */
+static fh_status cpu_ks_core(const void *argp) {
+  const fh_ckks_ks_core_args *a = argp;
+  const fh_ckks_modup_args *u = &a->up;
+  fh_status st = cpu_modup(u);
+  if (st != FH_OK) return st;
+  fh_ckks_ntt_args t;
+  memset(&t, 0, sizeof t);
+  t.in_gs = t.out_gs = u->out_ds;
+  t.ngroups = u->ndigits;
+  t.nlimbs = u->nrows;
+  t.log_n = u->log_n;
+  t.primes = u->primes;
+  t.ntt = a->ntt;
+  memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
+  for (int64_t g = 0; g < u->ngroups && st == FH_OK; ++g) {
+    t.out = u->out + g * u->out_gs;
+    t.in = t.out;
+    st = cpu_ntt(&t);
+  }
+  if (st != FH_OK) return st;
+  fh_ckks_ks_args k;
+  memset(&k, 0, sizeof k);
+  k.out = a->out;
+  k.digits = u->out;
+  k.key = a->key;
+  k.out_gs = a->out_gs;
+  k.out_cs = a->out_cs;
+  k.digits_gs = u->out_gs;
+  k.digit_stride = u->out_ds;
+  k.key_ds = a->key_ds;
+  k.key_cs = a->key_cs;
+  k.ngroups = u->ngroups;
+  k.ndigits = u->ndigits;
+  k.nlimbs = u->nrows;
+  k.log_n = u->log_n;
+  k.primes = u->primes;
+  memcpy(k.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
+  memcpy(k.key_row, a->key_row, sizeof(int32_t) * (size_t)u->nrows);
+  return cpu_ks_inner(&k);
+}
+
 const fh_cpu_kernel_fn fh__ckks_cpu_kernels[FH_K_CKKS_COUNT] = {
     cpu_ntt, cpu_intt, cpu_ew, cpu_tensor, cpu_bconv, cpu_ks_inner, cpu_automorph, cpu_encode, cpu_decode, cpu_modup,
+    cpu_ks_core,
 };

@@ -66,6 +66,7 @@ enum {
   FH_K_CKKS_ENCODE,                 /* fh_ckks_encode_args: slots -> RNS coefficients */
   FH_K_CKKS_DECODE,                 /* fh_ckks_decode_args: RNS coefficients -> slots */
   FH_K_CKKS_MODUP,                  /* fh_ckks_modup_args: every digit's mod-up conversion at once */
+  FH_K_CKKS_KS_CORE,                /* fh_ckks_ks_core_args: mod-up, NTT and key inner product fused */
   FH_K_CKKS_END
 };
 #define FH_K_CKKS_COUNT (FH_K_CKKS_END - FH_K_CKKS_NTT)
@@ -212,6 +213,27 @@ typedef struct fh_ckks_modup_args {
   int32_t first[FH_CKKS_MAX_DIGITS], nsrc[FH_CKKS_MAX_DIGITS];
   int32_t prime[FH_CKKS_MAX_PRIMES];
 } fh_ckks_modup_args;
+
+/* ---- the core of a key switch: mod-up, NTT, inner product with the key ----------
+ * For a polynomial d (`up.in`, its active Q rows in the coefficient domain):
+ *   out[c][r] = sum_j NTT(modup_j(d))[r] * key[j][c][key_row[r]]   (Montgomery products)
+ * for c = 0, 1 and the up.nrows rows r (prime up.prime[r]), out row (g, c, r) at
+ * out + g * out_gs + c * out_cs + r * N; digit j of the key at key + j * key_ds (+ c * key_cs
+ * + row * N). up.out is scratch of the extended digits ([G][ndigits][nrows][N] as in
+ * fh_ckks_modup_args); its contents afterwards are unspecified (the CUDA version keeps
+ * a half-transformed state there and never writes the rest). One launch for what
+ * FH_K_CKKS_MODUP, FH_K_CKKS_NTT and FH_K_CKKS_KS_INNER do in turn, with the same result:
+ * on CUDA the conversion is fused into the NTT's first kernel and the inner product
+ * into its second, so the digits cross memory twice instead of six times. */
+typedef struct fh_ckks_ks_core_args {
+  fh_ckks_modup_args up;
+  const uint64_t *ntt; /* the twiddle table (fh_ckks_ntt_args.ntt) */
+  uint64_t *out;
+  int64_t out_gs, out_cs;
+  const uint64_t *key;
+  int64_t key_ds, key_cs;
+  int32_t key_row[FH_CKKS_MAX_PRIMES];
+} fh_ckks_ks_core_args;
 
 /* ---- key-switching inner product (NTT domain, Montgomery) ---------------------
  * out[c][l] = sum_{j < ndigits} digits[j][l] * key[j][c][key_row[l]] for c = 0, 1,
