@@ -906,12 +906,29 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
       b.dst_prime[i] = level + i;
       b.dst_row[i] = i;
     }
+    if (ntt_out) {
+      /* conversion, NTT and (A - t) P^-1 (+ add) in one launch (fh_ckks_moddown_args) */
+      fh_ckks_moddown_args m;
+      memset(&m, 0, sizeof m);
+      m.conv = b;
+      m.ntt = tb->ntt;
+      m.a = A;
+      m.a_gs = (int64_t)lk * n;
+      m.out[0] = out0;
+      m.out[1] = out1;
+      m.add[0] = add0;
+      m.add[1] = add1;
+      m.out_gs = out_gs;
+      m.add_gs = add_gs;
+      for (int i = 0; i < la; ++i) {
+        m.c_const[i] = tb->p_inv[level + i];
+        m.c_shoup[i] = fh_shoup_precompute(m.c_const[i], tb->primes[level + i]);
+      }
+      st = fh__ckks_submit(L, FH_K_CKKS_MODDOWN, &m, sizeof m);
+      goto done;
+    }
     if ((st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &b, sizeof b))) goto done;
-    if (ntt_out)
-      st = fh__ckks_ntt(L, true, t, (int64_t)la * n, t, (int64_t)la * n, 2 * G, qp, la);
-    else
-      st = fh__ckks_ntt(L, false, A, (int64_t)lk * n, A, (int64_t)lk * n, 2 * G, qp, la);
-    if (st) goto done;
+    if ((st = fh__ckks_ntt(L, false, A, (int64_t)lk * n, A, (int64_t)lk * n, 2 * G, qp, la))) goto done;
     uint64_t *outs[2] = {out0, out1};
     const uint64_t *adds[2] = {add0, add1};
     for (int c = 0; c < 2 && st == FH_OK; ++c) {

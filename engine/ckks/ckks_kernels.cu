@@ -737,6 +737,142 @@ fh_status k_ks_core(const void *argp, void *stream) {
   return launched("kernel 'ckks_ks_core'");
 }
 
+/* ==== mod-down to the NTT domain ========================================================
+ * md1: a block per (Q row, column tile, group) converts the group's P rows to the row's
+ *      prime coefficient by coefficient and runs the NTT's column stages into the scratch;
+ * md2: a block per (Q row, chunk tile, group) runs the chunk stages and writes
+ *      (a - t) P^-1 (+ add) straight from shared memory. */
+__global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+  __shared__ uint64_t sm[NTT_TILE];
+  __shared__ uint64_t smt[1];
+  const fh_ckks_bconv_args &b = a.conv;
+  const int l = blockIdx.y, ns = b.nsrc;
+  const ntt_split sp = ntt_split_of(b.log_n);
+  const int64_t n = (int64_t)1 << b.log_n;
+  const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1;
+  const int c0 = blockIdx.x * cols;
+  const int p = b.dst_prime[l];
+  const fh_ckks_prime c = b.primes[p];
+  const ntt_prime P = ntt_prime_at(b.primes, a.ntt, p, b.log_n, true);
+  const uint64_t *shat_inv = b.consts, *row = b.consts + 2 * ns + (int64_t)l * ns;
+  if (b.center && ns > 0 && threadIdx.x == 0)
+    smt[0] = fh_mod_mul(row[0], b.primes[b.src_prime[0]].q % c.bar.q, &c.bar);
+  __syncthreads();
+  const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
+  GROUPS(g, b.ngroups) {
+    const uint64_t *in = b.in + g * b.in_gs;
+    for (int e = threadIdx.x; e < NTT_TILE; e += blockDim.x) {
+      const int k = e / cols, col = e - k * cols;
+      const int64_t j = (int64_t)k * n2 + c0 + col;
+      uint32_t cnt = 0;
+      uint64_t acc_r = 0;
+      unsigned __int128 acc = 0;
+      for (int i = 0; i < ns; ++i) {
+        const uint64_t qi = b.primes[b.src_prime[i]].q;
+        const uint64_t y = fh_shoup_mul(in[(int64_t)b.src_row[i] * n + j], shat_inv[2 * i], shat_inv[2 * i + 1], qi);
+        cnt += y > (qi >> 1);
+        acc += (unsigned __int128)y * row[i];
+        if ((i & 15) == 15 || i == ns - 1) {
+          acc_r = fh_mod_add(acc_r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), &c.bar), c.q);
+          acc = 0;
+        }
+      }
+      if (b.center && cnt) acc_r = fh_mod_sub(acc_r, fh_mod_mul(cnt, smt[0], &c.bar), c.q);
+      sm[e] = acc_r;
+    }
+    __syncthreads();
+    const ntt_view src = {sm, cols, 1};
+    const ntt_view dst = {b.out + g * b.out_gs + (int64_t)b.dst_row[l] * n + c0, n2, 1};
+    ntt_stages<true>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
+  }
+}
+
+__global__ void __launch_bounds__(NTT_THREADS) md2_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+  __shared__ uint64_t sm[NTT_TILE];
+  const fh_ckks_bconv_args &b = a.conv;
+  const int l = blockIdx.y;
+  const ntt_split sp = ntt_split_of(b.log_n);
+  const int64_t n = (int64_t)1 << b.log_n;
+  const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
+  const int64_t base = (int64_t)blockIdx.x * NTT_TILE;
+  const int p = b.dst_prime[l];
+  const fh_ckks_prime c = b.primes[p];
+  const ntt_prime P = ntt_prime_at(b.primes, a.ntt, p, b.log_n, true);
+  const ntt_geom geo = {n, base, n2, b.log_n};
+  const ntt_view sv = {sm, 1, n2};
+  const uint64_t w = a.c_const[l], ws = a.c_shoup[l];
+  GROUPS(gg, b.ngroups) {
+    const ntt_view src = {b.out + gg * b.out_gs + (int64_t)b.dst_row[l] * n + base, 1, n2};
+    ntt_stages<true>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
+    const int64_t g = gg / 2;
+    const int comp = (int)(gg % 2);
+    const uint64_t *x = a.a + gg * a.a_gs + (int64_t)l * n + base;
+    const uint64_t *z = a.add[comp] ? a.add[comp] + g * a.add_gs + (int64_t)l * n + base : NULL;
+    uint64_t *o = a.out[comp] + g * a.out_gs + (int64_t)l * n + base;
+    for (int e = threadIdx.x; e < NTT_TILE; e += blockDim.x) {
+      const uint64_t r = fh_shoup_mul(x[e] + (c.q - sm[e]), w, ws, c.q);
+      o[e] = z ? fh_mod_add(r, z[e], c.q) : r;
+    }
+    __syncthreads();
+  }
+}
+
+fh_status k_ew(const void *argp, void *stream);
+
+fh_status k_moddown(const void *argp, void *stream) {
+  const fh_ckks_moddown_args *a = (const fh_ckks_moddown_args *)argp;
+  const fh_ckks_bconv_args *b = &a->conv;
+  if (b->ngroups <= 0 || b->ndst <= 0) return FH_OK;
+  const int64_t n = (int64_t)1 << b->log_n;
+  if (b->log_n <= NTT_TILE_LOG) {
+    /* small rings: conversion, NTT, then the subtraction per component */
+    fh_status st = k_bconv(b, stream);
+    fh_ckks_ntt_args t;
+    memset(&t, 0, sizeof t);
+    t.out = b->out;
+    t.in = b->out;
+    t.out_gs = t.in_gs = b->out_gs;
+    t.ngroups = b->ngroups;
+    t.nlimbs = b->ndst;
+    t.log_n = b->log_n;
+    t.primes = b->primes;
+    t.ntt = a->ntt;
+    for (int l = 0; l < b->ndst; ++l) t.prime[l] = b->dst_prime[l];
+    if (st == FH_OK) st = k_ntt(&t, stream);
+    for (int comp = 0; comp < 2 && st == FH_OK; ++comp) {
+      fh_ckks_ew_args f;
+      memset(&f, 0, sizeof f);
+      f.op = FH_CKKS_EW_SUB_ADD_MUL;
+      f.nlimbs = b->ndst;
+      f.log_n = b->log_n;
+      f.ngroups = (b->ngroups - comp + 1) / 2;
+      f.out = a->out[comp];
+      f.out_gs = a->out_gs;
+      f.a = a->a + comp * a->a_gs;
+      f.a_gs = 2 * a->a_gs;
+      f.a_ls = n;
+      /* the ew kernel reads row l of b at b + l * N: the scratch rows are dst_row-ordered 0..ndst-1 */
+      f.b = b->out + comp * b->out_gs;
+      f.b_gs = 2 * b->out_gs;
+      f.c = a->add[comp];
+      f.c_gs = a->add_gs;
+      f.primes = b->primes;
+      for (int l = 0; l < b->ndst; ++l) {
+        f.prime[l] = b->dst_prime[l];
+        f.c_const[l] = a->c_const[l];
+        f.c_shoup[l] = a->c_shoup[l];
+      }
+      st = k_ew(&f, stream);
+    }
+    return st;
+  }
+  cudaStream_t h = (cudaStream_t)stream;
+  const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(b->ngroups);
+  md1_kernel<<<dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h>>>(*a);
+  md2_kernel<<<dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h>>>(*a);
+  return launched("kernel 'ckks_moddown'");
+}
+
 /* ==== key-switching inner product ==================================================== */
 __global__ void __launch_bounds__(EW_THREADS) ks_kernel(const __grid_constant__ fh_ckks_ks_args a) {
   const int l = blockIdx.y;
@@ -1303,4 +1439,5 @@ fh_status k_decode(const void *argp, void *stream) {
 
 const fh_cuda_kernel_fn fh__ckks_cuda_kernels[FH_K_CKKS_COUNT] = {
     k_ntt, k_intt, k_ew, k_tensor, k_bconv, k_ks_inner, k_automorph, k_encode, k_decode, k_modup, k_ks_core,
+    k_moddown,
 };

@@ -11,6 +11,7 @@
 const char *const fh__ckks_kernel_names[FH_K_CKKS_COUNT] = {
     "ckks_ntt",   "ckks_intt",      "ckks_ew",          "ckks_tensor",     "ckks_bconv",
     "ckks_ks_inner", "ckks_automorph", "ckks_encode", "ckks_decode", "ckks_modup", "ckks_ks_core",
+    "ckks_moddown",
 };
 
 /* ---- NTT ------------------------------------------------------------------------ */
@@ -684,7 +685,44 @@ static fh_status cpu_ks_core(const void *argp) {
   return cpu_ks_inner(&k);
 }
 
+/* ---- mod-down to the NTT domain: conversion, NTT, (a - t) P^-1 in turn --------------------- */
+static fh_status cpu_moddown(const void *argp) {
+  const fh_ckks_moddown_args *a = argp;
+  const fh_ckks_bconv_args *b = &a->conv;
+  const int64_t n = (int64_t)1 << b->log_n;
+  fh_status st = cpu_bconv(b);
+  if (st != FH_OK) return st;
+  fh_ckks_ntt_args t;
+  memset(&t, 0, sizeof t);
+  t.out = b->out;
+  t.in = b->out;
+  t.out_gs = t.in_gs = b->out_gs;
+  t.ngroups = b->ngroups;
+  t.nlimbs = b->ndst;
+  t.log_n = b->log_n;
+  t.primes = b->primes;
+  t.ntt = a->ntt;
+  for (int l = 0; l < b->ndst; ++l) t.prime[l] = b->dst_prime[l];
+  if ((st = cpu_ntt(&t)) != FH_OK) return st;
+  for (int64_t gg = 0; gg < b->ngroups; ++gg) {
+    const int64_t g = gg / 2;
+    const int c = (int)(gg % 2);
+    for (int l = 0; l < b->ndst; ++l) {
+      const uint64_t q = b->primes[b->dst_prime[l]].q, w = a->c_const[l], ws = a->c_shoup[l];
+      const uint64_t *x = a->a + gg * a->a_gs + (int64_t)l * n;
+      const uint64_t *y = b->out + gg * b->out_gs + (int64_t)b->dst_row[l] * n;
+      const uint64_t *z = a->add[c] ? a->add[c] + g * a->add_gs + (int64_t)l * n : NULL;
+      uint64_t *o = a->out[c] + g * a->out_gs + (int64_t)l * n;
+      for (int64_t j = 0; j < n; ++j) {
+        uint64_t r = fh_shoup_mul(x[j] + (q - y[j]), w, ws, q);
+        o[j] = z ? fh_mod_add(r, z[j], q) : r;
+      }
+    }
+  }
+  return FH_OK;
+}
+
 const fh_cpu_kernel_fn fh__ckks_cpu_kernels[FH_K_CKKS_COUNT] = {
     cpu_ntt, cpu_intt, cpu_ew, cpu_tensor, cpu_bconv, cpu_ks_inner, cpu_automorph, cpu_encode, cpu_decode, cpu_modup,
-    cpu_ks_core,
+    cpu_ks_core, cpu_moddown,
 };

@@ -67,6 +67,7 @@ enum {
   FH_K_CKKS_DECODE,                 /* fh_ckks_decode_args: RNS coefficients -> slots */
   FH_K_CKKS_MODUP,                  /* fh_ckks_modup_args: every digit's mod-up conversion at once */
   FH_K_CKKS_KS_CORE,                /* fh_ckks_ks_core_args: mod-up, NTT and key inner product fused */
+  FH_K_CKKS_MODDOWN,                /* fh_ckks_moddown_args: conversion, NTT and (a - t) P^-1 fused */
   FH_K_CKKS_END
 };
 #define FH_K_CKKS_COUNT (FH_K_CKKS_END - FH_K_CKKS_NTT)
@@ -234,6 +235,27 @@ typedef struct fh_ckks_ks_core_args {
   int64_t key_ds, key_cs;
   int32_t key_row[FH_CKKS_MAX_PRIMES];
 } fh_ckks_ks_core_args;
+
+/* ---- the mod-down of a key switch, NTT-domain result ------------------------------
+ * conv converts the P rows of each group gg (coefficient domain, centred) to its Q rows
+ * l < conv.ndst (prime conv.dst_prime[l]) into scratch conv.out; then, with g = gg / 2 and
+ * c = gg % 2 (groups are (g, c) pairs: a key switch's two components):
+ *   out[c] row (g, l) = (a row (gg, l) - NTT(conv(gg))[l]) * c_const[l]  (+ add[c] row (g, l))
+ * (Shoup products by c_const[l] = P^-1 mod q_l). a row (gg, l) at a + gg * a_gs + l * N (NTT
+ * domain), out[c] / add[c] rows at + g * out_gs / add_gs + l * N; add[c] may be NULL. The
+ * scratch's contents afterwards are unspecified. What FH_K_CKKS_BCONV, FH_K_CKKS_NTT and
+ * two FH_K_CKKS_EW (SUB_ADD_MUL) do in turn, with the same result; on CUDA the conversion
+ * is fused into the NTT's first kernel and the subtraction into its second. */
+typedef struct fh_ckks_moddown_args {
+  fh_ckks_bconv_args conv;
+  const uint64_t *ntt;
+  const uint64_t *a;
+  int64_t a_gs;
+  uint64_t *out[2];
+  const uint64_t *add[2];
+  int64_t out_gs, add_gs;
+  uint64_t c_const[FH_CKKS_MAX_PRIMES], c_shoup[FH_CKKS_MAX_PRIMES];
+} fh_ckks_moddown_args;
 
 /* ---- key-switching inner product (NTT domain, Montgomery) ---------------------
  * out[c][l] = sum_{j < ndigits} digits[j][l] * key[j][c][key_row[l]] for c = 0, 1,
