@@ -3,6 +3,7 @@
 -- (line editing, completion, history), and its Lua functions directly.
 local fh = require "fhelium"
 local cli = require "spec.support.cli"
+local H = require "spec.helpers"
 local repl = require "fhelium.repl"
 
 local function session(input, opts)
@@ -116,10 +117,10 @@ describe("REPL on a terminal", function()
     cli.sh("script -qec true /dev/null").code == 0
   -- fhelium.lineinput lives in the executable: ask it
   local editing = cli.run({ "-e", "io.write(tostring(require('fhelium.lineinput').editing))" }).stdout == "true"
-  local function skip(name, why) pending(name .. " (skipped: " .. why .. ")") end
-  local tty_it = have_script and it or function(name) skip(name, "no working `script` command for a pseudo-terminal") end
+  local tty_it = have_script and it or
+    function(name) return H.skip_it(name, "no working `script` command for a pseudo-terminal") end
   local edit_it = tty_it
-  if have_script and not editing then edit_it = function(name) skip(name, "built without libedit") end end
+  if have_script and not editing then edit_it = function(name) return H.skip_it(name, "built without libedit") end end
 
   local function typed(input, hist)
     local r = cli.sh(("script -qec %s /dev/null"):format(cli.quote(cli.quote(cli.bin))), {
