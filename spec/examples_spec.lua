@@ -72,6 +72,15 @@ describe("examples/matrix_vector.lua (the README's main job)", function()
     assert.truthy(r.stdout:find("PASS\n$"), r.stdout)
   end)
 
+  it("works for every size, including 2 (a two-element diagonal is two real slots)", function()
+    for _, n in ipairs { 1, 2, 3 } do
+      local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", tostring(n) }
+      assert.equal("", r.stderr)
+      assert.equal(0, r.code, r.stdout)
+      assert.truthy(r.stdout:find("PASS\n$"), r.stdout)
+    end
+  end)
+
   it("rejects unknown options with a usage message", function()
     local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--bogus", "1" }
     assert.equal(2, r.code)

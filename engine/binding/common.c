@@ -82,6 +82,13 @@ static int l_error_kinds(lua_State *L) {
   return 1;
 }
 
+/* core.typename(v): the name fh__lua_typename gives (for Lua-side messages). */
+static int l_typename(lua_State *L) {
+  luaL_checkany(L, 1);
+  lua_pushstring(L, fh__lua_typename(L, 1));
+  return 1;
+}
+
 void fh__lua_open_errors(lua_State *L) {
   if (luaL_newmetatable(L, FH_ERROR_MT)) {
     lua_pushcfunction(L, error_tostring);
@@ -90,7 +97,7 @@ void fh__lua_open_errors(lua_State *L) {
     lua_setfield(L, -2, "__name");
   }
   lua_setfield(L, -2, "error_metatable");
-  static const luaL_Reg fns[] = {{"error_new", l_error_new}, {"error_kinds", l_error_kinds}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"error_new", l_error_new}, {"error_kinds", l_error_kinds}, {"typename", l_typename}, {NULL, NULL}};
   fh__lua_setfuncs(L, fns);
 }
 
