@@ -696,4 +696,5 @@ static void fh__lua_open_ckks_engine(lua_State *L) {
   lua_pop(L, 1);
   lua_pushcfunction(L, l_engine);
   lua_setfield(L, -2, "CkksEngine");
+  fh__lua_name(l_engine, "fh.CkksEngine");
 }

@@ -436,6 +436,6 @@ void fh__lua_open_cuda(lua_State *L) {
                                  {"_context_limits", l_context_limits},
                                  {NULL, NULL}};
   lua_newtable(L);
-  fh__lua_setfuncs(L, fns);
+  fh__lua_setfuncs_named(L, fns, "fh.cuda.");
   lua_setfield(L, -2, "cuda");
 }

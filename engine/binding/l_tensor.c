@@ -313,7 +313,11 @@ static int l_full(lua_State *L) { return create_shaped(L, "fh.full", 2); }
 
 static double checknum(lua_State *L, int idx, const char *fn, const char *name) {
   if (lua_type(L, idx) != LUA_TNUMBER)
-    fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %d (%s) expected a number, got %s", fn, idx, name, fh__lua_typename(L, idx));
+  {
+    char a[96];
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s expected a number, got %s", fn, fh__lua_argdesc(a, sizeof a, fn, idx, name),
+                  fh__lua_typename(L, idx));
+  }
   return lua_tonumber(L, idx);
 }
 
@@ -408,7 +412,8 @@ static void push_int64_array(lua_State *L, const int64_t *v, int n) {
 static fh_tensor *push_index_view(lua_State *L, fh_tensor *t, const char *fn) {
   double x = lua_tonumber(L, 2);
   if (t->ndim == 0) fh__lua_raise(L, FH_ERR_VALUE, "%s: a 0-dimensional tensor cannot be indexed", fn);
-  if (x != floor(x) || x < 1 || x > (double)t->shape[0])
+  if (x != floor(x)) fh__lua_raise(L, FH_ERR_VALUE, "%s: index must be an integer, got %.17g", fn, x);
+  if (x < 1 || x > (double)t->shape[0])
     fh__lua_raise(L, FH_ERR_VALUE, "%s: index %.17g out of range for dimension 1 of size %lld (indices are 1-based)",
                   fn, x, (long long)t->shape[0]);
   fh_tensor_box *b;
@@ -421,8 +426,8 @@ static int t_index(lua_State *L) {
   /* numbers: Torch7 indexing along dimension 1; a 1-d tensor gives the
    * element itself (as item() does) */
   if (lua_type(L, 2) == LUA_TNUMBER) {
-    fh_tensor *t = fh__lua_checktensor(L, 1, "Tensor[]", "self");
-    fh_tensor *v = push_index_view(L, t, "Tensor[]");
+    fh_tensor *t = fh__lua_checktensor(L, 1, "Tensor.__index", "self");
+    fh_tensor *v = push_index_view(L, t, "Tensor.__index");
     if (v->ndim > 0) return 1;
     lua_getfield(L, lua_upvalueindex(1), "item");
     lua_insert(L, -2);
@@ -666,9 +671,15 @@ static int t_expand(lua_State *L) {
 
 static int checkdim(lua_State *L, int idx, const fh_tensor *t, const char *fn) {
   if (lua_type(L, idx) != LUA_TNUMBER)
-    fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %d (dim) expected an integer, got %s", fn, idx, fh__lua_typename(L, idx));
+  {
+    char a[96];
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s expected an integer, got %s", fn, fh__lua_argdesc(a, sizeof a, fn, idx, "dim"),
+                  fh__lua_typename(L, idx));
+  }
   double x = lua_tonumber(L, idx);
-  if (x != floor(x) || x < 1 || x > t->ndim)
+  if (x != floor(x))
+    fh__lua_raise(L, FH_ERR_VALUE, "%s: dimension must be an integer, got %.17g", fn, x);
+  if (x < 1 || x > t->ndim)
     fh__lua_raise(L, FH_ERR_VALUE, "%s: dimension %.17g out of range for a %d-dimensional tensor (expected 1..%d)", fn,
                   x, t->ndim, t->ndim);
   return (int)x - 1;
@@ -876,7 +887,10 @@ static int rns(lua_State *L, fh_rns_op op, const char *fn) {
       if (!fh__lua_toscalar(L, -1, &s, 0) || s.kind == FH_SCALAR_BOOL)
         return fh__lua_raise(L, FH_ERR_TYPE, "%s: moduli[%d] expected an integer, got %s", fn, i + 1, fh__lua_typename(L, -1));
       if (s.kind == FH_SCALAR_FLOAT && s.v.f > 9007199254740992.0)
-        return fh__lua_raise(L, FH_ERR_VALUE, "%s: moduli[%d] = %.17g is above 2^53 and not exact as a Lua number; use a ULL literal", fn, i + 1, s.v.f);
+        return fh__lua_raise(L, FH_ERR_VALUE,
+                             "%s: moduli[%d] = %.17g is a Lua number above 2^53, where numbers skip integers (it may "
+                             "not be the modulus written in the source); give moduli above 2^53 as ULL literals",
+                             fn, i + 1, s.v.f);
       if (fh_scalar_to_dtype(&s, FH_UINT64, &moduli[i]) != FH_OK) {
         fh_error_prefix("%s: moduli[%d]", fn, i + 1);
         return fh__lua_error(L);
@@ -989,5 +1003,9 @@ void fh__lua_open_tensor(lua_State *L) {
       {"rns_add", l_rns_add}, {"rns_sub", l_rns_sub}, {"rns_mul", l_rns_mul}, {"rns_neg", l_rns_neg},
       {"sum", l_sum}, {"equal", l_equal}, {"allclose", l_allclose}, {"max_abs_diff", l_max_abs_diff},
       {"is_tensor", l_is_tensor}, {NULL, NULL}};
-  fh__lua_setfuncs(L, fns);
+  fh__lua_setfuncs_named(L, fns, "fh.");
+  fh__lua_name(l_rns_add, "fh.rns.add");
+  fh__lua_name(l_rns_sub, "fh.rns.sub");
+  fh__lua_name(l_rns_mul, "fh.rns.mul");
+  fh__lua_name(l_rns_neg, "fh.rns.neg");
 }

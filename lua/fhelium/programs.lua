@@ -48,7 +48,7 @@ end
 -- Re-raise an error of the buffer layer under the program's name.
 local function reraise(fname, err, hint)
   if not errors.is_error(err) then error(err, 0) end
-  local msg = err.message:gsub("^ReusableValueBuffer%.like: ", "")
+  local msg = err.message:gsub("^ex%.ReusableValueBuffer%.like: ", "")
   if hint then msg = msg .. "; " .. hint end
   local e = errors.new(err.kind, fname .. ": " .. msg, { path = err.path, stage = err.stage })
   error(e, 0)
@@ -58,7 +58,7 @@ local capture_keys = { example_inputs = true, warmup = true }
 
 local function capture(kind, fn, opts)
   local cls = kind == "cuda" and "CudaGraphProgram" or "HostGraphProgram"
-  local fname = cls .. ".capture"
+  local fname = "ex." .. cls .. ".capture"
   if not callable(fn) then
     errors.raise("TypeError", ("%s: argument 1 (fn) expected a function or a callable table, got %s"):format(fname,
       type(fn)), nil, 3)
@@ -87,10 +87,12 @@ local function capture(kind, fn, opts)
   local ok, sig = pcall(core.tree_signature, inputs)
   if not ok then
     if errors.is(sig, "TypeError") then
-      reraise(fname, errors.new("TypeError", (sig.message:gsub("^value", "example_inputs")), { path = sig.path and
+      local msg = sig.message:gsub("^ex%.ValueTreeSignature%.from_value: ", ""):gsub("^value", "example_inputs")
+      reraise(fname, errors.new("TypeError", msg, { path = sig.path and
         sig.path:gsub("^value", "example_inputs") }), NOT_CAPTURABLE)
     end
-    reraise(fname, sig)
+    reraise(fname, errors.new(sig.kind, (sig.message:gsub("^ex%.ValueTreeSignature%.from_value: ", "")),
+      { path = sig.path, stage = sig.stage }))
   end
   if sig.kind ~= "list" and sig.kind ~= "tuple" then
     errors.raise("TypeError", ("%s: example_inputs must be a list of fn's arguments (tensors, values or trees of "
