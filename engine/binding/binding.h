@@ -41,6 +41,9 @@
 /* ---- errors ------------------------------------------------------------- */
 /* Raise the calling thread's engine error (fh_error_*) as an error object. */
 FH_NORETURN int fh__lua_error(lua_State *L);
+/* fh__lua_error under an explicit public name (for internal functions that
+ * a Lua-side method calls: CkksEngine:encode's _encode). */
+FH_NORETURN int fh__lua_error_named(lua_State *L, const char *name);
 /* Record and raise an error of `kind`. */
 FH_NORETURN int fh__lua_raise(lua_State *L, fh_status kind, const char *fmt, ...) FH_PRINTF(3, 4);
 /* `if (st) fh__lua_error(L)` */

@@ -198,12 +198,12 @@ static void name_message(const char *msg, const char *name, char *out, size_t n)
   snprintf(out, n, "%s: %s", name, rest);
 }
 
-int fh__lua_error(lua_State *L) {
+static FH_NORETURN void raise_named(lua_State *L, const char *name) {
   fh_status st = fh_error_status();
   if (st == FH_OK) st = FH_ERR_GENERIC;
-  char name[128], named[FH_ERROR_MESSAGE_MAX + 160];
+  char named[FH_ERROR_MESSAGE_MAX + 160];
   const char *msg = fh_error_message();
-  if (fh__lua_current_name(L, name, sizeof name)) {
+  if (name != NULL) {
     name_message(msg, name, named, sizeof named);
     msg = named;
   }
@@ -212,6 +212,13 @@ int fh__lua_error(lua_State *L) {
   lua_error(L);
   abort(); /* not reached */
 }
+
+int fh__lua_error(lua_State *L) {
+  char name[128];
+  raise_named(L, fh__lua_current_name(L, name, sizeof name) ? name : NULL);
+}
+
+int fh__lua_error_named(lua_State *L, const char *name) { raise_named(L, name); }
 
 int fh__lua_raise(lua_State *L, fh_status kind, const char *fmt, ...) {
   char buf[FH_ERROR_MESSAGE_MAX];

@@ -977,6 +977,10 @@ void fh__lua_open_tensor(lua_State *L) {
                                   {"__sub", mt_sub}, {"__mul", mt_mul}, {"__div", mt_div},
                                   {"__unm", mt_unm}, {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_TENSOR_MT, methods, meta, t_index);
+  fh__lua_name(t_index, "Tensor.__index");
+  /* the Lua side's t:tolist() and t:item() (lua/fhelium/tensor.lua) */
+  fh__lua_name(t_bytes, "Tensor:tolist");
+  fh__lua_name(t_item_number, "Tensor:item");
   {
     static const char *const fields[] = {"shape", "dtype", "device", "layout", "requires_grad", "nbytes", "ndim", NULL};
     fh__lua_setfields(L, fields);

@@ -88,7 +88,7 @@ end
 --- slots are zero).
 function methods.encode(self, msg, opts)
   local level, scale, complex = encode_options(self, "encode", opts)
-  return self:_encode(M.to_message(msg, "encode", complex), level, scale)
+  return self:_encode(M.to_message(msg, "encode", complex), level, scale, "encode")
 end
 
 local decode_opts = { is_real = true }
@@ -100,22 +100,37 @@ local function is_real_opt(fn, opts)
   return opts.is_real == true
 end
 
+-- f(...) under the name of the Lua-side method that called it: an error
+-- "CkksEngine:<inner>: ..." becomes "CkksEngine:<method>: ..."
+local function as(method, f, ...)
+  local res = { pcall(f, ...) }
+  if res[1] then return unpack(res, 2, table.maxn(res)) end
+  local err = res[2]
+  if errors.is_error(err) then
+    local msg = err.message:gsub("^CkksEngine:[%w_]+: ", "CkksEngine:" .. method .. ": ", 1)
+    error(errors.new(err.kind, msg, { path = err.path, stage = err.stage }), 0)
+  end
+  error(err, 0)
+end
+
 --- engine:decode(pt, {is_real=false}) -> complex128 (or float64) tensor [*batch, num_slots]
 function methods.decode(self, pt, opts)
-  local pt_rns = core.is_value(pt) and pt.representation == "slots" and self:encode_plaintext(pt) or pt
-  return self:_decode(pt_rns, is_real_opt("decode", opts))
+  local pt_rns = pt
+  if core.is_value(pt) and pt.representation == "slots" then pt_rns = as("decode", self.encode_plaintext, self, pt) end
+  return self:_decode(pt_rns, is_real_opt("decode", opts), "decode")
 end
 
 --- engine:encrypt_message(msg, pk, {level=, scale=, complex=}) = encrypt(encode(msg), pk)
 function methods.encrypt_message(self, msg, pk, opts)
   local level, scale, complex = encode_options(self, "encrypt_message", opts)
-  return self:encrypt(self:_encode(M.to_message(msg, "encrypt_message", complex), level, scale), pk)
+  local pt = self:_encode(M.to_message(msg, "encrypt_message", complex), level, scale, "encrypt_message")
+  return as("encrypt_message", self.encrypt, self, pt, pk)
 end
 
 --- engine:decrypt_message(ct, sk, {is_real=false}) -> the decoded message tensor
 function methods.decrypt_message(self, ct, sk, opts)
   local real = is_real_opt("decrypt_message", opts)
-  return self:_decode(self:decrypt(ct, sk), real)
+  return self:_decode(as("decrypt_message", self.decrypt, self, ct, sk), real, "decrypt_message")
 end
 
 --- Install the public names into the fh table.
