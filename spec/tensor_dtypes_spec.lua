@@ -96,7 +96,7 @@ describe("dtypes", function()
     assert.is_true(t.requires_grad)
     H.expect_error("TypeError", "cannot assign field 'shape'", function() t.shape = { 6 } end)
     H.expect_error("TypeError", "requires_grad expected a boolean, got number", function() t.requires_grad = 1 end)
-    H.expect_error("TypeError", "argument 2 %(flag%) expected a boolean, got string",
+    H.expect_error("TypeError", "Tensor:requires_grad_: argument 1 %(flag%) expected a boolean, got string",
       function() t:requires_grad_("yes") end)
     assert.is_nil(t.no_such_field)
     assert.is_true(fh.is_tensor(t))

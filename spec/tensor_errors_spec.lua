@@ -38,7 +38,7 @@ describe("tensor errors", function()
     end
     H.expect_error("ValueError", "Tensor:to: invalid device string 'gpu'", t.to, t, "gpu")
     H.expect_error("TypeError", "option 'device' expected a device string, got number", fh.zeros, { 2 }, { device = 0 })
-    H.expect_error("TypeError", "Tensor:to: argument 2 expected a device or dtype string, got number", t.to, t, 5)
+    H.expect_error("TypeError", "Tensor:to: argument 1 %(device or dtype%) expected a device or dtype string, got number", t.to, t, 5)
     if not fh.cuda.is_available() then
       H.expect_error("CudaError", "cuda:7 requested but CUDA is not available", fh.zeros, { 2 }, { device = "cuda:7" })
     end

@@ -525,7 +525,7 @@ static int t_is_contiguous(lua_State *L) { lua_pushboolean(L, fh_tensor_is_conti
 static int t_requires_grad_(lua_State *L) {
   fh_tensor *t = self(L, "Tensor:requires_grad_");
   if (!lua_isnoneornil(L, 2) && !lua_isboolean(L, 2))
-    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:requires_grad_: argument 2 (flag) expected a boolean, got %s", fh__lua_typename(L, 2));
+    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:requires_grad_: argument 1 (flag) expected a boolean, got %s", fh__lua_typename(L, 2));
   t->requires_grad = lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2);
   lua_settop(L, 1);
   return 1;
@@ -537,7 +537,7 @@ static const char *const copy_opts[] = {"non_blocking", "stream", NULL};
 static int t_to(lua_State *L) {
   fh_tensor *t = self(L, "Tensor:to");
   if (lua_type(L, 2) != LUA_TSTRING)
-    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:to: argument 2 expected a device or dtype string, got %s", fh__lua_typename(L, 2));
+    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:to: argument 1 (device or dtype) expected a device or dtype string, got %s", fh__lua_typename(L, 2));
   fh__lua_checkopts(L, 3, "Tensor:to", copy_opts);
   fh_dtype dt;
   if (fh_dtype_parse(lua_tostring(L, 2), &dt) == FH_OK) {
@@ -625,7 +625,7 @@ static int t_fill_(lua_State *L) {
   fh_tensor *t = self(L, "Tensor:fill_");
   fh_scalar v;
   if (!fh__lua_toscalar(L, 2, &v, 1))
-    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:fill_: argument 2 (value) expected a number, got %s", fh__lua_typename(L, 2));
+    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:fill_: argument 1 (value) expected a number, got %s", fh__lua_typename(L, 2));
   fh__lua_check(L, fh_tensor_fill_(t, &v));
   lua_settop(L, 1);
   return 1;
