@@ -1,4 +1,4 @@
--- ReusableValueBuffer and CopyHandle (API.md "Execution: buffers and copy
+-- ReusableValueBuffer and CopyHandle (docs/api.md "Execution: buffers and copy
 -- handles"): structure, validation before the first byte, stable addresses,
 -- sources of every kind, source lifetime, stream ordering, close.
 local fh = require "fhelium"

@@ -1,4 +1,4 @@
--- CudaGraphProgram and HostGraphProgram (API.md "Execution: programs"):
+-- CudaGraphProgram and HostGraphProgram (docs/api.md "Execution: programs"):
 -- warmup, capture, first replay, replays equal to eager evaluation,
 -- borrowed/owned outputs, input validation, the latest-CopyHandle rule,
 -- close, capture errors at every stage, GC storms, independence. Every rule

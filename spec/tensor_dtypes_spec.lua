@@ -6,7 +6,7 @@ local R = require "spec.support.tensor_ref"
 local SIZES = { bool = 1, uint8 = 1, int32 = 4, int64 = 8, uint32 = 4, uint64 = 8, float32 = 4, float64 = 8, complex128 = 16 }
 
 describe("dtypes", function()
-  it("lists the nine dtypes of API.md", function()
+  it("lists the nine dtypes of docs/api.md", function()
     assert.same({ "bool", "uint8", "int32", "int64", "uint32", "uint64", "float32", "float64", "complex128" }, fh.dtypes)
   end)
 

@@ -147,7 +147,7 @@ fh_value *fh__lua_tovalue(lua_State *L, int idx);           /* NULL if not a val
 void fh__lua_push_value(lua_State *L, fh_value *v);
 
 /* ---- trees and signatures (l_signature.c) -------------------------------- */
-/* Trees (API.md "Execution: signatures"): tensors and values are leaves; a
+/* Trees (docs/api.md "Execution: signatures"): tensors and values are leaves; a
  * table with the tuple metatable is a tuple; a table whose keys are exactly
  * 1..n a list (an empty table is an empty list); a table of string keys a
  * dict; anything else a TypeError naming the path, cycles a TypeError and

@@ -2,7 +2,7 @@
  * the polynomial layer (fh/ckks_poly.h) on raw uint64 tensors, so the specs
  * can check the arithmetic core (modular arithmetic, NTT, encoding,
  * automorphisms, sampling) independently of the engine. They are not part
- * of the public API (API.md) and may change at any time. Prime ids there
+ * of the public API (docs/api.md) and may change at any time. Prime ids there
  * are 0-based indices into a tables object's prime chain. */
 #include <math.h>
 #include <stdlib.h>
@@ -348,7 +348,7 @@ void fh__lua_open_ckks(lua_State *L) {
 }
 
 /* ======================================================================================
- * fh.CkksEngine: the public engine binding (API.md "CKKS values and engine").
+ * fh.CkksEngine: the public engine binding (docs/api.md "CKKS values and engine").
  * The Lua layer (lua/fhelium/ckks.lua) converts messages (tables, numbers) to
  * tensors and installs fh.CkksEngine; these methods take tensors and values.
  * ====================================================================================== */

@@ -31,20 +31,24 @@ static fh_ckks_context *checkcontext(lua_State *L, int idx, const char *fn) {
   return c;
 }
 
-/* A prime from a number (< 2^53) or a uint64_t/int64_t cdata. */
+/* A prime from a number (< 2^53) or a uint64_t/int64_t cdata: field[i] of a
+ * table, or (i == 0) the argument `field` itself. */
 static uint64_t checkprime(lua_State *L, int idx, const char *fn, const char *field, int i) {
+  char what[64];
+  if (i > 0) snprintf(what, sizeof what, "%s[%d]", field, i);
+  else snprintf(what, sizeof what, "argument 1 (%s)", field);
   fh_scalar s;
   if (!fh__lua_toscalar(L, idx, &s, 0) || s.kind == FH_SCALAR_BOOL)
-    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s[%d] expected an integer (a number or a ULL literal), got %s", fn, field, i,
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s expected an integer (a number or a ULL literal), got %s", fn, what,
                   fh__lua_typename(L, idx));
   if (s.kind == FH_SCALAR_FLOAT && fabs(s.v.f) > 9007199254740992.0)
     fh__lua_raise(L, FH_ERR_VALUE,
-                  "%s: %s[%d] = %.17g is a Lua number above 2^53, where numbers skip integers (it may not be the "
+                  "%s: %s = %.17g is a Lua number above 2^53, where numbers skip integers (it may not be the "
                   "prime written in the source); give primes above 2^53 as ULL literals",
-                  fn, field, i, s.v.f);
+                  fn, what, s.v.f);
   uint64_t v;
   if (fh_scalar_to_dtype(&s, FH_UINT64, &v) != FH_OK) {
-    fh_error_prefix("%s: %s[%d]", fn, field, i);
+    fh_error_prefix("%s: %s", fn, what);
     fh__lua_error(L);
   }
   return v;
@@ -148,7 +152,7 @@ static int l_security_budget(lua_State *L) {
 }
 
 static int l_is_prime(lua_State *L) {
-  uint64_t v = checkprime(L, 1, "fh.is_prime", "n", 1);
+  uint64_t v = checkprime(L, 1, "fh.is_prime", "n", 0);
   lua_pushboolean(L, fh_is_prime_u64(v));
   return 1;
 }

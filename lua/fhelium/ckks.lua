@@ -1,4 +1,4 @@
--- fh.CkksEngine (API.md "CKKS values and engine"): the C engine
+-- fh.CkksEngine (docs/api.md "CKKS values and engine"): the C engine
 -- (engine/src/ckks_engine.c, ckks_eval.c) does the work and checks every
 -- precondition; this layer turns Lua messages (numbers, lists, nested lists
 -- for batches, lists of {re, im} pairs with complex = true) into

@@ -1,4 +1,4 @@
--- fh.errors: error objects and the kind hierarchy of API.md ("Errors").
+-- fh.errors: error objects and the kind hierarchy of docs/api.md ("Errors").
 -- Every error fhelium raises is a table {kind=, message=, path=?, stage=?}
 -- with a shared metatable; tostring(err) == "<kind>: <message>".
 local core = require "fhelium.core"

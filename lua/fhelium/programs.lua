@@ -1,4 +1,4 @@
--- Buffers, copy handles and programs for fhelium.execution (API.md
+-- Buffers, copy handles and programs for fhelium.execution (docs/api.md
 -- "Execution: buffers and copy handles", "Execution: programs").
 --
 -- The objects are engine objects (engine/src/buffer.c, program.c) behind the

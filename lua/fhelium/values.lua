@@ -1,4 +1,4 @@
--- CKKS contexts, values, envelopes and value files (API.md "CKKS values and
+-- CKKS contexts, values, envelopes and value files (docs/api.md "CKKS values and
 -- engine"). The engine (engine/src/ckks_context.c, values.c, value_io.c)
 -- validates everything; this module names things for Lua and turns 64-bit
 -- primes into exact uint64_t cdata.
