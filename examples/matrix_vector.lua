@@ -194,4 +194,9 @@ prog:close()
 local ok = worst <= BOUND and all_same
 print(("worst error %.3e (bound %.3e), replay bit-identical to eager: %s: %s"):format(worst, BOUND,
   all_same and "yes" or "no", ok and "PASS" or "FAIL"))
-if not ok then os.exit(1) end
+-- exit 1 after closing the Lua state (true), so every engine object is
+-- released as on a normal end
+if not ok then
+  io.stdout:flush()
+  os.exit(1, true)
+end

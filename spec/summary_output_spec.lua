@@ -14,6 +14,9 @@ local function run_fixture(env)
   local first = f:read("*l")
   f:close()
   local runner = first:find("lua") and ("luajit " .. cli.quote(bin)) or cli.quote(bin)
+  -- a nested busted loads fhelium like this one: under the sanitizers it
+  -- needs the same preloaded runtime (cli.sh drops LD_PRELOAD otherwise)
+  env.LD_PRELOAD = os.getenv("LD_PRELOAD") or false
   return cli.sh(runner .. " --output=spec/support/summary_output.lua spec/fixtures/skips_fixture.lua",
     { cwd = cli.root, env = env, merged = true })
 end
