@@ -131,6 +131,7 @@ local cases = {
   { "fh.deserialize", "TypeError", fh.deserialize, 5 },
   { "fh.save", "TypeError", fh.save, t, nil },
   { "fh.is_prime", "TypeError", fh.is_prime, "x" },
+  { "fh.value_equal", "TypeError", fh.value_equal, t, ct },
   { "fh.ckks_security_budget_bits", "ValueError", fh.ckks_security_budget_bits, 1.5 },
   -- execution: buffers, handles, programs, partial
   { "ex.ReusableValueBuffer.like", "TypeError", ex.ReusableValueBuffer.like, { 1 } },
