@@ -1,4 +1,4 @@
--- ReusableValueBuffer and CopyHandle (API.md "Execution: buffers and copy
+-- ReusableValueBuffer and CopyHandle (docs/api.md "Execution: buffers and copy
 -- handles"): structure, validation before the first byte, stable addresses,
 -- sources of every kind, source lifetime, stream ordering, close.
 local fh = require "fhelium"
@@ -186,13 +186,13 @@ describe("ReusableValueBuffer", function()
       for _, c in ipairs(cases) do
         local s = example(5)
         c[2](s)
-        local err = H.expect_error("ExecutionInputError", { c[1], c[3] == "" and "^source: " or ('^source%["' .. c[3]) }, buf.copy_from, buf, s)
+        local err = H.expect_error("ExecutionInputError", { c[1], c[3] == "" and "^ReusableValueBuffer:copy_from: source: " or ('^ReusableValueBuffer:copy_from: source%["' .. c[3]) }, buf.copy_from, buf, s)
         assert.is_string(err.path)
         expect_untouched(buf, e)
       end
       local bad = example(5)
       bad.t = ex.tuple(5) -- the last leaf is no tensor: nothing was copied before it was found
-      H.expect_error("TypeError", { '^source%["t"%]%[1%]', "unsupported leaf" }, buf.copy_from, buf, bad)
+      H.expect_error("TypeError", { '^ReusableValueBuffer:copy_from: source%["t"%]%[1%]', "unsupported leaf" }, buf.copy_from, buf, bad)
       expect_untouched(buf, e)
     end)
 

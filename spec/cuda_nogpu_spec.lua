@@ -10,7 +10,7 @@ local NO = "no CUDA device is present"
 describe("fh.cuda without a GPU", function()
   local cpu_it = it
   if H.has_gpu then
-    cpu_it = function(name) pending(name .. " (skipped: a CUDA device is present)") end
+    cpu_it = function(name) return H.skip_it(name, "a CUDA device is present") end
   end
 
   cpu_it("reports no device, with the reason", function()

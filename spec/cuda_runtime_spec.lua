@@ -200,7 +200,7 @@ end)
 
 describe("fh.cuda streams of another device", function()
   local two_it = gpu_it
-  if ndev < 2 then two_it = function(name) pending(name .. " (skipped: needs 2 CUDA devices)") end end
+  if ndev < 2 then two_it = function(name) return H.skip_it(name, "needs 2 CUDA devices") end end
 
   two_it("are a ValueError for copies, events and operations on this device", function()
     local s1 = fh.cuda.Stream { device = 1 }

@@ -53,6 +53,8 @@ describe("examples/quickstart.lua", function()
 end)
 
 describe("examples/matrix_vector.lua (the README's main job)", function()
+  local function bound_of(out) return tonumber(out:match("error bound (%S+):")) end
+
   it("captures the CKKS program, replays it bit-identically to eager runs, within tolerance", function()
     local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "4" }
     assert.equal("", r.stderr)
@@ -63,7 +65,7 @@ describe("examples/matrix_vector.lua (the README's main job)", function()
       local e_err, r_err, bitwise, status = line:match("^%d+%s+%S+%s+(%S+)%s+(%S+)%s+%S+%s+%S+%s+(%S+)%s+(%S+)$")
       if status then
         rows = rows + 1
-        assert.is_true(tonumber(e_err) < 1e-5 and tonumber(r_err) < 1e-5, line)
+        assert.is_true(tonumber(e_err) < bound_of(r.stdout) and tonumber(r_err) < bound_of(r.stdout), line)
         assert.equal("equal", bitwise)
         assert.equal("ok", status)
       end
@@ -72,8 +74,49 @@ describe("examples/matrix_vector.lua (the README's main job)", function()
     assert.truthy(r.stdout:find("PASS\n$"), r.stdout)
   end)
 
+  it("works for every size, including 2 (a two-element diagonal is two real slots)", function()
+    for _, n in ipairs { 1, 2, 3 } do
+      local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", tostring(n) }
+      assert.equal("", r.stderr)
+      assert.equal(0, r.code, r.stdout)
+      assert.truthy(r.stdout:find("PASS\n$"), r.stdout)
+    end
+  end)
+
+  it("passes with a 30-bit-scale preset: its bound follows the scale", function()
+    local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "4", "--preset",
+      fh.Preset.slots8192_scale30_levels9_int64 }
+    assert.equal("", r.stderr)
+    assert.equal(0, r.code, r.stdout)
+    assert.truthy(r.stdout:find("PASS\n$"), r.stdout)
+    local b30 = bound_of(r.stdout)
+    -- the 40-bit bound is about 2^10 times smaller (the noise is the same in
+    -- absolute terms, the scale is 2^10 larger)
+    local r40 = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "4" }
+    local b40 = bound_of(r40.stdout)
+    assert.truthy(b30 and b40, r.stdout .. r40.stdout)
+    assert.is_true(b30 / b40 > 2 ^ 9 and b30 / b40 < 2 ^ 11, ("bounds %g and %g"):format(b30, b40))
+    -- and it is far above what a correct run shows but far below a wrong one
+    local worst = tonumber(r.stdout:match("worst error (%S+)"))
+    assert.is_true(worst < b30, r.stdout)
+    assert.is_true(b30 < 1e-2, r.stdout)
+  end)
+
+  it("exits 1 and reports FAIL when a result is outside the bound", function()
+    local ok = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "3" }
+    local bound = bound_of(ok.stdout)
+    assert.truthy(bound, ok.stdout)
+    local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "3", "--inject-error", tostring(3 * bound) }
+    assert.equal(1, r.code, r.stdout)
+    assert.truthy(r.stdout:find("FAILED", 1, true), r.stdout)
+    assert.truthy(r.stdout:find("FAIL\n$"), r.stdout)
+  end)
+
   it("rejects unknown options with a usage message", function()
     local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--bogus", "1" }
+    assert.equal(2, r.code)
+    assert.truthy(r.stderr:find("usage: matrix_vector.lua"), r.stderr)
+    r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "two" }
     assert.equal(2, r.code)
     assert.truthy(r.stderr:find("usage: matrix_vector.lua"), r.stderr)
   end)

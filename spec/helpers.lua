@@ -7,15 +7,26 @@ if os.getenv("FHELIUM_REQUIRE_GPU") == "1" and not H.has_gpu then
   error("scripts/test --gpu: no usable CUDA device (" .. fh.cuda.unavailable_reason() .. ")", 0)
 end
 
+--- skip_it(name, reason): a spec that does not run here, reported as
+--- skipped (a busted pending) with `reason`, at the line of the spec file
+--- that called skip_it. The location comes from busted, which records the
+--- line that called `pending`: skip_it tail-calls it, so that line is the
+--- caller's, and a local wrapper in a spec file must tail-call skip_it
+--- (`return H.skip_it(name, why)`) for its own caller's line to be named.
+--- The summary (spec/support/summary_output.lua) groups skips by reason:
+--- the text after "(skipped: " in the name.
+function H.skip_it(name, reason)
+  return getfenv(2).pending(name .. " (skipped: " .. reason .. ")")
+end
+
 --- gpu_it(name, fn): an `it` tagged #gpu that runs only with a CUDA device;
---- elsewhere it is reported pending (counted as skipped) with the reason.
+--- elsewhere it is skipped (H.skip_it) with the reason.
 function H.gpu_it(name, fn)
   local env = getfenv(2)
   if H.has_gpu then
-    env.it(name .. " #gpu", fn)
-  else
-    env.pending(name .. " #gpu (skipped: no CUDA device: " .. fh.cuda.unavailable_reason() .. ")")
+    return env.it(name .. " #gpu", fn)
   end
+  return H.skip_it(name .. " #gpu", "needs a CUDA device: " .. fh.cuda.unavailable_reason())
 end
 
 --- gpu_window_it(name, fn): a gpu_it whose assertions rely on a kernel

@@ -1,4 +1,4 @@
--- CudaGraphProgram and HostGraphProgram (API.md "Execution: programs"):
+-- CudaGraphProgram and HostGraphProgram (docs/api.md "Execution: programs"):
 -- warmup, capture, first replay, replays equal to eager evaluation,
 -- borrowed/owned outputs, input validation, the latest-CopyHandle rule,
 -- close, capture errors at every stage, GC storms, independence. Every rule
@@ -140,14 +140,14 @@ local function suite(Program, dev, it_)
     end
     local ct1 = fh.Ciphertext { data = fh.zeros({ 2, 2, N }, { dtype = "uint64" }), context = ctx, level = 1 }
     local cases = {
-      { "shape mismatch", { seq(5, 0, dev), ct }, "^inputs%[1%]" },
-      { "dtype mismatch", { fh.zeros({ 4 }, { dtype = "float32", device = dev }), ct }, "^inputs%[1%]" },
-      { "stride mismatch", { seq(8, 0, dev):view({ 4, 2 }):select(2, 1), ct }, "^inputs%[1%]" },
-      { "requires_grad mismatch", { seq(4, 0, dev):requires_grad_(true), ct }, "^inputs%[1%]" },
-      { "length mismatch", { seq(4, 0, dev) }, "^inputs: " },
-      { "kind mismatch", { seq(4, 0, dev), seq(4, 0, dev) }, "^inputs%[2%]" },
-      { "kind mismatch", ex.tuple(seq(4, 0, dev), ct), "^inputs: " },
-      { "level mismatch", { seq(4, 0, dev), is_cuda and ct1:to(dev) or ct1 }, "^inputs%[2%]" },
+      { "shape mismatch", { seq(5, 0, dev), ct }, "^%a+GraphProgram:replay: inputs%[1%]" },
+      { "dtype mismatch", { fh.zeros({ 4 }, { dtype = "float32", device = dev }), ct }, "^%a+GraphProgram:replay: inputs%[1%]" },
+      { "stride mismatch", { seq(8, 0, dev):view({ 4, 2 }):select(2, 1), ct }, "^%a+GraphProgram:replay: inputs%[1%]" },
+      { "requires_grad mismatch", { seq(4, 0, dev):requires_grad_(true), ct }, "^%a+GraphProgram:replay: inputs%[1%]" },
+      { "length mismatch", { seq(4, 0, dev) }, "^%a+GraphProgram:replay: inputs: " },
+      { "kind mismatch", { seq(4, 0, dev), seq(4, 0, dev) }, "^%a+GraphProgram:replay: inputs%[2%]" },
+      { "kind mismatch", ex.tuple(seq(4, 0, dev), ct), "^%a+GraphProgram:replay: inputs: " },
+      { "level mismatch", { seq(4, 0, dev), is_cuda and ct1:to(dev) or ct1 }, "^%a+GraphProgram:replay: inputs%[2%]" },
     }
     for _, c in ipairs(cases) do
       local err = H.expect_error("CudaGraphInputError", { c[1], c[3] }, prog.replay, prog, c[2])

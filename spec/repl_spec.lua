@@ -3,6 +3,7 @@
 -- (line editing, completion, history), and its Lua functions directly.
 local fh = require "fhelium"
 local cli = require "spec.support.cli"
+local H = require "spec.helpers"
 local repl = require "fhelium.repl"
 
 local function session(input, opts)
@@ -116,10 +117,10 @@ describe("REPL on a terminal", function()
     cli.sh("script -qec true /dev/null").code == 0
   -- fhelium.lineinput lives in the executable: ask it
   local editing = cli.run({ "-e", "io.write(tostring(require('fhelium.lineinput').editing))" }).stdout == "true"
-  local function skip(name, why) pending(name .. " (skipped: " .. why .. ")") end
-  local tty_it = have_script and it or function(name) skip(name, "no working `script` command for a pseudo-terminal") end
+  local tty_it = have_script and it or
+    function(name) return H.skip_it(name, "no working `script` command for a pseudo-terminal") end
   local edit_it = tty_it
-  if have_script and not editing then edit_it = function(name) skip(name, "built without libedit") end end
+  if have_script and not editing then edit_it = function(name) return H.skip_it(name, "built without libedit") end end
 
   local function typed(input, hist)
     local r = cli.sh(("script -qec %s /dev/null"):format(cli.quote(cli.quote(cli.bin))), {
@@ -140,6 +141,59 @@ describe("REPL on a terminal", function()
     for _, want in ipairs { "> ", "42\n", ">> ", "1 2 ", "stdin:1: boom\n", "> ", "41\n" } do
       local at = out:find(want, pos, true)
       assert.truthy(at, ("%q not found in order in:\n%s"):format(want, out))
+      pos = at + #want
+    end
+  end)
+
+  tty_it("prints the banner and the transcript README.md shows", function()
+    local f = assert(io.open(cli.root .. "/README.md"))
+    local readme = f:read("*a")
+    f:close()
+    local transcript = readme:match("### The REPL\n\n```\n%$ fhelium\n(.-)```\n")
+    assert.truthy(transcript, "README.md: no REPL transcript under ### The REPL")
+    local lines = cli.lines(transcript)
+    -- the entries typed in the transcript, replayed on a terminal
+    local input = {}
+    for _, l in ipairs(lines) do
+      local entry = l:match("^>>? (.*)$")
+      if entry then input[#input + 1] = entry end
+    end
+    local r = typed(table.concat(input, "\n") .. "\n")
+    assert.equal(0, r.code)
+    local out = cli.lines(r.stdout)
+    -- the banner: the README's must be the REPL's, except the build form
+    -- (CUDA: N devices / CUDA: none available / CPU-only build), which the
+    -- README explains
+    local function general(b)
+      return (b:gsub(", CUDA: %d+ devices?%. ", ", <build>. "):gsub(", CUDA: none available%. ", ", <build>. ")
+        :gsub(", CPU%-only build%. ", ", <build>. "))
+    end
+    -- (typed-ahead input may be echoed before it: find the banner's lines)
+    local b1, b2
+    for i, l in ipairs(out) do
+      if l:find("`fh` is loaded.", 1, true) then
+        b1, b2 = l:match("(fhelium .*)$"), out[i + 1]
+        break
+      end
+    end
+    assert.truthy(b1, r.stdout)
+    assert.equal(general(b1), general(lines[1]))
+    assert.truthy(lines[1]:find(", CUDA: %d+ devices?%. ") or lines[1]:find(", CUDA: none available%. ") or
+      lines[1]:find(", CPU%-only build%. "), lines[1])
+    for _, form in ipairs { "`CUDA: N devices`", "`CUDA: none\n  available`", "`CPU-only build`" } do
+      assert.truthy(readme:find(form, 1, true), "README.md does not explain the banner form " .. form)
+    end
+    if editing then assert.equal(b2, lines[2]) end
+    -- the results after each entry are the REPL's
+    local results = {}
+    for _, l in ipairs(lines) do
+      if not l:find("^>") and l ~= lines[1] and l ~= lines[2] then results[#results + 1] = l end
+    end
+    local text = r.stdout
+    local pos = 1
+    for _, want in ipairs(results) do
+      local at = text:find(want, pos, true)
+      assert.truthy(at, ("README transcript line %q not printed (in order) by the REPL:\n%s"):format(want, text))
       pos = at + #want
     end
   end)

@@ -217,6 +217,80 @@ make(3)
     end)
   end)
 
+  describe("Ctrl-C", function()
+    -- Runs fhelium in the background with `args` (stdin from `stdin`),
+    -- waits until the code has written the file $dir/ready, lets it block,
+    -- sends SIGINT (twice with `second`), and returns {code=, stderr=,
+    -- stdout=}. The code finds the directory in $FH_SPEC_DIR, which holds a
+    -- fifo `fifo` that nobody writes: opening it blocks in C until the
+    -- signal interrupts the open, and then the C call (dofile) raises its
+    -- own error. A watchdog kills the process after 20 s.
+    local function interrupted(args, stdin, second)
+      local dir = os.tmpname()
+      os.remove(dir)
+      assert(os.execute("mkdir " .. cli.quote(dir) .. " && mkfifo " .. cli.quote(dir .. "/fifo")) == 0)
+      local words = { cli.quote(cli.bin) }
+      for _, a in ipairs(args) do words[#words + 1] = cli.quote(a) end
+      local sh = ([[
+d=%s
+FH_SPEC_DIR="$d" %s <"$d/stdin" >"$d/out" 2>"$d/err" & pid=$!
+( sleep 20; kill -KILL $pid ) 2>/dev/null & dog=$!
+n=0; while [ ! -e "$d/ready" ] && [ $n -lt 400 ]; do sleep 0.05; n=$((n + 1)); done
+sleep 0.3
+kill -INT $pid
+%s
+wait $pid; echo $? >"$d/status"
+kill $dog 2>/dev/null
+]]):format(cli.quote(dir), table.concat(words, " "), second and "sleep 0.5; kill -INT $pid 2>/dev/null" or "")
+      local f = assert(io.open(dir .. "/stdin", "w"))
+      f:write(stdin or "")
+      f:close()
+      cli.sh("sh -c " .. cli.quote(sh))
+      local function slurp(name)
+        local fh_ = io.open(dir .. "/" .. name)
+        local s_ = fh_ and fh_:read("*a") or ""
+        if fh_ then fh_:close() end
+        return s_
+      end
+      local r = { code = tonumber(slurp("status")), stdout = slurp("out"), stderr = slurp("err") }
+      os.execute("rm -rf " .. cli.quote(dir))
+      return r
+    end
+    local block = 'local d = os.getenv("FH_SPEC_DIR") io.open(d .. "/ready", "w"):close() dofile(d .. "/fifo")'
+
+    it("shows interrupted! when a blocked C call raises after the signal (runner)", function()
+      local r = interrupted { "-e", block }
+      assert.equal(1, r.code, r.stderr)
+      assert.truthy(r.stderr:find("^fhelium: interrupted!\nstack traceback:\n"), r.stderr)
+      assert.falsy(r.stderr:find("error in error handling", 1, true), r.stderr)
+    end)
+
+    it("shows interrupted! for a blocked C call in a script and names where it stopped", function()
+      local path = script("local function wait_here()\n  " .. block .. "\nend\nwait_here()\n")
+      local r = interrupted { path }
+      os.remove(path)
+      assert.equal(1, r.code, r.stderr)
+      assert.truthy(r.stderr:find("^fhelium: interrupted!\n"), r.stderr)
+      assert.truthy(r.stderr:find("in function 'wait_here'", 1, true), r.stderr)
+    end)
+
+    it("shows interrupted! in the REPL and goes on with the next entry", function()
+      local r = interrupted({}, block .. "\nprint('after')\n")
+      assert.equal(1, r.code, r.stderr) -- piped REPL: an entry failed
+      assert.truthy(r.stderr:find("^interrupted!\nstack traceback:\n"), r.stderr)
+      assert.falsy(r.stderr:find("error in error handling", 1, true), r.stderr)
+      assert.equal("after\n", r.stdout)
+    end)
+
+    it("terminates a JIT-compiled loop on the second Ctrl-C", function()
+      local r = interrupted({ "-e", 'io.open(os.getenv("FH_SPEC_DIR") .. "/ready", "w"):close() ' ..
+        "local x = 0 while true do x = x + 1 end" }, "", true)
+      -- hooks never run inside a trace: the first Ctrl-C is not seen, the
+      -- second one kills the process with SIGINT (the shell reports 130)
+      assert.equal(130, r.code, r.stderr)
+    end)
+  end)
+
   it("enters the REPL after -e with -i", function()
     local r = cli.run({ "-e", "x = 5", "-i" }, { stdin = "=x * 2\n" })
     assert.equal(0, r.code)

@@ -64,7 +64,7 @@ describe("signatures", function()
       mismatch(s, fh.zeros({ 2, 3 }, { dtype = "float64" }), "dtype mismatch: expected float32, got float64")
       mismatch(s, fh.zeros({ 2, 3 }, { requires_grad = true }), "requires_grad mismatch: expected false, got true")
       mismatch(s, { fh.zeros({ 2, 3 }) }, "kind mismatch: expected a tensor, got a list of length 1")
-      local err = mismatch(s, fh.zeros({ 3 }), "^input: ", { path = "input" })
+      local err = mismatch(s, fh.zeros({ 3 }), "^TensorSignature:validate: input: ", { path = "input" })
       assert.equal("input", err.path)
     end)
 
@@ -225,17 +225,17 @@ describe("signatures", function()
       local v0, v1 = ct(), ct { level = 1, data = u64 { 2, 2, N } }
       local s = ex.ValueTreeSignature.from_value({ values = { v0, v1 }, w = fh.zeros({ 2 }) })
       local err = mismatch(s, { values = { v1, v0 }, w = fh.zeros({ 2 }) },
-        "^value%[\"values\"%]%[1%]: Ciphertext level mismatch: expected 0, got 1$")
+        "^ValueTreeSignature:validate: value%[\"values\"%]%[1%]: Ciphertext level mismatch: expected 0, got 1$")
       assert.equal('value["values"][1]', err.path)
       mismatch(s, { values = { v0, v1, v1 }, w = fh.zeros({ 2 }) },
-        "^value%[\"values\"%]: length mismatch: expected a list of length 2, got length 3$")
-      mismatch(s, { values = { v0, v1 }, x = fh.zeros({ 2 }) }, "^value: dict keys mismatch: missing key \"w\"")
+        "^ValueTreeSignature:validate: value%[\"values\"%]: length mismatch: expected a list of length 2, got length 3$")
+      mismatch(s, { values = { v0, v1 }, x = fh.zeros({ 2 }) }, "^ValueTreeSignature:validate: value: dict keys mismatch: missing key \"w\"")
       mismatch(s, { values = { v0, v1 }, w = fh.zeros({ 2 }), x = fh.zeros({ 2 }) },
-        "^value: dict keys mismatch: unexpected key \"x\" %(expected 2 keys%)")
+        "^ValueTreeSignature:validate: value: dict keys mismatch: unexpected key \"x\" %(expected 2 keys%)")
       mismatch(s, { values = { v0, fh.zeros(1) }, w = fh.zeros({ 2 }) },
-        "^value%[\"values\"%]%[2%]: kind mismatch: expected a Ciphertext value, got a tensor$")
-      mismatch(s, { values = { v0, v1 }, w = fh.zeros({ 3 }) }, "^value%[\"w\"%]: tensor shape mismatch: expected {2}, got {3}$")
-      err = mismatch(s, { values = { v0, v1 }, w = fh.zeros({ 3 }) }, "^source%[\"w\"%]", { path = "source" })
+        "^ValueTreeSignature:validate: value%[\"values\"%]%[2%]: kind mismatch: expected a Ciphertext value, got a tensor$")
+      mismatch(s, { values = { v0, v1 }, w = fh.zeros({ 3 }) }, "^ValueTreeSignature:validate: value%[\"w\"%]: tensor shape mismatch: expected {2}, got {3}$")
+      err = mismatch(s, { values = { v0, v1 }, w = fh.zeros({ 3 }) }, "^ValueTreeSignature:validate: source%[\"w\"%]", { path = "source" })
       assert.equal('source["w"]', err.path)
       -- dict keys are escaped in paths
       local odd = ex.ValueTreeSignature.from_value({ ["a\"b\n"] = fh.ones(1) })
@@ -280,7 +280,7 @@ describe("signatures", function()
         { { co }, "unsupported leaf: a coroutine", one },
         { { fh.Generator(1) }, "unsupported leaf: a Generator userdata", one },
         { { ctx }, "unsupported leaf: a CkksContext has no tensors", one },
-        { { ex.TensorSignature.from_tensor(fh.ones(1)) }, "unsupported leaf: a Signature userdata", one },
+        { { ex.TensorSignature.from_tensor(fh.ones(1)) }, "unsupported leaf: a TensorSignature userdata", one },
         { { 1ULL }, "unsupported leaf: a cdata", one },
         { { x = { 1, a = fh.ones(1) } }, "value%[\"x\"%]: ambiguous table: it mixes list indices and string keys",
           { x = { fh.ones(1) } } },
@@ -291,10 +291,12 @@ describe("signatures", function()
         { { fh.ones(1), 3 }, "value%[2%]: unsupported leaf: a number", { fh.ones(1), fh.ones(1) } },
       }
       for _, c in ipairs(cases) do
-        local err = H.expect_error("TypeError", c[2], ex.ValueTreeSignature.from_value, c[1])
+        local pat = c[2]:gsub("^%^", "")
+        local err = H.expect_error("TypeError", "^ex%.ValueTreeSignature%.from_value: .*" .. pat,
+          ex.ValueTreeSignature.from_value, c[1])
         assert.is_string(err.path)
         local s = ex.ValueTreeSignature.from_value(c[3])
-        err = H.expect_error("TypeError", (c[2]:gsub("^%^", "")), s.validate, s, c[1])
+        err = H.expect_error("TypeError", "^ValueTreeSignature:validate: .*" .. pat, s.validate, s, c[1])
         assert.is_string(err.path)
       end
       H.expect_error("TypeError", "argument 1 %(tree%) is missing", ex.ValueTreeSignature.from_value)

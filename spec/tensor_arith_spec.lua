@@ -330,7 +330,7 @@ describe("arithmetic argument errors", function()
     H.expect_error("ValueError", "fh.add: unknown option 'outt' %(expected out%)", fh.add, a, a, { outt = a })
     H.expect_error("TypeError", "option 'out' expected a Tensor, got number", fh.add, a, a, { out = 5 })
     H.expect_error("TypeError", "expected an options table, got number", fh.add, a, a, 5)
-    H.expect_error("TypeError", "Tensor:add_: argument 1 %(self%) expected a Tensor", a.add_, 1, a)
+    H.expect_error("TypeError", "Tensor:add_: self expected a Tensor", a.add_, 1, a)
     H.expect_error("TypeError", "fh.neg: argument 1 %(a%) expected a Tensor, got number", fh.neg, 3)
   end)
 

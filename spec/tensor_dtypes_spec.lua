@@ -6,7 +6,7 @@ local R = require "spec.support.tensor_ref"
 local SIZES = { bool = 1, uint8 = 1, int32 = 4, int64 = 8, uint32 = 4, uint64 = 8, float32 = 4, float64 = 8, complex128 = 16 }
 
 describe("dtypes", function()
-  it("lists the nine dtypes of API.md", function()
+  it("lists the nine dtypes of docs/api.md", function()
     assert.same({ "bool", "uint8", "int32", "int64", "uint32", "uint64", "float32", "float64", "complex128" }, fh.dtypes)
   end)
 
@@ -96,7 +96,7 @@ describe("dtypes", function()
     assert.is_true(t.requires_grad)
     H.expect_error("TypeError", "cannot assign field 'shape'", function() t.shape = { 6 } end)
     H.expect_error("TypeError", "requires_grad expected a boolean, got number", function() t.requires_grad = 1 end)
-    H.expect_error("TypeError", "argument 2 %(flag%) expected a boolean, got string",
+    H.expect_error("TypeError", "Tensor:requires_grad_: argument 1 %(flag%) expected a boolean, got string",
       function() t:requires_grad_("yes") end)
     assert.is_nil(t.no_such_field)
     assert.is_true(fh.is_tensor(t))

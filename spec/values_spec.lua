@@ -144,7 +144,7 @@ describe("values", function()
 
     it("is immutable", function()
       local ct = fh.Ciphertext { data = u64 { 2, 3, N }, context = ctx }
-      H.expect_error("TypeError", "Ciphertext values are immutable %(cannot assign field 'level'%)", function() ct.level = 1 end)
+      H.expect_error("TypeError", "^Ciphertext.__newindex: Ciphertext values are immutable: cannot assign field 'level'", function() ct.level = 1 end)
     end)
   end)
 
@@ -337,14 +337,15 @@ describe("values", function()
   describe("argument errors", function()
     it("name the function and the argument", function()
       local ct = fh.Ciphertext { data = u64 { 2, 3, N }, context = ctx }
-      H.expect_error("TypeError", "Value:metadata: expected a CKKS value %(Plaintext, Ciphertext or a key%), got table",
+      -- a method looked up on a Ciphertext is named Ciphertext:<method>, whatever self it is then called on
+      H.expect_error("TypeError", "^Ciphertext:metadata: expected a CKKS value %(Plaintext, Ciphertext or a key%), got table",
         ct.metadata, {})
-      H.expect_error("TypeError", "Value:clone: expected a CKKS value", ct.clone, fh.ones(1))
-      H.expect_error("TypeError", "Value:to: argument 2 %(device%) expected a device string, got number", ct.to, ct, 0)
-      H.expect_error("ValueError", "Value:cuda: device must be an integer", ct.cuda, ct, -1)
+      H.expect_error("TypeError", "^Ciphertext:clone: expected a CKKS value", ct.clone, fh.ones(1))
+      H.expect_error("TypeError", "^Ciphertext:to: argument 1 %(device%) expected a device string, got number", ct.to, ct, 0)
+      H.expect_error("ValueError", "^Ciphertext:cuda: device must be an integer", ct.cuda, ct, -1)
       H.expect_error("TypeError", "fh.context_lookup: argument 1 %(id%) expected a string, got number", fh.context_lookup, 1)
       H.expect_error("ValueError", "ring_degree must be an integer", fh.ckks_security_budget_bits, 1.5)
-      H.expect_error("TypeError", "fh.is_prime: n%[1%] expected an integer", fh.is_prime, "7")
+      H.expect_error("TypeError", "fh.is_prime: argument 1 %(n%) expected an integer", fh.is_prime, "7")
       H.expect_error("ValueError", "p_primes%[1%]: value %-97 is out of range for uint64", fh.CkksContext,
         { ring_degree = 16, default_scale = 1, q_primes = ctx.q_primes, p_primes = { -97 }, enforce_security_budget = false })
     end)

@@ -58,14 +58,28 @@
 
 /* ---- Ctrl-C ---------------------------------------------------------------
  * While Lua code runs under interruptible_pcall, SIGINT sets a hook that
- * raises "interrupted!" at the next Lua call, return or instruction (the
- * lua.c technique: lua_sethook is safe to call from a signal handler).
+ * raises "interrupted!" at the next Lua instruction or return (the lua.c
+ * technique: lua_sethook is safe to call from a signal handler; unlike
+ * lua.c, no call hook, which LuaJIT also runs when it calls the message
+ * handler, before the handler could disarm it).
  * While the REPL waits for a line, SIGINT only sets `sigint_flag`; the read
  * returns and the REPL discards the pending input. LuaJIT never runs hooks
  * inside compiled traces, so a JIT-compiled endless loop ignores the first
- * Ctrl-C; a second one then terminates the process. */
+ * Ctrl-C; a second one then terminates the process.
+ *
+ * The hook must never fire inside the message handler: when a C call that
+ * was blocked when Ctrl-C came (a read interrupted by the signal, a long
+ * kernel) raises its own error, the armed hook would raise again while the
+ * handler runs, and Lua reports "error in error handling" instead. So every
+ * message handler of an interruptible call is C and starts with
+ * take_interrupt() (no Lua instruction runs before it): it disarms a
+ * pending hook and, when there was one,
+ * replaces the error by "interrupted!" (the user asked to stop; that is
+ * what they see). A signal that comes while a handler runs only sets the
+ * flag (`handling_error`). */
 static lua_State *signal_L;
 static volatile sig_atomic_t sigint_flag;
+static volatile sig_atomic_t handling_error;
 
 static void interrupt_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
@@ -82,7 +96,19 @@ static void on_sigint_run(int sig) {
     return;
   }
   sigint_flag = 1;
-  lua_sethook(signal_L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+  if (!handling_error) lua_sethook(signal_L, interrupt_hook, LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+/* The start of every message handler (the error is at index 1): no hook
+ * fires while the handler runs, and a Ctrl-C that came before the error
+ * wins over it. */
+static void take_interrupt(lua_State *L) {
+  handling_error = 1;
+  if (lua_gethook(L) == interrupt_hook) {
+    lua_sethook(L, NULL, 0, 0);
+    lua_pushliteral(L, "interrupted!");
+    lua_replace(L, 1);
+  }
 }
 
 static void on_sigint_read(int sig) {
@@ -104,9 +130,11 @@ static int interruptible_pcall(lua_State *L, int nargs, int nres, int msgh) {
   struct sigaction old;
   signal_L = L;
   sigint_flag = 0;
+  handling_error = 0;
   sigint_set(on_sigint_run, &old);
   int st = lua_pcall(L, nargs, nres, msgh);
   sigaction(SIGINT, &old, NULL);
+  handling_error = 0;
   if (lua_gethook(L) == interrupt_hook) lua_sethook(L, NULL, 0, 0); /* a late signal */
   return st;
 }
@@ -315,13 +343,29 @@ static int l_isatty(lua_State *L) {
   return 1;
 }
 
+/* The message handler l_xpcall installs: take_interrupt, then the Lua
+ * handler (upvalue 1) on the error. The Lua handler therefore runs one C
+ * frame above the frame that raised. */
+static int guarded_msgh(lua_State *L) {
+  lua_settop(L, 1);
+  take_interrupt(L);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, 1, 1);
+  handling_error = 0;
+  return 1;
+}
+
 /* xpcall(fn, msgh, ...) with Ctrl-C raising "interrupted!" inside fn:
- * returns true, results... or false, msgh(err). */
+ * returns true, results... or false, msgh(err). msgh is called through a
+ * C frame (guarded_msgh), so its level 2 is that frame and the frames
+ * that raised start at level 3. */
 static int l_xpcall(lua_State *L) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
   luaL_checktype(L, 2, LUA_TFUNCTION);
   int n = lua_gettop(L);
   lua_pushvalue(L, 2);
+  lua_pushcclosure(L, guarded_msgh, 1);
   int msgh = n + 1;
   lua_pushvalue(L, 1);
   for (int i = 3; i <= n; ++i) lua_pushvalue(L, i);
@@ -352,12 +396,8 @@ static int luaopen_fhelium_lineinput(lua_State *L) {
 /* ---- errors ---------------------------------------------------------------- */
 static const char *lua_dir(void);
 
-/* Message handler: turns any error value into the text to print. Strings
- * get a traceback; fhelium error objects keep "<kind>: <message>" (their
- * __tostring) plus the first script line on the stack outside fhelium's own
- * Lua files; other values are described. Runs protected, so a failing
- * __tostring cannot abort. */
-static int msghandler(lua_State *L) {
+/* The text to print for the error at index 1 (see msghandler). */
+static int describe_error(lua_State *L) {
   int t = lua_type(L, 1);
   if (t == LUA_TSTRING) {
     luaL_traceback(L, L, lua_tostring(L, 1), 1);
@@ -387,6 +427,20 @@ static int msghandler(lua_State *L) {
   }
   lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   return 1;
+}
+
+/* Message handler: turns any error value into the text to print. Strings
+ * get a traceback; fhelium error objects keep "<kind>: <message>" (their
+ * __tostring) plus the first script line on the stack outside fhelium's own
+ * Lua files; other values are described. Runs protected, so a failing
+ * __tostring cannot abort. A pending Ctrl-C turns the error into
+ * "interrupted!" (take_interrupt). */
+static int msghandler(lua_State *L) {
+  lua_settop(L, 1);
+  take_interrupt(L);
+  int r = describe_error(L);
+  handling_error = 0;
+  return r;
 }
 
 /* Prints the error text at the top of the stack (after a failed call). */

@@ -41,6 +41,9 @@
 /* ---- errors ------------------------------------------------------------- */
 /* Raise the calling thread's engine error (fh_error_*) as an error object. */
 FH_NORETURN int fh__lua_error(lua_State *L);
+/* fh__lua_error under an explicit public name (for internal functions that
+ * a Lua-side method calls: CkksEngine:encode's _encode). */
+FH_NORETURN int fh__lua_error_named(lua_State *L, const char *name);
 /* Record and raise an error of `kind`. */
 FH_NORETURN int fh__lua_raise(lua_State *L, fh_status kind, const char *fmt, ...) FH_PRINTF(3, 4);
 /* `if (st) fh__lua_error(L)` */
@@ -49,8 +52,39 @@ static inline void fh__lua_check(lua_State *L, fh_status st) {
 }
 /* Push a new error object (kind, message, path, stage). */
 void fh__lua_push_error(lua_State *L, fh_status kind, const char *message, const char *path, const char *stage);
-/* Name of a Lua value's type for messages ("Tensor", "number", ...). */
+/* "argument <n> (<argname>)" for the stack index idx of a call of `fn`,
+ * counting as the user writes the call: for a method ("Class:m") self is
+ * not counted, and idx 1 is "self". */
+const char *fh__lua_argdesc(char *buf, size_t n, const char *fn, int idx, const char *argname);
+/* Name of a Lua value's type for messages ("Tensor", "Ciphertext",
+ * "HostGraphProgram", "number", ...). */
 const char *fh__lua_typename(lua_State *L, int idx);
+/* Classes whose type name depends on the object (one metatable for several
+ * classes): fn(L, idx) names the userdata at idx. */
+typedef const char *(*typename_fn)(lua_State *L, int idx);
+void fh__lua_set_typename(const char *mt, typename_fn fn);
+
+/* ---- public names (README "Errors") ------------------------------------- */
+/* Record the name users call C function f by ("fh.zeros", "Tensor:expand");
+ * every error raised while f runs begins with it (fh__lua_error). Idempotent. */
+void fh__lua_name(lua_CFunction f, const char *name);
+/* fh__lua_setfuncs, naming each function prefix .. name (internal "_x" ones
+ * stay unnamed). */
+void fh__lua_setfuncs_named(lua_State *L, const luaL_Reg *l, const char *prefix);
+/* Methods of classes that share a metatable `mt`: the class is the
+ * closure's first upvalue (a string), else self's type name, else `klass`. */
+void fh__lua_name_methods_dynamic(const luaL_Reg *l, const char *mt, const char *klass);
+/* For a metatable shared by several classes: pushes {[class] = {method =
+ * closure of `methods` with upvalue 1 = class}} (an __index function keeps it
+ * as its upvalue 2 and finds methods with fh__lua_class_method). */
+void fh__lua_push_class_methods(lua_State *L, const luaL_Reg *methods, const char *const *classes);
+/* In such an __index: pushes the method named by the key at `key` of class
+ * `klass` and returns 1, or pushes nothing and returns 0. */
+int fh__lua_class_method(lua_State *L, int key, const char *klass);
+/* A C function exported as closures whose first upvalue is the name. */
+void fh__lua_name_closure(lua_CFunction f);
+/* The public name of the running C function into buf; 0 when it has none. */
+int fh__lua_current_name(lua_State *L, char *buf, size_t n);
 
 /* ---- userdata boxes ----------------------------------------------------- */
 typedef struct fh_tensor_box { fh_tensor *t; } fh_tensor_box;
@@ -113,7 +147,7 @@ fh_value *fh__lua_tovalue(lua_State *L, int idx);           /* NULL if not a val
 void fh__lua_push_value(lua_State *L, fh_value *v);
 
 /* ---- trees and signatures (l_signature.c) -------------------------------- */
-/* Trees (API.md "Execution: signatures"): tensors and values are leaves; a
+/* Trees (docs/api.md "Execution: signatures"): tensors and values are leaves; a
  * table with the tuple metatable is a tuple; a table whose keys are exactly
  * 1..n a list (an empty table is an empty list); a table of string keys a
  * dict; anything else a TypeError naming the path, cycles a TypeError and
@@ -151,10 +185,12 @@ void fh__lua_open_signature(lua_State *L);
 void fh__lua_open_exec(lua_State *L); /* l_exec.c: buffers, copy handles, programs */
 void fh__lua_open_ckks(lua_State *L); /* l_ckks.c */
 /* Set the functions of `l` into the table at -1 (LuaJIT's luaL_register
- * with a NULL name, spelled out). */
+ * with a NULL name, spelled out); names nothing. */
 void fh__lua_setfuncs(lua_State *L, const luaL_Reg *l);
 /* Get or create a metatable with __index = methods table; leaves the
- * metatable on the stack. methods and meta may be NULL. */
+ * metatable on the stack. methods and meta may be NULL. Names the methods
+ * "<Class>:<m>" and the metamethods "<Class>.<mm>" (Class: `name` without
+ * "fhelium."). */
 void fh__lua_newclass(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta);
 /* fh__lua_newclass, then __index = `index` with the methods table as its
  * upvalue (index looks there first, then answers fields); leaves the

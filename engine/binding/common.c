@@ -2,6 +2,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +36,189 @@ void fh__lua_push_error(lua_State *L, fh_status kind, const char *message, const
   lua_setmetatable(L, -2);
 }
 
-int fh__lua_error(lua_State *L) {
+/* ---- public names -------------------------------------------------------
+ * README "Errors": every message begins with the name of the function the
+ * user called. The binding records, for every C function it exports, that
+ * name (fh.zeros, fh.cuda.synchronize, Tensor:expand, CkksEngine:add,
+ * ex.tuple, ...), and fh__lua_error, the one exit of every binding error,
+ * names the running function: when the message does not begin with the
+ * name it is prefixed, and an engine operation's own prefix ("select: ",
+ * "add: ") or a stale qualified one ending in the same method is replaced,
+ * so a name is never doubled. Methods of classes that share one metatable
+ * (CKKS values, programs, signatures) take the class from the closure's
+ * first upvalue (their __index hands out per-class closures) or from self. */
+#define FH_MAX_NAMED 512
+typedef struct fname_entry {
+  lua_CFunction f;
+  char name[80];     /* full name; for dynamic entries the method ("replay") */
+  const char *mt;    /* dynamic entries: the metatable self must have */
+  const char *klass; /* dynamic entries: the class when it cannot be told */
+  int dynamic;
+} fname_entry;
+static fname_entry fnames[FH_MAX_NAMED];
+static int nfnames;
+
+static fname_entry *fname_slot(lua_CFunction f) {
+  for (int i = 0; i < nfnames; ++i)
+    if (fnames[i].f == f) return &fnames[i];
+  if (nfnames == FH_MAX_NAMED) return NULL;
+  fnames[nfnames].f = f;
+  return &fnames[nfnames++];
+}
+
+void fh__lua_name(lua_CFunction f, const char *name) {
+  fname_entry *e = fname_slot(f);
+  if (e == NULL) return;
+  snprintf(e->name, sizeof e->name, "%s", name);
+  e->dynamic = 0;
+}
+
+void fh__lua_name_methods_dynamic(const luaL_Reg *l, const char *mt, const char *klass) {
+  for (; l->name; ++l) {
+    if (l->name[0] == '_' && l->name[1] != '_') continue;
+    fname_entry *e = fname_slot(l->func);
+    if (e == NULL) return;
+    snprintf(e->name, sizeof e->name, "%s", l->name);
+    e->mt = mt;
+    e->klass = klass;
+    e->dynamic = 1;
+  }
+}
+
+void fh__lua_name_closure(lua_CFunction f) {
+  fname_entry *e = fname_slot(f);
+  if (e == NULL) return;
+  e->name[0] = '\0';
+  e->dynamic = 2;
+}
+
+void fh__lua_push_class_methods(lua_State *L, const luaL_Reg *methods, const char *const *classes) {
+  lua_newtable(L);
+  for (int c = 0; classes[c]; ++c) {
+    lua_newtable(L);
+    for (const luaL_Reg *r = methods; r->name; ++r) {
+      lua_pushstring(L, classes[c]);
+      lua_pushcclosure(L, r->func, 1);
+      lua_setfield(L, -2, r->name);
+    }
+    lua_setfield(L, -2, classes[c]);
+  }
+}
+
+int fh__lua_class_method(lua_State *L, int key, const char *klass) {
+  lua_getfield(L, lua_upvalueindex(2), klass);
+  if (lua_istable(L, -1)) {
+    lua_pushvalue(L, key);
+    lua_rawget(L, -2);
+    if (!lua_isnil(L, -1)) {
+      lua_remove(L, -2);
+      return 1;
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return 0;
+}
+
+void fh__lua_setfuncs_named(lua_State *L, const luaL_Reg *l, const char *prefix) {
+  for (const luaL_Reg *r = l; r->name; ++r) {
+    if (r->name[0] == '_') continue; /* internal (test aids, Lua-side helpers) */
+    char n[80];
+    snprintf(n, sizeof n, "%s%s", prefix, r->name);
+    fh__lua_name(r->func, n);
+  }
+  fh__lua_setfuncs(L, l);
+}
+
+static typename_fn typename_hooks_fn[8];
+static const char *typename_hooks_mt[8];
+static int ntypename_hooks;
+
+void fh__lua_set_typename(const char *mt, typename_fn fn) {
+  for (int i = 0; i < ntypename_hooks; ++i)
+    if (strcmp(typename_hooks_mt[i], mt) == 0) {
+      typename_hooks_fn[i] = fn;
+      return;
+    }
+  if (ntypename_hooks == 8) return;
+  typename_hooks_mt[ntypename_hooks] = mt;
+  typename_hooks_fn[ntypename_hooks++] = fn;
+}
+
+int fh__lua_current_name(lua_State *L, char *buf, size_t n) {
+  lua_Debug ar;
+  if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "f", &ar)) return 0;
+  lua_CFunction f = lua_iscfunction(L, -1) ? lua_tocfunction(L, -1) : NULL;
+  const char *up = NULL;
+  if (f != NULL && lua_getupvalue(L, -1, 1) != NULL) {
+    up = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    lua_pop(L, 1); /* the string stays alive: the closure (below) holds it */
+  }
+  int found = 0;
+  for (int i = 0; f != NULL && i < nfnames && !found; ++i) {
+    const fname_entry *e = &fnames[i];
+    if (e->f != f) continue;
+    found = 1;
+    if (!e->dynamic) {
+      snprintf(buf, n, "%s", e->name);
+    } else if (e->dynamic == 2) {
+      found = up != NULL;
+      if (found) snprintf(buf, n, "%s", up);
+    } else {
+      const char *klass = up;
+      if (klass == NULL && lua_gettop(L) >= 2 && fh__lua_testudata(L, 1, e->mt)) klass = fh__lua_typename(L, 1);
+      snprintf(buf, n, "%s%s%s", klass ? klass : e->klass, e->name[0] == '_' ? "." : ":", e->name);
+    }
+  }
+  lua_pop(L, 1);
+  return found;
+}
+
+/* `msg` named by `name`: "<name>: <rest>", where rest is msg without a
+ * leading "<name>: " and then without one leading token (no spaces or
+ * brackets) that is the short name (the part after the last ':' or '.') or
+ * a qualified name ending in ":<short>" / ".<short>". */
+static void name_message(const char *msg, const char *name, char *out, size_t n) {
+  size_t nl = strlen(name);
+  const char *rest = msg;
+  if (strncmp(rest, name, nl) == 0 && rest[nl] == ':' && rest[nl + 1] == ' ') rest += nl + 2;
+  const char *shortn = name;
+  for (const char *p = name; *p; ++p)
+    if (*p == ':' || *p == '.') shortn = p + 1;
+  size_t sl = strlen(shortn);
+  size_t tl = strspn(rest, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:");
+  /* the token ends at the first ": " */
+  const char *colon = strstr(rest, ": ");
+  if (colon != NULL && (size_t)(colon - rest) <= tl) {
+    size_t len = (size_t)(colon - rest);
+    if (sl > 0 && len >= sl && strncmp(colon - sl, shortn, sl) == 0 &&
+        (len == sl || colon[-(ptrdiff_t)sl - 1] == ':' || colon[-(ptrdiff_t)sl - 1] == '.'))
+      rest = colon + 2;
+  }
+  snprintf(out, n, "%s: %s", name, rest);
+}
+
+static FH_NORETURN void raise_named(lua_State *L, const char *name) {
   fh_status st = fh_error_status();
   if (st == FH_OK) st = FH_ERR_GENERIC;
-  fh__lua_push_error(L, st, fh_error_message(), fh_error_path(), fh_error_stage());
+  char named[FH_ERROR_MESSAGE_MAX + 160];
+  const char *msg = fh_error_message();
+  if (name != NULL) {
+    name_message(msg, name, named, sizeof named);
+    msg = named;
+  }
+  fh__lua_push_error(L, st, msg, fh_error_path(), fh_error_stage());
   fh_error_clear();
   lua_error(L);
   abort(); /* not reached */
 }
+
+int fh__lua_error(lua_State *L) {
+  char name[128];
+  raise_named(L, fh__lua_current_name(L, name, sizeof name) ? name : NULL);
+}
+
+int fh__lua_error_named(lua_State *L, const char *name) { raise_named(L, name); }
 
 int fh__lua_raise(lua_State *L, fh_status kind, const char *fmt, ...) {
   char buf[FH_ERROR_MESSAGE_MAX];
@@ -82,6 +258,13 @@ static int l_error_kinds(lua_State *L) {
   return 1;
 }
 
+/* core.typename(v): the name fh__lua_typename gives (for Lua-side messages). */
+static int l_typename(lua_State *L) {
+  luaL_checkany(L, 1);
+  lua_pushstring(L, fh__lua_typename(L, 1));
+  return 1;
+}
+
 void fh__lua_open_errors(lua_State *L) {
   if (luaL_newmetatable(L, FH_ERROR_MT)) {
     lua_pushcfunction(L, error_tostring);
@@ -90,7 +273,7 @@ void fh__lua_open_errors(lua_State *L) {
     lua_setfield(L, -2, "__name");
   }
   lua_setfield(L, -2, "error_metatable");
-  static const luaL_Reg fns[] = {{"error_new", l_error_new}, {"error_kinds", l_error_kinds}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"error_new", l_error_new}, {"error_kinds", l_error_kinds}, {"typename", l_typename}, {NULL, NULL}};
   fh__lua_setfuncs(L, fns);
 }
 
@@ -137,22 +320,34 @@ const char *fh__lua_typename(lua_State *L, int idx) {
   if (lua_type(L, idx) == LUA_TUSERDATA) {
     fh_value *v = fh__lua_tovalue(L, idx);
     if (v) return fh_value_type_name(fh_value_get_type(v));
+    for (int i = 0; i < ntypename_hooks; ++i)
+      if (fh__lua_testudata(L, idx, typename_hooks_mt[i])) return typename_hooks_fn[i](L, idx);
     for (size_t i = 0; i < sizeof known / sizeof known[0]; ++i)
       if (fh__lua_testudata(L, idx, known[i][0])) return known[i][1];
     if (lua_getmetatable(L, idx)) {
       lua_getfield(L, -1, "__name");
       const char *n = lua_tostring(L, -1);
-      lua_pop(L, 2);
-      if (n) return n;
+      lua_pop(L, 2); /* the name stays alive: the metatable holds it */
+      if (n) return strncmp(n, "fhelium.", 8) == 0 ? n + 8 : n;
     }
   }
   if (lua_type(L, idx) == 10) return "cdata";
   return luaL_typename(L, idx);
 }
 
+const char *fh__lua_argdesc(char *buf, size_t n, const char *fn, int idx, const char *argname) {
+  /* a method (Class:m) is called as obj:m(a, b): self is not counted */
+  int method = fn != NULL && strchr(fn, ':') != NULL;
+  if (method && idx == 1) snprintf(buf, n, "self");
+  else if (argname && strcmp(argname, "self") != 0) snprintf(buf, n, "argument %d (%s)", idx - method, argname);
+  else snprintf(buf, n, "argument %d", idx - method);
+  return buf;
+}
+
 static FH_NORETURN void type_error(lua_State *L, int idx, const char *fn, const char *argname, const char *what) {
-  fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %d%s%s%s expected %s, got %s", fn, idx, argname ? " (" : "",
-                argname ? argname : "", argname ? ")" : "", what, fh__lua_typename(L, idx));
+  char a[96];
+  fh__lua_raise(L, FH_ERR_TYPE, "%s: %s expected %s, got %s", fn, fh__lua_argdesc(a, sizeof a, fn, idx, argname), what,
+                fh__lua_typename(L, idx));
 }
 
 fh_tensor *fh__lua_totensor(lua_State *L, int idx) {
@@ -233,7 +428,9 @@ void fh__lua_push_device(lua_State *L, fh_device d) {
 int64_t fh__lua_checkint(lua_State *L, int idx, const char *fn, const char *argname, int64_t lo, int64_t hi) {
   if (lua_type(L, idx) != LUA_TNUMBER) type_error(L, idx, fn, argname, "an integer");
   double x = lua_tonumber(L, idx);
-  if (x != floor(x) || !(x >= (double)lo && x <= (double)hi))
+  if (x != floor(x))
+    fh__lua_raise(L, FH_ERR_VALUE, "%s: %s must be an integer, got %.17g", fn, argname ? argname : "argument", x);
+  if (!(x >= (double)lo && x <= (double)hi))
     fh__lua_raise(L, FH_ERR_VALUE, "%s: %s must be an integer in [%" PRId64 ", %" PRId64 "], got %.17g", fn,
                   argname ? argname : "argument", lo, hi, x);
   return (int64_t)x;
@@ -425,7 +622,21 @@ void fh__lua_setfuncs(lua_State *L, const luaL_Reg *l) {
   }
 }
 
+/* Names "<Class>:<method>" and "<Class>.<metamethod>" (Class: the metatable
+ * name without "fhelium."); internal methods (_x) stay unnamed. */
+static void name_class(const char *mt, const luaL_Reg *l, const char *sep) {
+  const char *klass = strncmp(mt, "fhelium.", 8) == 0 ? mt + 8 : mt;
+  for (; l && l->name; ++l) {
+    if (l->name[0] == '_' && l->name[1] != '_') continue;
+    char n[80];
+    snprintf(n, sizeof n, "%s%s%s", klass, sep, l->name);
+    fh__lua_name(l->func, n);
+  }
+}
+
 void fh__lua_newclass(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta) {
+  name_class(name, methods, ":");
+  name_class(name, meta, ".");
   luaL_newmetatable(L, name); /* existing one when loaded twice: refill */
   lua_pushstring(L, name);
   lua_setfield(L, -2, "__name");
@@ -505,7 +716,7 @@ __attribute__((visibility("default"))) int luaopen_fhelium_core(lua_State *L) {
   fh__lua_open_exec(L);
   fh__lua_open_ckks(L);
   static const luaL_Reg fns[] = {{"info", l_info}, {NULL, NULL}};
-  fh__lua_setfuncs(L, fns);
+  fh__lua_setfuncs_named(L, fns, "fh.");
   lua_pushvalue(L, -1);
   lua_setfield(L, LUA_REGISTRYINDEX, "fhelium.core.module");
   return 1;

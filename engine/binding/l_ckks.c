@@ -2,7 +2,7 @@
  * the polynomial layer (fh/ckks_poly.h) on raw uint64 tensors, so the specs
  * can check the arithmetic core (modular arithmetic, NTT, encoding,
  * automorphisms, sampling) independently of the engine. They are not part
- * of the public API (API.md) and may change at any time. Prime ids there
+ * of the public API (docs/api.md) and may change at any time. Prime ids there
  * are 0-based indices into a tables object's prime chain. */
 #include <math.h>
 #include <stdlib.h>
@@ -400,7 +400,7 @@ void fh__lua_open_ckks(lua_State *L) {
 }
 
 /* ======================================================================================
- * fh.CkksEngine: the public engine binding (API.md "CKKS values and engine").
+ * fh.CkksEngine: the public engine binding (docs/api.md "CKKS values and engine").
  * The Lua layer (lua/fhelium/ckks.lua) converts messages (tables, numbers) to
  * tensors and installs fh.CkksEngine; these methods take tensors and values.
  * ====================================================================================== */
@@ -439,8 +439,9 @@ static fh_value *arg_value(lua_State *L, int idx, const char *fn, const char *na
 
 static int push_result(lua_State *L, fh_status st, fh_value *v, const char *fn) {
   if (st != FH_OK) {
-    fh_error_prefix("CkksEngine:%s", fn);
-    fh__lua_error(L);
+    char name[96];
+    snprintf(name, sizeof name, "CkksEngine:%s", fn);
+    fh__lua_error_named(L, name);
   }
   fh__lua_push_value(L, v);
   /* count the value's fresh storage toward the GC soft limit: a loop of
@@ -596,29 +597,34 @@ static int e_create_conjugation_key(lua_State *L) {
   return push_result(L, st_, v, fn);
 }
 
-/* ---- encoding: engine:_encode(tensor, level, scale) (the Lua layer handles options) ----- */
+/* ---- encoding: engine:_encode(tensor, level, scale, method) (the Lua layer
+ * handles options; method: the public method that encodes, "encode" or
+ * "encrypt_message", which names the errors) ----- */
 static int e_encode(lua_State *L) {
-  const char *fn = "encode";
+  const char *fn = luaL_optstring(L, 5, "encode");
+  char name[96];
+  snprintf(name, sizeof name, "CkksEngine:%s", fn);
   fh_ckks_engine *e = check_engine(L, fn);
-  fh_tensor *m = fh__lua_checktensor(L, 2, "CkksEngine:encode", "msg");
-  int level = (int)fh__lua_checkint(L, 3, "CkksEngine:encode", "level", INT32_MIN, INT32_MAX);
+  fh_tensor *m = fh__lua_checktensor(L, 2, name, "msg");
+  int level = (int)fh__lua_checkint(L, 3, name, "level", INT32_MIN, INT32_MAX);
   if (lua_type(L, 4) != LUA_TNUMBER)
-    return fh__lua_raise(L, FH_ERR_TYPE, "CkksEngine:encode: scale expected a number, got %s", fh__lua_typename(L, 4));
+    return fh__lua_raise(L, FH_ERR_TYPE, "%s: scale expected a number, got %s", name, fh__lua_typename(L, 4));
   fh_value *v = NULL;
   fh_status st_ = fh_ckks_encode(e, m, level, lua_tonumber(L, 4), &v);
   return push_result(L, st_, v, fn);
 }
 
 static int e_decode(lua_State *L) {
-  const char *fn = "decode";
+  const char *fn = luaL_optstring(L, 4, "decode"); /* or "decrypt_message" */
   fh_ckks_engine *e = check_engine(L, fn);
   fh_value *pt = arg_value(L, 2, fn, "pt", false);
   bool is_real = lua_toboolean(L, 3);
   fh_tensor_box *b = fh__lua_new_tensor_box(L);
   fh_status st = fh_ckks_decode(e, pt, is_real, &b->t);
   if (st != FH_OK) {
-    fh_error_prefix("CkksEngine:%s", fn);
-    fh__lua_error(L);
+    char name[96];
+    snprintf(name, sizeof name, "CkksEngine:%s", fn);
+    fh__lua_error_named(L, name);
   }
   fh__lua_account(L, b->t);
   return 1;
@@ -748,4 +754,5 @@ static void fh__lua_open_ckks_engine(lua_State *L) {
   lua_pop(L, 1);
   lua_pushcfunction(L, l_engine);
   lua_setfield(L, -2, "CkksEngine");
+  fh__lua_name(l_engine, "fh.CkksEngine");
 }

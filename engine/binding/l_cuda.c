@@ -415,6 +415,6 @@ void fh__lua_open_cuda(lua_State *L) {
                                  {"_raw_graph_bench", l_raw_graph_bench},
                                  {NULL, NULL}};
   lua_newtable(L);
-  fh__lua_setfuncs(L, fns);
+  fh__lua_setfuncs_named(L, fns, "fh.cuda.");
   lua_setfield(L, -2, "cuda");
 }

@@ -532,11 +532,24 @@ static int l_clock(lua_State *L) {
 }
 
 /* ---- programs -------------------------------------------------------------------------- */
+/* The running program method's public name ("HostGraphProgram:replay"):
+ * the class is the per-class closure's upvalue (p_index hands those out),
+ * else self's class (common.c). */
+static const char *pname(lua_State *L, char *buf, size_t n, const char *method) {
+  if (!fh__lua_current_name(L, buf, n)) snprintf(buf, n, "CudaGraphProgram/HostGraphProgram:%s", method);
+  return buf;
+}
+
+/* self of a program method named `fn` ("<Class>:<method>"). */
 static program_box *checkprogbox(lua_State *L, int idx, const char *fn) {
   program_box *b = fh__lua_testudata(L, idx, FH_PROGRAM_MT);
-  if (b == NULL || b->p == NULL)
-    fh__lua_raise(L, FH_ERR_TYPE, "%s: expected a CudaGraphProgram or HostGraphProgram, got %s", fn,
+  if (b == NULL || b->p == NULL) {
+    const char *want = strncmp(fn, "CudaGraphProgram:", 17) == 0   ? "a CudaGraphProgram"
+                       : strncmp(fn, "HostGraphProgram:", 17) == 0 ? "a HostGraphProgram"
+                                                                   : "a CudaGraphProgram or HostGraphProgram";
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: self expected %s (call it with ':'), got %s", fn, want,
                   fh__lua_typename(L, idx));
+  }
   return b;
 }
 
@@ -544,15 +557,17 @@ static const char *prog_class(const program_box *b) {
   return b->kind == FH_PROGRAM_CUDA_GRAPH ? "CudaGraphProgram" : "HostGraphProgram";
 }
 
-static program_box *openprog(lua_State *L, int idx, const char *method) {
-  program_box *b = checkprogbox(L, idx, method);
-  if (fh_program_is_closed(b->p)) {
-    char what[96];
-    snprintf(what, sizeof what, "%s%s", prog_class(b), method);
-    fh__lua_check(L, fh_program_check_open(b->p, what));
-  }
+static const char *prog_typename(lua_State *L, int idx) {
+  program_box *b = fh__lua_testudata(L, idx, FH_PROGRAM_MT);
+  return prog_class(b);
+}
+
+static program_box *openprog(lua_State *L, int idx, const char *fn) {
+  program_box *b = checkprogbox(L, idx, fn);
+  if (fh_program_is_closed(b->p)) fh__lua_check(L, fh_program_check_open(b->p, fn));
   return b;
 }
+#define PNAME(method) pname(L, fnbuf_, sizeof fnbuf_, method)
 
 static void drop_output(program_box *b) {
   for (int64_t i = 0; i < b->nout; ++i) fh_tensor_release(b->out_leaves[i]);
@@ -631,7 +646,8 @@ static int l_exec_call(lua_State *L) {
  * only when fn returned. Returns true, fn's results... or false, err,
  * yielded; raises when beginning or ending (with fn returned) fails. */
 static int p_capture_run(lua_State *L) {
-  program_box *b = openprog(L, 1, ":_capture_run");
+  char fnbuf_[96];
+  program_box *b = openprog(L, 1, PNAME("_capture_run"));
   if (lua_gettop(L) < 2) lua_settop(L, 2);
   fh__lua_check(L, fh_program_capture_begin(b->p));
   int n = call_unyieldable(L, 2);
@@ -640,7 +656,8 @@ static int p_capture_run(lua_State *L) {
 }
 
 static int p_instantiate(lua_State *L) {
-  program_box *b = openprog(L, 1, ":_instantiate");
+  char fnbuf_[96];
+  program_box *b = openprog(L, 1, PNAME("_instantiate"));
   fh__lua_check(L, fh_program_instantiate(b->p));
   return 0;
 }
@@ -674,7 +691,8 @@ static void check_output(lua_State *L, program_box *b, int idx, const char *root
 }
 
 static int p_check_output(lua_State *L) {
-  program_box *b = openprog(L, 1, ":_check_output");
+  char fnbuf_[96];
+  program_box *b = openprog(L, 1, PNAME("_check_output"));
   if (lua_isnoneornil(L, 2)) return 0;
   check_output(L, b, 2, luaL_optstring(L, 3, "output"), NULL, NULL);
   return 0;
@@ -682,7 +700,8 @@ static int p_check_output(lua_State *L) {
 
 /* p:_set_output(tree_or_nil): validate and keep the capture's output. */
 static int p_set_output(lua_State *L) {
-  program_box *b = openprog(L, 1, ":_set_output");
+  char fnbuf_[96];
+  program_box *b = openprog(L, 1, PNAME("_set_output"));
   lua_settop(L, 2);
   drop_output(b);
   if (!lua_isnil(L, 2)) {
@@ -730,8 +749,9 @@ static const char *const replay_opts[] = {"copy_output", "synchronize", NULL};
 static const char *const prepared_opts[] = {"copy_handle", "copy_output", "synchronize", NULL};
 
 static int p_replay(lua_State *L) {
-  program_box *b = openprog(L, 1, ":replay");
-  const char *fn = b->kind == FH_PROGRAM_CUDA_GRAPH ? "CudaGraphProgram:replay" : "HostGraphProgram:replay";
+  char fnbuf_[96];
+  const char *fn = PNAME("replay");
+  program_box *b = openprog(L, 1, fn);
   if (lua_isnone(L, 2)) return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (inputs) is missing", fn);
   fh__lua_checkopts(L, 3, fn, replay_opts);
   lua_settop(L, 3);
@@ -749,9 +769,9 @@ static int p_replay(lua_State *L) {
 }
 
 static int p_copy_inputs_from(lua_State *L) {
-  program_box *b = openprog(L, 1, ":copy_inputs_from");
-  const char *fn =
-      b->kind == FH_PROGRAM_CUDA_GRAPH ? "CudaGraphProgram:copy_inputs_from" : "HostGraphProgram:copy_inputs_from";
+  char fnbuf_[96];
+  const char *fn = PNAME("copy_inputs_from");
+  program_box *b = openprog(L, 1, fn);
   if (lua_isnone(L, 2)) return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (inputs) is missing", fn);
   fh__lua_checkopts(L, 3, fn, copy_opts);
   lua_settop(L, 3);
@@ -771,9 +791,9 @@ static int p_copy_inputs_from(lua_State *L) {
 }
 
 static int p_replay_prepared(lua_State *L) {
-  program_box *b = openprog(L, 1, ":replay_prepared");
-  const char *fn =
-      b->kind == FH_PROGRAM_CUDA_GRAPH ? "CudaGraphProgram:replay_prepared" : "HostGraphProgram:replay_prepared";
+  char fnbuf_[96];
+  const char *fn = PNAME("replay_prepared");
+  program_box *b = openprog(L, 1, fn);
   fh__lua_checkopts(L, 2, fn, prepared_opts);
   lua_settop(L, 2);
   fh_copy_handle *h = NULL;
@@ -799,19 +819,22 @@ static int p_replay_prepared(lua_State *L) {
 
 /* p:_launch(synchronize): the first replay, with the current inputs. */
 static int p_launch(lua_State *L) {
-  program_box *b = openprog(L, 1, ":_launch");
+  char fnbuf_[96];
+  program_box *b = openprog(L, 1, PNAME("_launch"));
   fh__lua_check(L, fh_program_launch(b->p, lua_toboolean(L, 2)));
   return 0;
 }
 
 static int p_synchronize(lua_State *L) {
-  program_box *b = openprog(L, 1, ":synchronize");
+  char fnbuf_[96];
+  program_box *b = openprog(L, 1, PNAME("synchronize"));
   fh__lua_check(L, fh_program_synchronize(b->p));
   return 0;
 }
 
 static int p_close(lua_State *L) {
-  program_box *b = checkprogbox(L, 1, "Program:close");
+  char fnbuf_[96];
+  program_box *b = checkprogbox(L, 1, PNAME("close"));
   fh__lua_check(L, fh_program_close(b->p));
   drop_output(b);
   lua_getfenv(L, 1);
@@ -822,13 +845,15 @@ static int p_close(lua_State *L) {
 }
 
 static int p_is_closed(lua_State *L) {
-  lua_pushboolean(L, fh_program_is_closed(checkprogbox(L, 1, "Program:is_closed")->p));
+  char fnbuf_[96];
+  lua_pushboolean(L, fh_program_is_closed(checkprogbox(L, 1, PNAME("is_closed"))->p));
   return 1;
 }
 
 /* p:_input_value(): the input buffer's value tree (what fn is captured on). */
 static int p_input_value(lua_State *L) {
-  program_box *b = openprog(L, 1, ":_input_value");
+  char fnbuf_[96];
+  program_box *b = openprog(L, 1, PNAME("_input_value"));
   push_buffer_value(L, fh_program_inputs(b->p));
   return 1;
 }
@@ -839,13 +864,16 @@ static void setnum(lua_State *L, const char *k, double v) {
 }
 
 static int p_index(lua_State *L) {
+  char fnbuf_[96];
   const char *k = lua_tostring(L, 2);
+  program_box *self_ = fh__lua_testudata(L, 1, FH_PROGRAM_MT);
+  if (k && self_ && fh__lua_class_method(L, 2, prog_class(self_))) return 1;
   if (k) {
     lua_getfield(L, lua_upvalueindex(1), k);
     if (!lua_isnil(L, -1)) return 1;
     lua_pop(L, 1);
   }
-  program_box *b = checkprogbox(L, 1, "Program.__index");
+  program_box *b = checkprogbox(L, 1, PNAME("__index"));
   if (k == NULL) return 0;
   if (strcmp(k, "device") == 0) {
     fh__lua_push_device(L, fh_program_device(b->p));
@@ -867,7 +895,7 @@ static int p_index(lua_State *L) {
     if (strcmp(k, fields[i]) == 0) f = i;
   if (f < 0) return 0;
   char what[96];
-  snprintf(what, sizeof what, ".%s", k);
+  snprintf(what, sizeof what, "%s.%s", prog_class(b), k);
   openprog(L, 1, what);
   switch (f) {
     case 0: return push_output(L, b, false);
@@ -911,7 +939,8 @@ static int p_newindex(lua_State *L) {
 
 /* p:_set_timing(tbl): the stage timings measured by the Lua orchestration */
 static int p_set_timing(lua_State *L) {
-  checkprogbox(L, 1, "Program:_set_timing");
+  char fnbuf_[96];
+  checkprogbox(L, 1, PNAME("_set_timing"));
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_getfenv(L, 1);
   lua_pushvalue(L, 2);
@@ -920,7 +949,8 @@ static int p_set_timing(lua_State *L) {
 }
 
 static int p_tostring(lua_State *L) {
-  program_box *b = checkprogbox(L, 1, "Program.__tostring");
+  char fnbuf_[96];
+  program_box *b = checkprogbox(L, 1, PNAME("__tostring"));
   char d[FH_DEVICE_NAME_MAX];
   if (fh_program_is_closed(b->p)) {
     lua_pushfstring(L, "%s(closed)", prog_class(b));
@@ -981,6 +1011,18 @@ void fh__lua_open_exec(lua_State *L) {
                                    {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_PROGRAM_MT, pmethods, pmeta, p_index);
   {
+    /* per-class closures (upvalue: the class), so that prog.replay names
+     * the program's class even when called on something else */
+    static const char *const classes[] = {"CudaGraphProgram", "HostGraphProgram", NULL};
+    fh__lua_name_methods_dynamic(pmethods, FH_PROGRAM_MT, "CudaGraphProgram/HostGraphProgram");
+    fh__lua_name_methods_dynamic(pmeta, FH_PROGRAM_MT, "CudaGraphProgram/HostGraphProgram");
+    fh__lua_set_typename(FH_PROGRAM_MT, prog_typename);
+    lua_getfield(L, -1, "methods");
+    fh__lua_push_class_methods(L, pmethods, classes);
+    lua_pushcclosure(L, p_index, 2);
+    lua_setfield(L, -2, "__index");
+  }
+  {
     static const char *const fields[] = {"device", "output", "stats", "input_signature", "input_nbytes", NULL};
     fh__lua_setfields(L, fields);
   }
@@ -996,4 +1038,9 @@ void fh__lua_open_exec(lua_State *L) {
                                  {"_exec_fail_next_launches", l_fail_next_launches},
                                  {NULL, NULL}};
   fh__lua_setfuncs(L, fns);
+  /* program_new and exec_clock are the capture's (lua/fhelium/programs.lua),
+   * which names their errors */
+  fh__lua_name(l_buffer_like, "ex.ReusableValueBuffer.like");
+  fh__lua_name(l_pin_value_tree, "ex.pin_value_tree");
+  fh__lua_name(l_value_tree_nbytes, "ex.value_tree_nbytes");
 }

@@ -468,6 +468,11 @@ typedef struct sig_box {
   int32_t tindex; /* TensorSignature of a value's tensor: its index, else -1 */
 } sig_box;
 
+static const char *sig_typename(lua_State *L, int idx) {
+  sig_box *b = fh__lua_testudata(L, idx, FH_SIGNATURE_MT);
+  return cls_names[b->cls];
+}
+
 static sig_box *push_box(lua_State *L, fh_tree_sig *s, int cls, int tindex) {
   sig_box *b = fh__lua_newbox(L, sizeof *b, FH_SIGNATURE_MT);
   b->cls = cls;
@@ -491,8 +496,11 @@ static sig_box *checkbox(lua_State *L, int idx, const char *fn) {
 fh_tree_sig *fh__lua_checktreesig(lua_State *L, int idx, const char *fn, const char *argname) {
   sig_box *b = fh__lua_testudata(L, idx, FH_SIGNATURE_MT);
   if (b == NULL || b->s == NULL || b->tindex >= 0)
-    fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %d%s%s%s expected a ValueTreeSignature, got %s", fn, idx,
-                  argname ? " (" : "", argname ? argname : "", argname ? ")" : "", fh__lua_typename(L, idx));
+  {
+    char a[96];
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s expected a ValueTreeSignature, got %s", fn,
+                  fh__lua_argdesc(a, sizeof a, fn, idx, argname), fh__lua_typename(L, idx));
+  }
   return b->s;
 }
 
@@ -823,6 +831,9 @@ void fh__lua_open_signature(lua_State *L) {
                                      {"unflatten", s_unflatten}, {NULL, NULL}};
   static const luaL_Reg meta[] = {{"__gc", s_gc}, {"__eq", s_eq}, {"__tostring", s_tostring}, {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_SIGNATURE_MT, methods, meta, s_index);
+  fh__lua_name_methods_dynamic(methods, FH_SIGNATURE_MT, "ValueTreeSignature");
+  fh__lua_name_methods_dynamic(meta, FH_SIGNATURE_MT, "ValueTreeSignature");
+  fh__lua_set_typename(FH_SIGNATURE_MT, sig_typename);
   {
     static const char *const fields[] = {"class", "kind", "leaf", "children", "keys", "nleaves", "depth", "type_name", "schema_version", "context_id", "metadata", "metadata_keys", "tensors", "shape", "stride", "dtype", "layout", "requires_grad", NULL};
     fh__lua_setfields(L, fields);
@@ -836,4 +847,9 @@ void fh__lua_open_signature(lua_State *L) {
                                  {"is_tuple", l_is_tuple},
                                  {NULL, NULL}};
   fh__lua_setfuncs(L, fns);
+  fh__lua_name(l_tensor_signature, "ex.TensorSignature.from_tensor");
+  fh__lua_name(l_value_signature, "ex.ValueSignature.from_value");
+  fh__lua_name(l_tree_signature, "ex.ValueTreeSignature.from_value");
+  fh__lua_name(l_tuple, "ex.tuple");
+  fh__lua_name(l_is_tuple, "ex.is_tuple");
 }

@@ -78,9 +78,13 @@ static fh_tensor *self(lua_State *L, const char *fn) { return fh__lua_checktenso
  * only); an empty list -> float32. Leaves are first collected as scalars,
  * then converted, so a bad leaf is reported with its path. */
 typedef struct build_ctx {
+  const char *fn;  /* for messages: the function called ("fh.tensor") */
+  const char *arg; /* and the argument's name ("data") */
   int ndim;
   int64_t shape[FH_MAX_DIMS];
   int complex_pairs; /* dtype complex128 requested: {re, im} tables are leaves */
+  int message;       /* a CKKS message: no boolean leaves */
+  int pairs_only;    /* (complex CKKS messages) every leaf must be a {re, im} pair */
   fh_scalar *vals;
   int64_t pos;
   unsigned kinds; /* bit (1 << fh_scalar_kind) per kind seen */
@@ -109,7 +113,7 @@ static void discover_shape(lua_State *L, int idx, build_ctx *c) {
     int top = lua_gettop(L);
     if (is_leaf(L, top, c)) break;
     if (depth == FH_MAX_DIMS)
-      fh__lua_raise(L, FH_ERR_VALUE, "fh.tensor: data is nested deeper than %d dimensions", FH_MAX_DIMS);
+      fh__lua_raise(L, FH_ERR_VALUE, "%s: %s is nested deeper than %d dimensions", c->fn, c->arg, FH_MAX_DIMS);
     c->shape[depth++] = (int64_t)lua_objlen(L, top);
     if (c->shape[depth - 1] == 0) break;
     lua_rawgeti(L, top, 1);
@@ -120,6 +124,8 @@ static void discover_shape(lua_State *L, int idx, build_ctx *c) {
 }
 
 static const char *leaf_expectation(const build_ctx *c) {
+  if (c->pairs_only) return "a {re, im} pair of numbers";
+  if (c->message) return "a number or int64/uint64 cdata";
   return c->complex_pairs ? "a number, boolean, int64/uint64 cdata or {re, im} pair"
                           : "a number, boolean or int64/uint64 cdata";
 }
@@ -129,22 +135,22 @@ static void fill_rec(lua_State *L, int idx, build_ctx *c, int depth) {
   if (depth == c->ndim) {
     fh_scalar *s = &c->vals[c->pos];
     if (lua_type(L, idx) == LUA_TTABLE && !is_leaf(L, idx, c))
-      fh__lua_raise(L, FH_ERR_VALUE, "fh.tensor: data%s is a table but the data has %d nested dimension%s (ragged)",
-                    c->path, c->ndim, c->ndim == 1 ? "" : "s");
-    if (!fh__lua_toscalar(L, idx, s, c->complex_pairs))
-      fh__lua_raise(L, FH_ERR_TYPE, "fh.tensor: data%s expected %s, got %s", c->path, leaf_expectation(c),
+      fh__lua_raise(L, FH_ERR_VALUE, "%s: %s%s is a table but the %s has %d nested dimension%s (ragged)", c->fn,
+                    c->arg, c->path, c->arg, c->ndim, c->ndim == 1 ? "" : "s");
+    if ((c->pairs_only && !is_pair(L, idx)) || (c->message && lua_type(L, idx) == LUA_TBOOLEAN) ||
+        !fh__lua_toscalar(L, idx, s, c->complex_pairs))
+      fh__lua_raise(L, FH_ERR_TYPE, "%s: %s%s expected %s, got %s", c->fn, c->arg, c->path, leaf_expectation(c),
                     fh__lua_typename(L, idx));
     c->kinds |= 1u << s->kind;
     c->pos++;
     return;
   }
   if (is_leaf(L, idx, c))
-    fh__lua_raise(L, FH_ERR_VALUE,
-                  "fh.tensor: data%s is not a table but the data has %d nested dimensions (ragged nested tables)",
-                  c->path, c->ndim);
+    fh__lua_raise(L, FH_ERR_VALUE, "%s: %s%s is not a table but the %s has %d nested dimensions (ragged nested tables)",
+                  c->fn, c->arg, c->path, c->arg, c->ndim);
   int64_t n = (int64_t)lua_objlen(L, idx);
   if (n != c->shape[depth])
-    fh__lua_raise(L, FH_ERR_VALUE, "fh.tensor: ragged nested tables: data%s has %lld elements, expected %lld",
+    fh__lua_raise(L, FH_ERR_VALUE, "%s: ragged nested tables: %s%s has %lld elements, expected %lld", c->fn, c->arg,
                   c->path, (long long)n, (long long)c->shape[depth]);
   /* a proper list: exactly the keys 1..n */
   int64_t count = 0;
@@ -154,9 +160,9 @@ static void fill_rec(lua_State *L, int idx, build_ctx *c, int depth) {
     count++;
   }
   if (count != n)
-    fh__lua_raise(L, FH_ERR_TYPE, "fh.tensor: data%s is not a list (it has keys other than 1..%lld)", c->path,
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s%s is not a list (it has keys other than 1..%lld)", c->fn, c->arg, c->path,
                   (long long)n);
-  luaL_checkstack(L, 8, "fh.tensor");
+  luaL_checkstack(L, 8, c->fn);
   for (int64_t i = 0; i < n; ++i) {
     lua_rawgeti(L, idx, (int)(i + 1));
     if (plen + 24 < sizeof c->path) snprintf(c->path + plen, sizeof c->path - plen, "[%lld]", (long long)i + 1);
@@ -187,6 +193,8 @@ static fh_dtype inferred_dtype(unsigned kinds) {
   return FH_FLOAT32;
 }
 
+static int build_from_table(lua_State *L, int idx, build_ctx *c, fh_tensor_options *o, int has_dtype);
+
 static int l_tensor(lua_State *L) {
   if (lua_isnoneornil(L, 1)) return fh__lua_raise(L, FH_ERR_TYPE, "fh.tensor: argument 1 (data) is missing");
   fh_tensor *src = fh__lua_totensor(L, 1);
@@ -211,32 +219,67 @@ static int l_tensor(lua_State *L) {
   fh_tensor_options o = opts_from(L, 2, "fh.tensor", FH_FLOAT32);
   build_ctx c;
   memset(&c, 0, sizeof c);
+  c.fn = "fh.tensor";
+  c.arg = "data";
   c.complex_pairs = has_dtype && o.dtype == FH_COMPLEX128;
-  discover_shape(L, 1, &c);
+  return build_from_table(L, 1, &c, &o, has_dtype);
+}
+
+/* Pushes a new tensor built from the nested table at idx (see fh.tensor);
+ * o->dtype is inferred from the leaves unless has_dtype. */
+static int build_from_table(lua_State *L, int idx, build_ctx *c, fh_tensor_options *o, int has_dtype) {
+  discover_shape(L, idx, c);
   int64_t numel = 0;
-  if (fh_shape_check(c.ndim, c.shape, &numel) != FH_OK) {
-    fh_error_prefix("fh.tensor");
+  if (fh_shape_check(c->ndim, c->shape, &numel) != FH_OK) {
+    fh_error_prefix("%s", c->fn);
     fh__lua_error(L);
   }
   /* userdata buffers: collected by the GC even when an element raises */
-  c.vals = lua_newuserdata(L, (size_t)numel * sizeof(fh_scalar) + 1);
+  c->vals = lua_newuserdata(L, (size_t)numel * sizeof(fh_scalar) + 1);
   int valsidx = lua_gettop(L);
-  fill_rec(L, 1, &c, 0);
-  if (!has_dtype) o.dtype = inferred_dtype(c.kinds);
-  size_t es = fh_dtype_size(o.dtype);
+  fill_rec(L, idx, c, 0);
+  if (!has_dtype) o->dtype = inferred_dtype(c->kinds);
+  size_t es = fh_dtype_size(o->dtype);
   unsigned char *buf = lua_newuserdata(L, (size_t)numel * es + 1);
   int bufidx = lua_gettop(L);
   for (int64_t i = 0; i < numel; ++i)
-    if (fh_scalar_to_dtype(&c.vals[i], o.dtype, buf + (size_t)i * es) != FH_OK) {
+    if (fh_scalar_to_dtype(&c->vals[i], o->dtype, buf + (size_t)i * es) != FH_OK) {
       char path[256];
-      element_path(&c, i, path, sizeof path);
-      fh_error_prefix("fh.tensor: data%s", path);
+      element_path(c, i, path, sizeof path);
+      fh_error_prefix("%s: %s%s", c->fn, c->arg, path);
       fh__lua_error(L);
     }
-  PUSH_NEW(L, fh_tensor_from_host(buf, c.ndim, c.shape, &o, out_));
+  PUSH_NEW(L, fh_tensor_from_host(buf, c->ndim, c->shape, o, out_));
   lua_remove(L, bufidx);
   lua_remove(L, valsidx);
   return 1;
+}
+
+/* core._message_tensor(data, complex, fn): a CKKS message from nested Lua
+ * lists (lua/fhelium/ckks.lua), errors named "<fn>: msg...". Real
+ * (complex false): numbers only, float64 [*batch, slot]. Complex: every
+ * leaf a {re, im} pair, complex128 [*batch, slot], at least one list level
+ * (a lone pair is not a list of slots). The shape never depends on the
+ * lengths: a table of numbers is always a list of real slots. */
+static int l_message_tensor(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int complex = lua_toboolean(L, 2);
+  const char *fn = luaL_checkstring(L, 3);
+  build_ctx c;
+  memset(&c, 0, sizeof c);
+  c.fn = fn;
+  c.arg = "msg";
+  c.message = 1;
+  c.complex_pairs = complex;
+  c.pairs_only = complex;
+  if (complex && is_pair(L, 1))
+    return fh__lua_raise(L, FH_ERR_TYPE,
+                         "%s: msg with complex = true expected a list of {re, im} pairs, got a single pair "
+                         "(write {{re, im}} for one slot, or give a 0-dim complex128 tensor for every slot)",
+                         fn);
+  fh_tensor_options o = fh_tensor_options_default();
+  o.dtype = complex ? FH_COMPLEX128 : FH_FLOAT64;
+  return build_from_table(L, 1, &c, &o, 1);
 }
 
 /* ---- other creation ----------------------------------------------------- */
@@ -270,7 +313,11 @@ static int l_full(lua_State *L) { return create_shaped(L, "fh.full", 2); }
 
 static double checknum(lua_State *L, int idx, const char *fn, const char *name) {
   if (lua_type(L, idx) != LUA_TNUMBER)
-    fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %d (%s) expected a number, got %s", fn, idx, name, fh__lua_typename(L, idx));
+  {
+    char a[96];
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s expected a number, got %s", fn, fh__lua_argdesc(a, sizeof a, fn, idx, name),
+                  fh__lua_typename(L, idx));
+  }
   return lua_tonumber(L, idx);
 }
 
@@ -365,7 +412,8 @@ static void push_int64_array(lua_State *L, const int64_t *v, int n) {
 static fh_tensor *push_index_view(lua_State *L, fh_tensor *t, const char *fn) {
   double x = lua_tonumber(L, 2);
   if (t->ndim == 0) fh__lua_raise(L, FH_ERR_VALUE, "%s: a 0-dimensional tensor cannot be indexed", fn);
-  if (x != floor(x) || x < 1 || x > (double)t->shape[0])
+  if (x != floor(x)) fh__lua_raise(L, FH_ERR_VALUE, "%s: index must be an integer, got %.17g", fn, x);
+  if (x < 1 || x > (double)t->shape[0])
     fh__lua_raise(L, FH_ERR_VALUE, "%s: index %.17g out of range for dimension 1 of size %lld (indices are 1-based)",
                   fn, x, (long long)t->shape[0]);
   fh_tensor_box *b;
@@ -378,8 +426,8 @@ static int t_index(lua_State *L) {
   /* numbers: Torch7 indexing along dimension 1; a 1-d tensor gives the
    * element itself (as item() does) */
   if (lua_type(L, 2) == LUA_TNUMBER) {
-    fh_tensor *t = fh__lua_checktensor(L, 1, "Tensor[]", "self");
-    fh_tensor *v = push_index_view(L, t, "Tensor[]");
+    fh_tensor *t = fh__lua_checktensor(L, 1, "Tensor.__index", "self");
+    fh_tensor *v = push_index_view(L, t, "Tensor.__index");
     if (v->ndim > 0) return 1;
     lua_getfield(L, lua_upvalueindex(1), "item");
     lua_insert(L, -2);
@@ -483,7 +531,7 @@ static int t_is_contiguous(lua_State *L) { lua_pushboolean(L, fh_tensor_is_conti
 static int t_requires_grad_(lua_State *L) {
   fh_tensor *t = self(L, "Tensor:requires_grad_");
   if (!lua_isnoneornil(L, 2) && !lua_isboolean(L, 2))
-    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:requires_grad_: argument 2 (flag) expected a boolean, got %s", fh__lua_typename(L, 2));
+    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:requires_grad_: argument 1 (flag) expected a boolean, got %s", fh__lua_typename(L, 2));
   t->requires_grad = lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2);
   lua_settop(L, 1);
   return 1;
@@ -495,7 +543,7 @@ static const char *const copy_opts[] = {"non_blocking", "stream", NULL};
 static int t_to(lua_State *L) {
   fh_tensor *t = self(L, "Tensor:to");
   if (lua_type(L, 2) != LUA_TSTRING)
-    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:to: argument 2 expected a device or dtype string, got %s", fh__lua_typename(L, 2));
+    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:to: argument 1 (device or dtype) expected a device or dtype string, got %s", fh__lua_typename(L, 2));
   fh__lua_checkopts(L, 3, "Tensor:to", copy_opts);
   fh_dtype dt = FH_BOOL;
   if (fh_dtype_parse(lua_tostring(L, 2), &dt) == FH_OK) {
@@ -583,7 +631,7 @@ static int t_fill_(lua_State *L) {
   fh_tensor *t = self(L, "Tensor:fill_");
   fh_scalar v;
   if (!fh__lua_toscalar(L, 2, &v, 1))
-    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:fill_: argument 2 (value) expected a number, got %s", fh__lua_typename(L, 2));
+    return fh__lua_raise(L, FH_ERR_TYPE, "Tensor:fill_: argument 1 (value) expected a number, got %s", fh__lua_typename(L, 2));
   fh__lua_check(L, fh_tensor_fill_(t, &v));
   lua_settop(L, 1);
   return 1;
@@ -629,9 +677,15 @@ static int t_expand(lua_State *L) {
 
 static int checkdim(lua_State *L, int idx, const fh_tensor *t, const char *fn) {
   if (lua_type(L, idx) != LUA_TNUMBER)
-    fh__lua_raise(L, FH_ERR_TYPE, "%s: argument %d (dim) expected an integer, got %s", fn, idx, fh__lua_typename(L, idx));
+  {
+    char a[96];
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s expected an integer, got %s", fn, fh__lua_argdesc(a, sizeof a, fn, idx, "dim"),
+                  fh__lua_typename(L, idx));
+  }
   double x = lua_tonumber(L, idx);
-  if (x != floor(x) || x < 1 || x > t->ndim)
+  if (x != floor(x))
+    fh__lua_raise(L, FH_ERR_VALUE, "%s: dimension must be an integer, got %.17g", fn, x);
+  if (x < 1 || x > t->ndim)
     fh__lua_raise(L, FH_ERR_VALUE, "%s: dimension %.17g out of range for a %d-dimensional tensor (expected 1..%d)", fn,
                   x, t->ndim, t->ndim);
   return (int)x - 1;
@@ -839,7 +893,10 @@ static int rns(lua_State *L, fh_rns_op op, const char *fn) {
       if (!fh__lua_toscalar(L, -1, &s, 0) || s.kind == FH_SCALAR_BOOL)
         return fh__lua_raise(L, FH_ERR_TYPE, "%s: moduli[%d] expected an integer, got %s", fn, i + 1, fh__lua_typename(L, -1));
       if (s.kind == FH_SCALAR_FLOAT && s.v.f > 9007199254740992.0)
-        return fh__lua_raise(L, FH_ERR_VALUE, "%s: moduli[%d] = %.17g is above 2^53 and not exact as a Lua number; use a ULL literal", fn, i + 1, s.v.f);
+        return fh__lua_raise(L, FH_ERR_VALUE,
+                             "%s: moduli[%d] = %.17g is a Lua number above 2^53, where numbers skip integers (it may "
+                             "not be the modulus written in the source); give moduli above 2^53 as ULL literals",
+                             fn, i + 1, s.v.f);
       if (fh_scalar_to_dtype(&s, FH_UINT64, &moduli[i]) != FH_OK) {
         fh_error_prefix("%s: moduli[%d]", fn, i + 1);
         return fh__lua_error(L);
@@ -926,6 +983,10 @@ void fh__lua_open_tensor(lua_State *L) {
                                   {"__sub", mt_sub}, {"__mul", mt_mul}, {"__div", mt_div},
                                   {"__unm", mt_unm}, {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_TENSOR_MT, methods, meta, t_index);
+  fh__lua_name(t_index, "Tensor.__index");
+  /* the Lua side's t:tolist() and t:item() (lua/fhelium/tensor.lua) */
+  fh__lua_name(t_bytes, "Tensor:tolist");
+  fh__lua_name(t_item_number, "Tensor:item");
   {
     static const char *const fields[] = {"shape", "dtype", "device", "layout", "requires_grad", "nbytes", "ndim", NULL};
     fh__lua_setfields(L, fields);
@@ -946,11 +1007,15 @@ void fh__lua_open_tensor(lua_State *L) {
   lua_pop(L, 1);
 
   static const luaL_Reg fns[] = {
-      {"tensor", l_tensor}, {"empty", l_empty}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full},
+      {"tensor", l_tensor}, {"_message_tensor", l_message_tensor}, {"empty", l_empty}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full},
       {"arange", l_arange}, {"rand", l_rand}, {"randn", l_randn}, {"Generator", l_generator},
       {"add", l_add}, {"sub", l_sub}, {"mul", l_mul}, {"div", l_div}, {"neg", l_neg},
       {"rns_add", l_rns_add}, {"rns_sub", l_rns_sub}, {"rns_mul", l_rns_mul}, {"rns_neg", l_rns_neg},
       {"sum", l_sum}, {"equal", l_equal}, {"allclose", l_allclose}, {"max_abs_diff", l_max_abs_diff},
       {"is_tensor", l_is_tensor}, {NULL, NULL}};
-  fh__lua_setfuncs(L, fns);
+  fh__lua_setfuncs_named(L, fns, "fh.");
+  fh__lua_name(l_rns_add, "fh.rns.add");
+  fh__lua_name(l_rns_sub, "fh.rns.sub");
+  fh__lua_name(l_rns_mul, "fh.rns.mul");
+  fh__lua_name(l_rns_neg, "fh.rns.neg");
 }

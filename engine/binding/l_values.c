@@ -31,18 +31,24 @@ static fh_ckks_context *checkcontext(lua_State *L, int idx, const char *fn) {
   return c;
 }
 
-/* A prime from a number (< 2^53) or a uint64_t/int64_t cdata. */
+/* A prime from a number (< 2^53) or a uint64_t/int64_t cdata: field[i] of a
+ * table, or (i == 0) the argument `field` itself. */
 static uint64_t checkprime(lua_State *L, int idx, const char *fn, const char *field, int i) {
+  char what[64];
+  if (i > 0) snprintf(what, sizeof what, "%s[%d]", field, i);
+  else snprintf(what, sizeof what, "argument 1 (%s)", field);
   fh_scalar s;
   if (!fh__lua_toscalar(L, idx, &s, 0) || s.kind == FH_SCALAR_BOOL)
-    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s[%d] expected an integer (a number or a ULL literal), got %s", fn, field, i,
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s expected an integer (a number or a ULL literal), got %s", fn, what,
                   fh__lua_typename(L, idx));
-  if (s.kind == FH_SCALAR_FLOAT && !(fabs(s.v.f) <= 9007199254740992.0))
-    fh__lua_raise(L, FH_ERR_VALUE, "%s: %s[%d] = %.17g is not exact as a Lua number; use a ULL literal", fn, field, i,
-                  s.v.f);
+  if (s.kind == FH_SCALAR_FLOAT && fabs(s.v.f) > 9007199254740992.0)
+    fh__lua_raise(L, FH_ERR_VALUE,
+                  "%s: %s = %.17g is a Lua number above 2^53, where numbers skip integers (it may not be the "
+                  "prime written in the source); give primes above 2^53 as ULL literals",
+                  fn, what, s.v.f);
   uint64_t v = 0;
   if (fh_scalar_to_dtype(&s, FH_UINT64, &v) != FH_OK) {
-    fh_error_prefix("%s: %s[%d]", fn, field, i);
+    fh_error_prefix("%s: %s", fn, what);
     fh__lua_error(L);
   }
   return v;
@@ -146,7 +152,7 @@ static int l_security_budget(lua_State *L) {
 }
 
 static int l_is_prime(lua_State *L) {
-  uint64_t v = checkprime(L, 1, "fh.is_prime", "n", 1);
+  uint64_t v = checkprime(L, 1, "fh.is_prime", "n", 0);
   lua_pushboolean(L, fh_is_prime_u64(v));
   return 1;
 }
@@ -326,6 +332,14 @@ void fh__lua_push_value(lua_State *L, fh_value *v) {
   b->v = v;
 }
 
+/* The running value method's public name ("Ciphertext:to"): the class is the
+ * per-class closure's upvalue, else self's type (common.c). */
+static const char *mname(lua_State *L, char *buf, size_t n, const char *method) {
+  if (!fh__lua_current_name(L, buf, n)) snprintf(buf, n, "Value:%s", method);
+  return buf;
+}
+#define MNAME(method) mname(L, fnbuf_, sizeof fnbuf_, method)
+
 static fh_value *checkvalue(lua_State *L, int idx, const char *fn) {
   fh_value *v = fh__lua_tovalue(L, idx);
   if (v == NULL)
@@ -458,9 +472,8 @@ static const char *const ctor_skip[] = {"context", "context_id", "data", "messag
 
 /* fh.Plaintext{...}, fh.Ciphertext{...}, fh.SecretKey{...}, ... */
 static int l_value_ctor(lua_State *L) {
-  fh_value_type type = (fh_value_type)lua_tointeger(L, lua_upvalueindex(1));
-  char fn[48];
-  snprintf(fn, sizeof fn, "fh.%s", fh_value_type_name(type));
+  fh_value_type type = (fh_value_type)lua_tointeger(L, lua_upvalueindex(2));
+  const char *fn = lua_tostring(L, lua_upvalueindex(1)); /* "fh.Ciphertext" */
   if (!lua_istable(L, 1) || fh__lua_totensor(L, 1))
     return fh__lua_raise(L, FH_ERR_TYPE, "%s: expected a table of fields, got %s", fn, fh__lua_typename(L, 1));
   lua_settop(L, 1);
@@ -535,13 +548,14 @@ static void push_meta_value(lua_State *L, const fh_meta_entry *e) {
 }
 
 static int v_index(lua_State *L) {
+  fh_value *v = fh__lua_tovalue(L, 1);
   if (lua_type(L, 2) == LUA_TSTRING) {
+    if (v != NULL && fh__lua_class_method(L, 2, fh_value_type_name((fh_value_type)v->state.type))) return 1;
     lua_pushvalue(L, 2);
     lua_rawget(L, lua_upvalueindex(1));
     if (!lua_isnil(L, -1)) return 1;
     lua_pop(L, 1);
   }
-  fh_value *v = fh__lua_tovalue(L, 1);
   const char *k = lua_tostring(L, 2);
   if (v == NULL || k == NULL) return 0;
   const fh_value_state *s = &v->state;
@@ -584,12 +598,16 @@ static int v_index(lua_State *L) {
 }
 
 static int v_newindex(lua_State *L) {
-  return fh__lua_raise(L, FH_ERR_TYPE, "%s values are immutable (cannot assign field '%s'); construct a new value",
-                       fh__lua_typename(L, 1), lua_tostring(L, 2) ? lua_tostring(L, 2) : "?");
+  char fnbuf_[96];
+  const char *fn = MNAME("__newindex");
+  return fh__lua_raise(L, FH_ERR_TYPE, "%s: %s values are immutable: cannot assign field '%s' (construct a new value)",
+                       fn, fh__lua_typename(L, 1), lua_tostring(L, 2) ? lua_tostring(L, 2) : "?");
 }
 
 static int v_metadata(lua_State *L) {
-  fh_value *v = checkvalue(L, 1, "Value:metadata");
+  char fnbuf_[96];
+  const char *fn = MNAME("metadata");
+  fh_value *v = checkvalue(L, 1, fn);
   fh_meta_entry m[FH_META_MAX];
   int n = fh_value_state_metadata(&v->state, m);
   lua_createtable(L, 0, n);
@@ -601,7 +619,9 @@ static int v_metadata(lua_State *L) {
 }
 
 static int v_tensors(lua_State *L) {
-  fh_value *v = checkvalue(L, 1, "Value:tensors");
+  char fnbuf_[96];
+  const char *fn = MNAME("tensors");
+  fh_value *v = checkvalue(L, 1, fn);
   lua_createtable(L, 0, v->ntensors);
   for (int i = 0; i < v->ntensors; ++i) {
     push_tensor_ref(L, v->tensors[i]);
@@ -613,42 +633,53 @@ static int v_tensors(lua_State *L) {
 static const char *const to_opts[] = {"pin_memory", NULL};
 
 static int v_to(lua_State *L) {
-  fh_value *v = checkvalue(L, 1, "Value:to");
-  fh_device d = fh__lua_checkdevice(L, 2, "Value:to");
-  fh__lua_checkopts(L, 3, "Value:to", to_opts);
-  int pin = fh__lua_optbool(L, 3, "pin_memory", 0, "Value:to");
+  char fnbuf_[96];
+  const char *fn = MNAME("to");
+  fh_value *v = checkvalue(L, 1, fn);
+  fh_device d = fh__lua_checkdevice(L, 2, fn);
+  fh__lua_checkopts(L, 3, fn, to_opts);
+  int pin = fh__lua_optbool(L, 3, "pin_memory", 0, fn);
   if (pin && d.type != FH_DEVICE_CPU)
-    return fh__lua_raise(L, FH_ERR_VALUE, "Value:to: pin_memory=true requires device \"cpu\"");
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: option pin_memory=true requires device \"cpu\", got %s", fn,
+                         lua_tostring(L, 2));
   fh_value_box *b = new_value_box(L);
   fh__lua_check(L, fh_value_to(v, d, pin != 0, &b->v));
   return 1;
 }
 
 static int v_cpu(lua_State *L) {
-  fh_value *v = checkvalue(L, 1, "Value:cpu");
+  char fnbuf_[96];
+  const char *fn = MNAME("cpu");
+  fh_value *v = checkvalue(L, 1, fn);
   fh_value_box *b = new_value_box(L);
   fh__lua_check(L, fh_value_to(v, fh_cpu(), false, &b->v));
   return 1;
 }
 
 static int v_cuda(lua_State *L) {
-  fh_value *v = checkvalue(L, 1, "Value:cuda");
+  char fnbuf_[96];
+  const char *fn = MNAME("cuda");
+  fh_value *v = checkvalue(L, 1, fn);
   fh_device d = {FH_DEVICE_CUDA, lua_isnoneornil(L, 2) ? fh_cuda_current_device()
-                                                         : (int32_t)fh__lua_checkint(L, 2, "Value:cuda", "device", 0, 1 << 20)};
+                                                         : (int32_t)fh__lua_checkint(L, 2, fn, "device", 0, 1 << 20)};
   fh_value_box *b = new_value_box(L);
   fh__lua_check(L, fh_value_to(v, d, false, &b->v));
   return 1;
 }
 
 static int v_clone(lua_State *L) {
-  fh_value *v = checkvalue(L, 1, "Value:clone");
+  char fnbuf_[96];
+  const char *fn = MNAME("clone");
+  fh_value *v = checkvalue(L, 1, fn);
   fh_value_box *b = new_value_box(L);
   fh__lua_check(L, fh_value_clone(v, &b->v));
   return 1;
 }
 
 static int v_equal(lua_State *L) {
-  fh_value *a = checkvalue(L, 1, "Value:equal");
+  char fnbuf_[96];
+  const char *fn = MNAME("equal");
+  fh_value *a = checkvalue(L, 1, fn);
   fh_value *b = fh__lua_tovalue(L, 2);
   if (b == NULL) {
     lua_pushboolean(L, 0);
@@ -931,6 +962,20 @@ void fh__lua_open_values(lua_State *L) {
   static const luaL_Reg v_meta[] = {{"__gc", v_gc}, {"__tostring", v_tostring}, {"__newindex", v_newindex}, {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_VALUE_MT, v_methods, v_meta, v_index);
   {
+    /* __index hands out per-class closures (upvalue: the class name), so a
+     * method named through a Ciphertext says "Ciphertext:to" even when it is
+     * then called on something else */
+    const char *classes[FH_VALUE_TYPE_COUNT + 1];
+    for (int t = 0; t < FH_VALUE_TYPE_COUNT; ++t) classes[t] = fh_value_type_name((fh_value_type)t);
+    classes[FH_VALUE_TYPE_COUNT] = NULL;
+    fh__lua_name_methods_dynamic(v_methods, FH_VALUE_MT, "Value");
+    fh__lua_name_methods_dynamic(v_meta, FH_VALUE_MT, "Value");
+    lua_getfield(L, -1, "methods");
+    fh__lua_push_class_methods(L, v_methods, classes);
+    lua_pushcclosure(L, v_index, 2);
+    lua_setfield(L, -2, "__index");
+  }
+  {
     static const char *const fields[] = {"type", "value_type", "level", "scale", "representation", "prime_ids", "polynomial_domain", "residue_representation", "modulus_basis", "num_components", "num_digits", "step", "context_id", "context", "data", "message", "device", "batch_shape", "schema_version", "is_secret", "nbytes", NULL};
     fh__lua_setfields(L, fields);
   }
@@ -938,9 +983,11 @@ void fh__lua_open_values(lua_State *L) {
   lua_setfield(L, -3, "Value_methods");
   lua_setfield(L, -2, "Value_metatable");
 
+  fh__lua_name_closure(l_value_ctor);
   for (int t = 0; t < FH_VALUE_TYPE_COUNT; ++t) {
+    lua_pushfstring(L, "fh.%s", fh_value_type_name((fh_value_type)t));
     lua_pushinteger(L, t);
-    lua_pushcclosure(L, l_value_ctor, 1);
+    lua_pushcclosure(L, l_value_ctor, 2);
     lua_setfield(L, -2, fh_value_type_name((fh_value_type)t));
   }
   static const luaL_Reg fns[] = {{"CkksContext", l_context},
@@ -957,5 +1004,5 @@ void fh__lua_open_values(lua_State *L) {
                                  {"serialize", l_serialize},
                                  {"deserialize", l_deserialize},
                                  {NULL, NULL}};
-  fh__lua_setfuncs(L, fns);
+  fh__lua_setfuncs_named(L, fns, "fh.");
 }

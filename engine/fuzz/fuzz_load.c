@@ -3,7 +3,7 @@
  * Every input must either load or fail with an error; a loaded tree must
  * serialize again and load back to an equal signature.
  *
- * The header reader (engine/src/safetensors.c) is checked against Jansson
+ * The header reader (engine/tensor/safetensors.c) is checked against Jansson
  * with JSON_REJECT_DUPLICATES: a header it accepts must parse there to the
  * same entries and metadata, and a header it calls invalid JSON must be
  * invalid there too, unless it holds a NUL byte (Jansson skips one that

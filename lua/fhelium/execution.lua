@@ -1,5 +1,5 @@
 -- fhelium.execution (also fh.execution): signatures of tensors, values and
--- trees (API.md "Execution: signatures"). Signatures are engine objects
+-- trees (docs/api.md "Execution: signatures"). Signatures are engine objects
 -- (engine/exec/signature.c); the tree walk and validation run in C
 -- (engine/binding/l_signature.c) because replay validation is a hot path.
 local core = require "fhelium.core"

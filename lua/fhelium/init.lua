@@ -1,7 +1,7 @@
 -- fhelium: the Lua front end of the fhelium engine.
 --   local fh = require "fhelium"
 -- The C module `fhelium.core` owns tensors, memory, streams and kernels; this
--- file assembles the public table (API.md) from it and the Lua-side modules.
+-- file assembles the public table (docs/api.md) from it and the Lua-side modules.
 local core = require "fhelium.core"
 
 local fh = {}

@@ -1,4 +1,4 @@
--- Buffers, copy handles and programs for fhelium.execution (API.md
+-- Buffers, copy handles and programs for fhelium.execution (docs/api.md
 -- "Execution: buffers and copy handles", "Execution: programs").
 --
 -- The objects are engine objects (engine/exec/buffer.c, program.c) behind the
@@ -53,7 +53,7 @@ end
 -- Re-raise an error of the buffer layer under the program's name.
 local function reraise(fname, err, hint)
   if not errors.is_error(err) then error(err, 0) end
-  local msg = err.message:gsub("^ReusableValueBuffer%.like: ", "")
+  local msg = err.message:gsub("^ex%.ReusableValueBuffer%.like: ", "")
   if hint then msg = msg .. "; " .. hint end
   local e = errors.new(err.kind, fname .. ": " .. msg, { path = err.path, stage = err.stage })
   error(e, 0)
@@ -74,7 +74,7 @@ end
 
 local function capture(kind, fn, opts)
   local cls = kind == "cuda" and "CudaGraphProgram" or "HostGraphProgram"
-  local fname = cls .. ".capture"
+  local fname = "ex." .. cls .. ".capture"
   -- first: inside a captured function, name this function (not the buffer
   -- layer it would reach first)
   core.exec_refuse_in_capture(fname, "captures do not nest: capture the inner function on its own, before or after "
@@ -107,10 +107,12 @@ local function capture(kind, fn, opts)
   local ok, sig = pcall(core.tree_signature, inputs)
   if not ok then
     if errors.is(sig, "TypeError") then
-      reraise(fname, errors.new("TypeError", (sig.message:gsub("^value", "example_inputs")), { path = sig.path and
+      local msg = sig.message:gsub("^ex%.ValueTreeSignature%.from_value: ", ""):gsub("^value", "example_inputs")
+      reraise(fname, errors.new("TypeError", msg, { path = sig.path and
         sig.path:gsub("^value", "example_inputs") }), NOT_CAPTURABLE)
     end
-    reraise(fname, sig)
+    reraise(fname, errors.new(sig.kind, (sig.message:gsub("^ex%.ValueTreeSignature%.from_value: ", "")),
+      { path = sig.path, stage = sig.stage }))
   end
   if sig.kind ~= "list" and sig.kind ~= "tuple" then
     errors.raise("TypeError", ("%s: example_inputs must be a list of fn's arguments (tensors, values or trees of "

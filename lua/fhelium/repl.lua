@@ -112,14 +112,18 @@ end
 --- A message handler for an xpcall made by a function `below` frames deep
 --- (what depth() said in it). It keeps only the frames above that xpcall:
 --- the entry and what it called (tail calls, which replace their caller's
---- frame, change nothing). Returns the text to show.
-function M.error_handler(below)
+--- frame, change nothing). `between` (default 0) is the number of frames
+--- between the handler and the frame that raised: 1 under
+--- fhelium.lineinput's xpcall, which calls the handler through a C frame.
+--- Returns the text to show.
+function M.error_handler(below, between)
+  local first = 2 + (between or 0)
   return function(e)
-    -- levels: 1 this handler, 2 .. last the entry's frames, then the
-    -- xpcall, then the `below` frames of its caller
+    -- levels: 1 this handler, then `between` frames, first .. last the
+    -- entry's frames, then the xpcall, then the `below` frames of its caller
     local frames = {}
     local last = depth() - below - 1
-    for level = 2, last do
+    for level = first, last do
       local info = debug.getinfo(level, "Sln")
       if info == nil then break end
       frames[#frames + 1] = info
@@ -183,10 +187,10 @@ end
 --- through `out` and `err` (functions taking a line of text). Returns true,
 --- or false and the error text.
 function M.execute(fn, kind, out, err)
-  local xpcall_ = xpcall
+  local xpcall_, between = xpcall, 0
   local ok_li, li = pcall(require, "fhelium.lineinput")
-  if ok_li then xpcall_ = li.xpcall end -- Ctrl-C interrupts the entry, not the REPL
-  local res = pack(xpcall_(fn, M.error_handler(depth())))
+  if ok_li then xpcall_, between = li.xpcall, 1 end -- Ctrl-C interrupts the entry, not the REPL
+  local res = pack(xpcall_(fn, M.error_handler(depth(), between)))
   if not res[1] then
     err(tostring(res[2]))
     return false, res[2]

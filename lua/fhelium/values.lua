@@ -1,6 +1,6 @@
--- CKKS contexts, values, envelopes and value files (API.md "CKKS values and
--- engine"). The engine (engine/ckks/ckks_context.c, values.c, engine/exec/value_io.c)
--- validates everything; this module names things for Lua and turns 64-bit
+-- CKKS contexts, values, envelopes and value files (docs/api.md "CKKS values and
+-- engine"). The engine (engine/ckks/ckks_context.c, values.c,
+-- engine/exec/value_io.c) validates everything; this module names things for Lua and turns 64-bit
 -- primes into exact uint64_t cdata.
 local ffi = require "ffi"
 local core = require "fhelium.core"
@@ -60,7 +60,14 @@ function M.install(fh)
   fh.deserialize = core.deserialize
   --- fh.value_equal(a, b): same type, context, exact state and tensor
   --- contents (devices and strides may differ).
-  fh.value_equal = function(a, b) return core.Value_methods.equal(a, b) end
+  fh.value_equal = function(a, b)
+    if not core.is_value(a) then
+      require("fhelium.errors").raise("TypeError",
+        ("fh.value_equal: argument 1 (a) expected a CKKS value (Plaintext, Ciphertext or a key), got %s"):format(
+          core.typename(a)))
+    end
+    return core.Value_methods.equal(a, b)
+  end
 end
 
 return M

@@ -95,10 +95,11 @@ function M.sh(cmdline, opts)
   -- LD_PRELOAD (the sanitizer runtime, in .ci/run) is for the spec process
   -- only: the tools run here are not instrumented (and a sanitized fhelium
   -- links its runtime itself)
-  local env = { "-u LD_PRELOAD" }
-  for k, v in pairs(opts.env or {}) do
-    if v == false then env[#env + 1] = "-u " .. k else env[#env + 1] = k .. "=" .. M.quote(v) end
+  local env, set = { "-u LD_PRELOAD" }, {}
+  for k, v in pairs(opts.env or {}) do -- env(1) takes every -u before the first NAME=value
+    if v == false then env[#env + 1] = "-u " .. k else set[#set + 1] = k .. "=" .. M.quote(v) end
   end
+  for _, a in ipairs(set) do env[#env + 1] = a end
   local prefix = (opts.cwd and ("cd " .. M.quote(opts.cwd) .. " && ") or "") .. "env " .. table.concat(env, " ") .. " "
   local redir
   if opts.merged then

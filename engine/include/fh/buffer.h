@@ -1,4 +1,4 @@
-/* fhelium reusable value buffers and copy handles (API.md "Execution:
+/* fhelium reusable value buffers and copy handles (docs/api.md "Execution:
  * buffers and copy handles").
  *
  * A buffer owns one storage per leaf of a tree signature, on one target

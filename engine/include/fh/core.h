@@ -40,7 +40,7 @@ using std::atomic_store;
 extern "C" {
 #endif
 
-/* Status codes; each non-OK code is an error kind of API.md. */
+/* Status codes; each non-OK code is an error kind of docs/api.md. */
 typedef enum fh_status {
   FH_OK = 0,
   FH_ERR_GENERIC,     /* FHEliumError */

@@ -1,5 +1,5 @@
 /* fhelium programs: work captured once and replayed at fixed addresses
- * (API.md "Execution: programs", ARCHITECTURE.md "Capture").
+ * (docs/api.md "Execution: programs", ARCHITECTURE.md "Capture").
  *
  * Two kinds share one object and one set of rules:
  *   CUDA graph  a thread-local stream capture on the program's side stream,
