@@ -272,24 +272,24 @@ local function suite(Program, dev, it_)
     local other = capture(function(y) return y + 1 end, { seq(4, 0, dev) })
     local inside = {
       { "ReusableValueBuffer:copy_from", function(x) buf:copy_from({ x }) end },
-      { "ReusableValueBuffer.like", function(x) ex.ReusableValueBuffer.like({ x }) end },
+      { "ex.ReusableValueBuffer.like", function(x) ex.ReusableValueBuffer.like({ x }) end },
       { cls .. ":replay", function(x) other:replay({ x }) end },
       { cls .. ":replay_prepared", function() other:replay_prepared() end },
       { cls .. ":copy_inputs_from", function(x) other:copy_inputs_from({ x }) end },
       -- captures do not nest: the inner call names itself, not the buffer layer
-      { cls .. ".capture", function(x) Program.capture(function(y) return y end, { example_inputs = { x } }) end,
+      { "ex." .. cls .. ".capture", function(x) Program.capture(function(y) return y end, { example_inputs = { x } }) end,
         "captures do not nest" },
     }
     for _, c in ipairs(inside) do
       local name = c[1]:gsub("[%.%:]", "%%%0")
-      err = H.expect_error("CudaGraphCaptureError", { "^" .. cls .. "%.capture: capture failed: " .. name
+      err = H.expect_error("CudaGraphCaptureError", { "^ex%." .. cls .. "%.capture: capture failed: " .. name
         .. " cannot run inside a function being captured %(", c[3] }, Program.capture,
         function(x) c[2](x); return x end, { example_inputs = { seq(4, 0, dev) }, warmup = 0 })
       assert.equal("capture", err.stage)
       assert.equal("CudaGraphCaptureError", err.cause.kind)
       assert.matches("^" .. name .. " cannot run inside", err.cause.message)
       assert.is_nil(err.message:find(c[1] .. ": " .. c[1], 1, true), "named twice: " .. err.message)
-      if c[1] ~= "ReusableValueBuffer.like" then assert.is_nil(err.message:find("ReusableValueBuffer.like", 1, true)) end
+      if c[1] ~= "ex.ReusableValueBuffer.like" then assert.is_nil(err.message:find("ReusableValueBuffer.like", 1, true)) end
       check_eager_op(dev)
     end
     -- the refused calls changed nothing: the other program and the buffer still work
@@ -321,7 +321,7 @@ local function suite(Program, dev, it_)
       assert.is_true(fh.errors.is(err, "CudaGraphCaptureError"), tostring(err))
       assert.equal(stage, err.stage)
       local cls = is_cuda and "CudaGraphProgram" or "HostGraphProgram"
-      for _, pat in ipairs { "^" .. cls .. "%.capture: " .. stage .. " failed: ", "coroutine%.yield",
+      for _, pat in ipairs { "^ex%." .. cls .. "%.capture: " .. stage .. " failed: ", "coroutine%.yield",
         "spec/program_spec%.lua:%d+", "during the " .. stage, "cannot be suspended" } do
         assert.matches(pat, err.message)
       end

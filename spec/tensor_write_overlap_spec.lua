@@ -40,14 +40,14 @@ local function suite(dev, it_)
       assert.is_true(v:numel() > base:numel(), name)
       local before = base:tolist()
       local same = fh.ones(v.shape, { dtype = "float64", device = dev })
-      refuses("add_", "self", function() v:add_(1) end, base, before)
-      refuses("sub_", "self", function() v:sub_(same) end, base, before)
-      refuses("mul_", "self", function() v:mul_(2) end, base, before)
-      refuses("div_", "self", function() v:div_(same) end, base, before)
-      refuses("neg_", "self", function() v:neg_() end, base, before)
-      refuses("copy_", "self", function() v:copy_(same) end, base, before)
-      refuses("copy_", "self", function() v:copy_(same:cpu()) end, base, before) -- from another device too
-      refuses("fill_", "self", function() v:fill_(7) end, base, before)
+      refuses("Tensor:add_", "self", function() v:add_(1) end, base, before)
+      refuses("Tensor:sub_", "self", function() v:sub_(same) end, base, before)
+      refuses("Tensor:mul_", "self", function() v:mul_(2) end, base, before)
+      refuses("Tensor:div_", "self", function() v:div_(same) end, base, before)
+      refuses("Tensor:neg_", "self", function() v:neg_() end, base, before)
+      refuses("Tensor:copy_", "self", function() v:copy_(same) end, base, before)
+      refuses("Tensor:copy_", "self", function() v:copy_(same:cpu()) end, base, before) -- from another device too
+      refuses("Tensor:fill_", "self", function() v:fill_(7) end, base, before)
     end
   end)
 
@@ -57,30 +57,30 @@ local function suite(dev, it_)
     local out = base:expand(2, 3)
     local x = f64({ { 1, 2, 3 }, { 4, 5, 6 } })
     for _, op in ipairs { "add", "sub", "mul", "div" } do
-      refuses(op, "out", function() fh[op](x, x, { out = out }) end, base, before)
-      refuses(op, "out", function() fh[op](x, 2, { out = out }) end, base, before)
-      refuses(op, "out", function() fh[op](2, x, { out = out }) end, base, before)
+      refuses("fh." .. op, "out", function() fh[op](x, x, { out = out }) end, base, before)
+      refuses("fh." .. op, "out", function() fh[op](x, 2, { out = out }) end, base, before)
+      refuses("fh." .. op, "out", function() fh[op](2, x, { out = out }) end, base, before)
     end
-    refuses("neg", "out", function() fh.neg(x, { out = out }) end, base, before)
-    -- out = the overlapping operand itself, through the functional form
-    refuses("add_", "self", function() fh.add(out, 1, { out = out }) end, base, before)
+    refuses("fh.neg", "out", function() fh.neg(x, { out = out }) end, base, before)
+    -- out = the overlapping operand itself, through the functional form: an in-place add_
+    refuses("fh.add: add_", "self", function() fh.add(out, 1, { out = out }) end, base, before)
     local ubase = u64({ 1, 4 })
     local uout = ubase:expand(3, 4)
     local ua = u64({ 3, 4 })
     local q = { 7, 11, 13 }
     for _, op in ipairs { "add", "sub", "mul" } do
-      refuses("rns." .. op, "out", function() fh.rns[op](ua, ua, q, { out = uout }) end, ubase, ubase:tolist())
+      refuses("fh.rns." .. op, "out", function() fh.rns[op](ua, ua, q, { out = uout }) end, ubase, ubase:tolist())
     end
-    refuses("rns.neg", "out", function() fh.rns.neg(ua, q, { out = uout }) end, ubase, ubase:tolist())
-    refuses("rns.add", "out", function() fh.rns.add(uout, uout, q, { out = uout }) end, ubase, ubase:tolist())
+    refuses("fh.rns.neg", "out", function() fh.rns.neg(ua, q, { out = uout }) end, ubase, ubase:tolist())
+    refuses("fh.rns.add", "out", function() fh.rns.add(uout, uout, q, { out = uout }) end, ubase, ubase:tolist())
   end)
 
-  it_("refuses indexed assignment into a self-overlapping row, naming Tensor[]=", function()
+  it_("refuses indexed assignment into a self-overlapping row, naming Tensor.__newindex", function()
     local base = f64({ { { 1, 2, 3 } } })
     local v = base:expand(2, 2, 3) -- v[1] is 2x3 with strides {0, 1}
     local before = base:tolist()
-    refuses("Tensor[]=: fill_", "self", function() v[1] = 5 end, base, before)
-    refuses("Tensor[]=: copy_", "self", function() v[1] = fh.ones({ 2, 3 }, { dtype = "float64", device = dev }) end,
+    refuses("Tensor.__newindex: fill_", "self", function() v[1] = 5 end, base, before)
+    refuses("Tensor.__newindex: copy_", "self", function() v[1] = fh.ones({ 2, 3 }, { dtype = "float64", device = dev }) end,
       base, before)
   end)
 

@@ -174,12 +174,18 @@ int fh__lua_current_name(lua_State *L, char *buf, size_t n) {
   return found;
 }
 
-/* `msg` named by `name`: "<name>: <rest>", where rest is msg without a
+/* `msg` named by `name`: msg itself when it begins with "<name> ", else
+ * "<name>: <rest>", where rest is msg without a
  * leading "<name>: " and then without one leading token (no spaces or
  * brackets) that is the short name (the part after the last ':' or '.') or
  * a qualified name ending in ":<short>" / ".<short>". */
 static void name_message(const char *msg, const char *name, char *out, size_t n) {
   size_t nl = strlen(name);
+  /* a sentence that already begins with the name ("X:m cannot run inside ...") */
+  if (strncmp(msg, name, nl) == 0 && msg[nl] == ' ') {
+    snprintf(out, n, "%s", msg);
+    return;
+  }
   const char *rest = msg;
   if (strncmp(rest, name, nl) == 0 && rest[nl] == ':' && rest[nl + 1] == ' ') rest += nl + 2;
   const char *shortn = name;

@@ -250,7 +250,7 @@ static const char *const like_opts[] = {"device", "pin_memory", NULL};
 
 /* core.buffer_like(example, opts, root) */
 static int l_buffer_like(lua_State *L) {
-  const char *fn = "ReusableValueBuffer.like";
+  const char *fn = "ex.ReusableValueBuffer.like";
   if (lua_isnoneornil(L, 1)) return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (example) is missing", fn);
   fh__lua_checkopts(L, 2, fn, like_opts);
   const char *root = luaL_optstring(L, 3, "example");

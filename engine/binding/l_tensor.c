@@ -459,7 +459,7 @@ static int t_index(lua_State *L) {
 static int t_newindex(lua_State *L) {
   fh_tensor *t = self(L, "Tensor.__newindex");
   if (lua_type(L, 2) == LUA_TNUMBER) { /* t[i] = tensor (copy) or value (fill) */
-    fh_tensor *v = push_index_view(L, t, "Tensor[]=");
+    fh_tensor *v = push_index_view(L, t, "Tensor.__newindex");
     fh_tensor *src = fh__lua_totensor(L, 3);
     fh_status st;
     if (src != NULL) {
@@ -467,14 +467,11 @@ static int t_newindex(lua_State *L) {
     } else {
       fh_scalar x;
       if (!fh__lua_toscalar(L, 3, &x, 1))
-        return fh__lua_raise(L, FH_ERR_TYPE, "Tensor[]=: expected a Tensor or a number, got %s",
+        return fh__lua_raise(L, FH_ERR_TYPE, "Tensor.__newindex: expected a Tensor or a number, got %s",
                              fh__lua_typename(L, 3));
       st = fh_tensor_fill_(v, &x);
     }
-    if (st != FH_OK) {
-      fh_error_prefix("Tensor[]=");
-      fh__lua_error(L);
-    }
+    if (st != FH_OK) fh__lua_error(L); /* named Tensor.__newindex by the binding */
     return 0;
   }
   const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;

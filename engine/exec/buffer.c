@@ -189,7 +189,7 @@ fh_status fh_buffer_new(fh_tree_sig *sig, fh_tensor *const *examples, const fh_d
   int64_t n = sig->nleaves;
   if (n <= 0)
     return fh_error_set(FH_ERR_VALUE, "%s has no tensor leaves (a buffer needs at least one tensor or value)", root);
-  fh_status st = refuse_in_capture("ReusableValueBuffer.like");
+  fh_status st = refuse_in_capture("ex.ReusableValueBuffer.like");
   if (st != FH_OK) return st;
   fh_device target;
   if (dev != NULL) {
