@@ -1,6 +1,6 @@
 -- Encrypted matrix-vector product by cyclic diagonals (FHElium's example 11).
 --
---   scripts/run examples/matrix_vector.lua [--size 8] [--device cpu] [--seed 1]
+--   scripts/run examples/matrix_vector.lua [--size 8] [--device auto] [--seed 1]
 --                                          [--preset slots8192-scale40-levels7-int64]
 --
 -- y = M v for a public size x size matrix M and an encrypted vector v:
@@ -15,6 +15,8 @@
 -- (the encrypted vector) whose static state (engine, keys, diagonals) is
 -- bound by closure, so the execution layer can capture it and replay it
 -- with new inputs (HostGraphProgram on the CPU, CudaGraphProgram on a GPU).
+-- --device auto (the default) takes cuda:0 when a CUDA device is usable, else
+-- the CPU; --device cpu / cuda / cuda:N choose.
 -- Here it is captured once, then run eagerly and replayed for three
 -- different inputs, printing a correctness table against the plaintext
 -- product and eager vs replay latency.
@@ -41,7 +43,7 @@ local function now()
 end
 
 -- ---- options -----------------------------------------------------------------
-local opts = { size = 8, device = "cpu", seed = 1, preset = fh.Preset.slots8192_scale40_levels7_int64,
+local opts = { size = 8, device = "auto", seed = 1, preset = fh.Preset.slots8192_scale40_levels7_int64,
   inject_error = 0 }
 do
   local i = 1
@@ -49,7 +51,7 @@ do
     local k, v = arg[i]:match("^%-%-([%w%-]+)$"), arg[i + 1]
     k = k and k:gsub("%-", "_")
     if k == nil or opts[k] == nil or v == nil or (k ~= "device" and k ~= "preset" and tonumber(v) == nil) then
-      io.stderr:write("usage: matrix_vector.lua [--size N] [--device cpu|cuda] [--seed S] [--preset NAME]\n")
+      io.stderr:write("usage: matrix_vector.lua [--size N] [--device auto|cpu|cuda|cuda:N] [--seed S] [--preset NAME]\n")
       os.exit(2)
     end
     opts[k] = (k == "device" or k == "preset") and v or tonumber(v)
@@ -59,8 +61,13 @@ end
 local size = opts.size
 assert(size and size >= 1 and size == math.floor(size), "--size must be a positive integer")
 
+if opts.device == "auto" then opts.device = fh.cuda.is_available() and "cuda:0" or "cpu" end
+
 -- ---- setup: engine, keys, matrix ------------------------------------------------
 local engine = fh.CkksEngine(opts.preset, { device = opts.device, seed = opts.seed })
+local function sync() -- eager latency counts until the device has finished
+  if engine.device ~= "cpu" then fh.cuda.synchronize() end
+end
 local slots = engine.context.num_slots
 assert(2 * size <= slots, ("--size %d needs %d slots, the preset has %d"):format(size, 2 * size, slots))
 local sk = engine:create_secret_key()
@@ -179,6 +186,7 @@ for run = 1, 3 do
   for j = 1, size do mag = math.max(mag, math.abs(want[j])) end
   local t0 = now()
   local eager = program(ct_v)
+  sync()
   local eager_ms = (now() - t0) * 1e3
   t0 = now()
   local replayed = prog:replay({ ct_v }, { synchronize = true }) -- borrowed: overwritten by the next replay

@@ -2,6 +2,7 @@
 -- computes (the README's first command runs examples/quickstart.lua).
 local fh = require "fhelium"
 local cli = require "spec.support.cli"
+local H = require "spec.helpers"
 
 -- a * b mod q for uint64 cdata with q < 2^62, by doubling (no 128-bit
 -- arithmetic in Lua): every intermediate stays below 2^63
@@ -55,8 +56,37 @@ end)
 describe("examples/matrix_vector.lua (the README's main job)", function()
   local function bound_of(out) return tonumber(out:match("error bound (%S+):")) end
 
+  it("--device auto (the default) takes the GPU when there is one, else the CPU", function()
+    local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "2" }
+    assert.equal(0, r.code, r.stderr)
+    local want = fh.cuda.is_available() and "device cuda:0" or "device cpu"
+    assert.truthy(r.stdout:find(want, 1, true), r.stdout)
+    assert.truthy(r.stdout:find(fh.cuda.is_available() and "CudaGraphProgram" or "HostGraphProgram", 1, true))
+  end)
+
+  for _, size in ipairs(os.getenv("FHELIUM_SLOW") == "1" and { 8, 64, 256 } or { 8, 64 }) do
+    H.gpu_it(("runs on cuda:0 as a CudaGraphProgram, replays bit-identical to eager, size %d"):format(size), function()
+      local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--device", "cuda", "--size", tostring(size) }
+      assert.equal("", r.stderr)
+      assert.equal(0, r.code)
+      assert.truthy(r.stdout:find("device cuda:0", 1, true), r.stdout)
+      assert.truthy(r.stdout:find("CudaGraphProgram: %d+ launches captured"), r.stdout)
+      local rows = 0
+      for line in r.stdout:gmatch("[^\n]+") do
+        local bitwise, status = line:match("^%d+%s+%S+%s+%S+%s+%S+%s+%S+%s+%S+%s+(%S+)%s+(%S+)$")
+        if status then
+          rows = rows + 1
+          assert.equal("equal", bitwise, line)
+          assert.equal("ok", status, line)
+        end
+      end
+      assert.equal(3, rows)
+      assert.truthy(r.stdout:find("PASS\n$"), r.stdout)
+    end)
+  end
+
   it("captures the CKKS program, replays it bit-identically to eager runs, within tolerance", function()
-    local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "4" }
+    local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--device", "cpu", "--size", "4" }
     assert.equal("", r.stderr)
     assert.equal(0, r.code)
     assert.truthy(r.stdout:find("HostGraphProgram: %d+ launches captured"), r.stdout)
@@ -76,7 +106,7 @@ describe("examples/matrix_vector.lua (the README's main job)", function()
 
   it("works for every size, including 2 (a two-element diagonal is two real slots)", function()
     for _, n in ipairs { 1, 2, 3 } do
-      local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", tostring(n) }
+      local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--device", "cpu", "--size", tostring(n) }
       assert.equal("", r.stderr)
       assert.equal(0, r.code, r.stdout)
       assert.truthy(r.stdout:find("PASS\n$"), r.stdout)
@@ -84,7 +114,7 @@ describe("examples/matrix_vector.lua (the README's main job)", function()
   end)
 
   it("passes with a 30-bit-scale preset: its bound follows the scale", function()
-    local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "4", "--preset",
+    local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--device", "cpu", "--size", "4", "--preset",
       fh.Preset.slots8192_scale30_levels9_int64 }
     assert.equal("", r.stderr)
     assert.equal(0, r.code, r.stdout)
@@ -92,7 +122,7 @@ describe("examples/matrix_vector.lua (the README's main job)", function()
     local b30 = bound_of(r.stdout)
     -- the 40-bit bound is about 2^10 times smaller (the noise is the same in
     -- absolute terms, the scale is 2^10 larger)
-    local r40 = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "4" }
+    local r40 = cli.run { cli.root .. "/examples/matrix_vector.lua", "--device", "cpu", "--size", "4" }
     local b40 = bound_of(r40.stdout)
     assert.truthy(b30 and b40, r.stdout .. r40.stdout)
     assert.is_true(b30 / b40 > 2 ^ 9 and b30 / b40 < 2 ^ 11, ("bounds %g and %g"):format(b30, b40))
@@ -103,20 +133,20 @@ describe("examples/matrix_vector.lua (the README's main job)", function()
   end)
 
   it("exits 1 and reports FAIL when a result is outside the bound", function()
-    local ok = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "3" }
+    local ok = cli.run { cli.root .. "/examples/matrix_vector.lua", "--device", "cpu", "--size", "3" }
     local bound = bound_of(ok.stdout)
     assert.truthy(bound, ok.stdout)
-    local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "3", "--inject-error", tostring(3 * bound) }
+    local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--device", "cpu", "--size", "3", "--inject-error", tostring(3 * bound) }
     assert.equal(1, r.code, r.stdout)
     assert.truthy(r.stdout:find("FAILED", 1, true), r.stdout)
     assert.truthy(r.stdout:find("FAIL\n$"), r.stdout)
   end)
 
   it("rejects unknown options with a usage message", function()
-    local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--bogus", "1" }
+    local r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--device", "cpu", "--bogus", "1" }
     assert.equal(2, r.code)
     assert.truthy(r.stderr:find("usage: matrix_vector.lua"), r.stderr)
-    r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--size", "two" }
+    r = cli.run { cli.root .. "/examples/matrix_vector.lua", "--device", "cpu", "--size", "two" }
     assert.equal(2, r.code)
     assert.truthy(r.stderr:find("usage: matrix_vector.lua"), r.stderr)
   end)
