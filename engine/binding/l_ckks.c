@@ -177,7 +177,7 @@ static int l_intt(lua_State *L) { return ntt_common(L, false); }
 
 static const char *const ew_ops[] = {"copy",      "add",       "sub",         "neg",           "mont_mul",
                                      "mont_mac",  "mul_const", "add_const",   "sub_add_mul",   "add_mul_const",
-                                     "to_mont",   "from_mont", "signed",      "rescale",     NULL};
+                                     "to_mont",   "from_mont", "signed",      NULL};
 
 /* _ckks.ew(tables, op, ids, a, b, c, {k=, c=}) */
 static int l_ew(lua_State *L) {

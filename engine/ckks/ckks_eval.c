@@ -284,24 +284,6 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
       (st = fh__ckks_alloc_poly(e, &L, g.comps, &g, lo, &ts[3])) == FH_OK) {
     const uint64_t *c = fh__ckks_ptr(ts[0]);
     uint64_t *w = fh__ckks_ptr(ts[1]), *t = fh__ckks_ptr(ts[2]), *o = fh__ckks_ptr(ts[3]);
-    if (!ntt) { /* coefficient domain: one pass (FH_CKKS_EW_RESCALE) */
-      fh_ckks_ew_args f;
-      fh__ckks_ew_init(&L, &f, FH_CKKS_EW_RESCALE, G, p + 1, lo);
-      f.out = o;
-      f.out_gs = (int64_t)lo * n;
-      f.a = c; /* the dropped row, for every remaining limb */
-      f.a_gs = (int64_t)la * n;
-      f.a_ls = 0;
-      f.b = c + n;
-      f.b_gs = (int64_t)la * n;
-      f.src_q = ctx->primes[level];
-      for (int i = 0; i < lo; ++i) {
-        f.k[i] = ctx->primes[level] % ctx->primes[level + 1 + i];
-        fh__ckks_ew_set_const(&L, &f, i, tb->rescale_inv[(size_t)level * nq + level + 1 + i]);
-      }
-      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
-      goto wrap;
-    }
     const uint64_t *src = c;
     int64_t src_gs = (int64_t)la * n;
     /* the dropped row in coefficients (an INTT in the NTT domain) */
@@ -349,7 +331,6 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
       st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
     }
   }
-wrap:
   if (st == FH_OK) st = wrap_ct(e, ts[3], level + 1, scale, ct->state.polynomial_domain, out);
   release_all(ts, 4);
   return st;

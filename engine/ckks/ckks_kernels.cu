@@ -353,11 +353,7 @@ __global__ void __launch_bounds__(EW_THREADS) ew_kernel(const __grid_constant__ 
       } else if (OP == FH_CKKS_EW_ADD_MUL_CONST) r = fh_mod_add(x[j], fh_shoup_mul(y[j], c, cs, q), q);
       else if (OP == FH_CKKS_EW_TO_MONT) r = fh_mont_from_std(x[j], q, qi, r2);
       else if (OP == FH_CKKS_EW_FROM_MONT) r = fh_mont_to_std(x[j], q, qi);
-      else if (OP == FH_CKKS_EW_RESCALE) {
-        uint64_t t = fh_barrett128(x[j], 0, &pr.bar);
-        if (x[j] > (a.src_q >> 1)) t = fh_mod_sub(t, k, q);
-        r = fh_shoup_mul(y[j] + (q - t), c, cs, q);
-      } else { /* FH_CKKS_EW_SIGNED */
+      else { /* FH_CKKS_EW_SIGNED */
         const int64_t v = (int64_t)x[j];
         const uint64_t m = fh_barrett128(v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v, 0, &pr.bar);
         r = v < 0 ? fh_mod_neg(m, q) : m;
@@ -396,7 +392,6 @@ fh_status k_ew(const void *argp, void *stream) {
     case FH_CKKS_EW_TO_MONT: launch_ew<FH_CKKS_EW_TO_MONT>(a, h); break;
     case FH_CKKS_EW_FROM_MONT: launch_ew<FH_CKKS_EW_FROM_MONT>(a, h); break;
     case FH_CKKS_EW_SIGNED: launch_ew<FH_CKKS_EW_SIGNED>(a, h); break;
-    case FH_CKKS_EW_RESCALE: launch_ew<FH_CKKS_EW_RESCALE>(a, h); break;
     default: return fh_error_set(FH_ERR_EXECUTION, "ckks_ew: invalid operation %d", (int)a->op);
   }
   return launched("kernel 'ckks_ew'");
@@ -586,11 +581,67 @@ fh_status k_modup(const void *argp, void *stream) {
 }
 
 /* ==== the key-switch core: mod-up + NTT + inner product ================================
- * the mod-up writes the extended digits, the NTT's column kernel transforms them in
- * place, and ks2 (a block per (row, chunk tile)) runs, digit after digit, the chunk
- * stages on the scratch tile and accumulates the product with the key's two rows,
- * then writes both outputs: the fully transformed digits never go back to memory.
+ * ks1: a block per (digit, row, column tile) fills the tile with the digit's row
+ *      (its own rows copied, the others converted as modup_kernel does, coefficient by
+ *      coefficient) and runs the NTT's column stages on it into the scratch;
+ * ks2: a block per (row, chunk tile) runs, digit after digit, the chunk stages on the
+ *      scratch tile and accumulates the product with the key's two rows, then writes
+ *      both outputs: the transformed digits never go back to memory.
  * Small rings (N <= NTT_TILE) run the three kernels in turn. */
+__global__ void __launch_bounds__(NTT_THREADS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+  __shared__ uint64_t sm[NTT_TILE];
+  __shared__ uint64_t smt[1];
+  const fh_ckks_modup_args &u = a.up;
+  const int jd = blockIdx.y / u.nrows, r = blockIdx.y - jd * u.nrows;
+  const int ns = u.nsrc[jd], f = u.first[jd];
+  const bool own = r >= f && r < f + ns;
+  const int t = r < f ? r : r - ns; /* target index when !own */
+  const ntt_split sp = ntt_split_of(u.log_n);
+  const int64_t n = (int64_t)1 << u.log_n;
+  const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1, tile = NTT_TILE;
+  const int c0 = blockIdx.x * cols;
+  const int p = u.prime[r];
+  const fh_ckks_prime c = u.primes[p];
+  const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
+  const uint64_t *shat_inv = u.consts[jd], *row = u.consts[jd] + 2 * ns + (int64_t)t * ns;
+  if (!own && u.center && threadIdx.x == 0)
+    smt[0] = fh_mod_mul(row[0], u.primes[u.prime[f]].q % c.bar.q, &c.bar);
+  __syncthreads();
+  const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
+  GROUPS(g, u.ngroups) {
+    const uint64_t *in = u.in + g * u.in_gs;
+    for (int e = threadIdx.x; e < tile; e += blockDim.x) {
+      const int k = e / cols, col = e - k * cols;
+      const int64_t j = (int64_t)k * n2 + c0 + col;
+      uint64_t v;
+      if (own) {
+        v = in[(int64_t)r * n + j];
+      } else {
+        uint32_t cnt = 0;
+        uint64_t acc_r = 0;
+        unsigned __int128 acc = 0;
+        for (int i = 0; i < ns; ++i) {
+          const uint64_t qi = u.primes[u.prime[f + i]].q;
+          const uint64_t y = fh_shoup_mul(in[(int64_t)(f + i) * n + j], shat_inv[2 * i], shat_inv[2 * i + 1], qi);
+          cnt += y > (qi >> 1);
+          acc += (unsigned __int128)y * row[i];
+          if ((i & 15) == 15 || i == ns - 1) { /* each product < 2^124: reduce every 16 terms */
+            acc_r = fh_mod_add(acc_r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), &c.bar), c.q);
+            acc = 0;
+          }
+        }
+        if (u.center && cnt) acc_r = fh_mod_sub(acc_r, fh_mod_mul(cnt, smt[0], &c.bar), c.q);
+        v = acc_r;
+      }
+      sm[e] = v;
+    }
+    __syncthreads();
+    const ntt_view src = {sm, cols, 1};
+    const ntt_view dst = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + c0, n2, 1};
+    ntt_stages<true>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
+  }
+}
+
 constexpr int KS2_PER_THREAD = NTT_TILE / NTT_THREADS;
 __global__ void __launch_bounds__(NTT_THREADS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   __shared__ uint64_t sm[NTT_TILE];
@@ -678,31 +729,11 @@ fh_status k_ks_core(const void *argp, void *stream) {
     memcpy(k.key_row, a->key_row, sizeof(int32_t) * (size_t)u->nrows);
     return k_ks_inner(&k, stream);
   }
-  /* the mod-up, the NTT's column stages over every extended digit (one launch over
-   * G x ndigits groups: the scratch is contiguous), then the chunk stages fused with
-   * the inner product (ks2). Fusing the conversion into the column kernel too
-   * measured slower on the H200 (the conversion's registers halved that
-   * kernel's occupancy: 0.90 ms against 0.32 + 0.29 ms at N = 2^16, 9 digits). */
   cudaStream_t h = (cudaStream_t)stream;
   const int64_t n = (int64_t)1 << u->log_n;
-  fh_status st = k_modup(u, stream);
-  if (st != FH_OK) return st;
-  fh_ckks_ntt_args t;
-  memset(&t, 0, sizeof t);
-  t.out = u->out;
-  t.in = u->out;
-  t.in_gs = t.out_gs = u->out_ds;
-  t.ngroups = u->ngroups * u->ndigits;
-  t.nlimbs = u->nrows;
-  t.log_n = u->log_n;
-  t.primes = u->primes;
-  t.ntt = a->ntt;
-  memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
-  const unsigned tiles = (unsigned)(n / NTT_TILE);
-  if (u->out_gs != (int64_t)u->ndigits * u->out_ds)
-    return fh_error_set(FH_ERR_EXECUTION, "ckks_ks_core: the scratch's digits must be contiguous per group");
-  ntt_col_kernel<true><<<dim3(tiles, t.nlimbs, grid_z(t.ngroups)), NTT_THREADS, 0, h>>>(t);
-  ks2_kernel<<<dim3(tiles, u->nrows, grid_z(u->ngroups)), NTT_THREADS, 0, h>>>(*a);
+  const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(u->ngroups);
+  ks1_kernel<<<dim3(tiles, u->ndigits * u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
+  ks2_kernel<<<dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
   return launched("kernel 'ckks_ks_core'");
 }
 

@@ -199,15 +199,6 @@ static fh_status cpu_ew(const void *argp) {
           }
           break;
         }
-        case FH_CKKS_EW_RESCALE: {
-          const uint64_t half = a->src_q >> 1;
-          for (int64_t j = 0; j < n; ++j) {
-            uint64_t r = fh_barrett128(x[j], 0, &pr->bar);
-            if (x[j] > half) r = fh_mod_sub(r, k, q);
-            o[j] = fh_shoup_mul(y[j] + (q - r), c, cs, q);
-          }
-          break;
-        }
         default: return fh_error_set(FH_ERR_EXECUTION, "ckks_ew: invalid operation %d", (int)a->op);
       }
     }

@@ -230,7 +230,7 @@ fh_status fh_ckks_poly_ntt(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int
 /* ---- element-wise --------------------------------------------------------------------- */
 static const char *const ew_names[FH_CKKS_EW_OP_COUNT] = {
     "copy", "add", "sub", "neg", "mont_mul", "mont_mac", "mul_const", "add_const", "sub_add_mul",
-    "add_mul_const", "to_mont", "from_mont", "signed", "rescale",
+    "add_mul_const", "to_mont", "from_mont", "signed",
 };
 
 static int ew_inputs(int op) {
@@ -239,8 +239,7 @@ static int ew_inputs(int op) {
     case FH_CKKS_EW_SUB:
     case FH_CKKS_EW_MONT_MUL:
     case FH_CKKS_EW_SUB_ADD_MUL:
-    case FH_CKKS_EW_ADD_MUL_CONST:
-    case FH_CKKS_EW_RESCALE: return 2;
+    case FH_CKKS_EW_ADD_MUL_CONST: return 2;
     case FH_CKKS_EW_MONT_MAC: return 3;
     default: return 1;
   }

@@ -129,8 +129,6 @@ typedef enum fh_ckks_ew_op {
   FH_CKKS_EW_TO_MONT,       /* out = a R mod q */
   FH_CKKS_EW_FROM_MONT,     /* out = a R^-1 mod q */
   FH_CKKS_EW_SIGNED,        /* out = int64 a reduced into [0, q) (a is int64 data, |a| < 2^63) */
-  FH_CKKS_EW_RESCALE,       /* out = (b - lift(a)) * c[l] (Shoup): a's row, of the prime src_q (a_ls 0: one row for
-                               every limb), lifted to (-src_q/2, src_q/2]; k[l] = src_q mod q: a rescale in one pass */
   FH_CKKS_EW_OP_COUNT
 } fh_ckks_ew_op;
 
@@ -146,7 +144,6 @@ typedef struct fh_ckks_ew_args {
   int32_t prime[FH_CKKS_MAX_PRIMES];
   uint64_t k[FH_CKKS_MAX_PRIMES];
   uint64_t c_const[FH_CKKS_MAX_PRIMES], c_shoup[FH_CKKS_MAX_PRIMES];
-  uint64_t src_q; /* FH_CKKS_EW_RESCALE: the prime of a's row */
 } fh_ckks_ew_args;
 
 /* ---- ciphertext tensor product (NTT domain) ----------------------------------
