@@ -8,7 +8,7 @@
 -- The vector is encrypted as [v, v, 0, ...] so that a left rotation by i
 -- (rotate_by_step(ct, -i): slot j <- slot j + i) wraps modulo `size` in the
 -- first `size` slots; each diagonal is a prepared plaintext. One program
--- run is `size` rotations, `size` plaintext products, `size - 1` additions
+-- run is `size - 1` hoisted rotations, `size` plaintext products, `size - 1` additions
 -- and one rescale.
 --
 -- The computation is `program(ct_v)`: a function of its one dynamic input
@@ -90,11 +90,15 @@ for i = 0, size - 1 do
 end
 
 -- ---- the program: one dynamic input, everything else bound by closure ----------
+-- The size - 1 rotations of ct_v are hoisted (rotate_many: one mod-up of the
+-- key switch shared by every step; the same words as rotate_by_step each).
+local steps = {}
+for i = 1, size - 1 do steps[i] = -i end
 local function program(ct_v)
+  local rotated = size > 1 and engine:rotate_many(ct_v, steps) or {}
   local acc
   for i = 0, size - 1 do
-    local rotated = i == 0 and ct_v or engine:rotate_by_step(ct_v, -i)
-    local term = engine:multiply_plaintext(rotated, diagonals[i])
+    local term = engine:multiply_plaintext(i == 0 and ct_v or rotated[i], diagonals[i])
     acc = acc and engine:add(acc, term) or term
   end
   return engine:rescale_to_next_level(acc)

@@ -704,9 +704,24 @@ static int l_info(lua_State *L) {
 #endif
   lua_pushnumber(L, (lua_Number)fh_launch_count());
   lua_setfield(L, -2, "launches");
+  lua_pushboolean(L, fh_built_with_openmp());
+  lua_setfield(L, -2, "openmp");
+  lua_pushinteger(L, fh_num_threads());
+  lua_setfield(L, -2, "num_threads");
   lua_pushnumber(L, (lua_Number)fh_cpu_allocated_bytes());
   lua_setfield(L, -2, "cpu_allocated_bytes");
   return 1;
+}
+
+/* fh.num_threads() / fh.set_num_threads(n): the CPU kernels' host threads (fh/core.h). */
+static int l_num_threads(lua_State *L) {
+  lua_pushinteger(L, fh_num_threads());
+  return 1;
+}
+static int l_set_num_threads(lua_State *L) {
+  int n = (int)fh__lua_checkint(L, 1, "fh.set_num_threads", "n", 1, 4096);
+  fh__lua_check(L, fh_set_num_threads(n));
+  return 0;
 }
 
 __attribute__((visibility("default"))) int luaopen_fhelium_core(lua_State *L) {
@@ -721,7 +736,8 @@ __attribute__((visibility("default"))) int luaopen_fhelium_core(lua_State *L) {
   fh__lua_open_signature(L);
   fh__lua_open_exec(L);
   fh__lua_open_ckks(L);
-  static const luaL_Reg fns[] = {{"info", l_info}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {
+      {"info", l_info}, {"num_threads", l_num_threads}, {"set_num_threads", l_set_num_threads}, {NULL, NULL}};
   fh__lua_setfuncs_named(L, fns, "fh.");
   lua_pushvalue(L, -1);
   lua_setfield(L, LUA_REGISTRYINDEX, "fhelium.core.module");

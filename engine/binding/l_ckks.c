@@ -688,6 +688,59 @@ static int e_conjugate(lua_State *L) {
   return push_result(L, st_, v, fn);
 }
 
+/* engine:rotate_many(ct, steps [, keys]) -> {ct rotated by steps[1], ...} */
+static int e_rotate_many(lua_State *L) {
+  const char *fn = "rotate_many";
+  fh_ckks_engine *e = check_engine(L, fn);
+  fh_value *ct = arg_value(L, 2, fn, "ct", false);
+  if (!lua_istable(L, 3) || fh__lua_totensor(L, 3))
+    return fh__lua_raise(L, FH_ERR_TYPE, "CkksEngine:rotate_many: argument 2 (steps) expected a list of integers, got %s",
+                         fh__lua_typename(L, 3));
+  int n = (int)lua_objlen(L, 3);
+  if (n < 1) return fh__lua_raise(L, FH_ERR_VALUE, "CkksEngine:rotate_many: steps is empty");
+  if (n > 1 << 16) return fh__lua_raise(L, FH_ERR_VALUE, "CkksEngine:rotate_many: at most 65536 steps, got %d", n);
+  bool with_keys = !lua_isnoneornil(L, 4);
+  if (with_keys && (!lua_istable(L, 4) || (int)lua_objlen(L, 4) != n))
+    return fh__lua_raise(L, FH_ERR_VALUE, "CkksEngine:rotate_many: argument 3 (keys) expected a list of %d rotation keys",
+                         n);
+  /* scratch owned by Lua (freed by the GC), then the result boxes before anything is made */
+  int64_t *steps = lua_newuserdata(L, sizeof *steps * (size_t)n);
+  const fh_value **keys = lua_newuserdata(L, sizeof *keys * (size_t)n);
+  fh_value **outs = lua_newuserdata(L, sizeof *outs * (size_t)n);
+  for (int i = 0; i < n; ++i) {
+    lua_rawgeti(L, 3, i + 1);
+    char what[32];
+    snprintf(what, sizeof what, "steps[%d]", i + 1);
+    steps[i] = fh__lua_checkint(L, lua_gettop(L), "CkksEngine:rotate_many", what, -((int64_t)1 << 40), (int64_t)1 << 40);
+    lua_pop(L, 1);
+    keys[i] = NULL;
+    if (with_keys) {
+      lua_rawgeti(L, 4, i + 1);
+      keys[i] = fh__lua_tovalue(L, -1);
+      if (keys[i] == NULL)
+        return fh__lua_raise(L, FH_ERR_TYPE, "CkksEngine:rotate_many: keys[%d] expected a RotationKey, got %s", i + 1,
+                             fh__lua_typename(L, -1));
+      lua_pop(L, 1); /* kept alive by the keys list */
+    }
+  }
+  lua_createtable(L, n, 0);
+  int list = lua_gettop(L);
+  for (int i = 0; i < n; ++i) {
+    fh__lua_newbox(L, sizeof(fh_value_box), FH_VALUE_MT); /* v = NULL until filled */
+    lua_rawseti(L, list, i + 1);
+  }
+  fh_status st = fh_ckks_rotate_many(e, ct, steps, n, with_keys ? keys : NULL, outs);
+  if (st != FH_OK) return fh__lua_error_named(L, "CkksEngine:rotate_many");
+  for (int i = 0; i < n; ++i) {
+    lua_rawgeti(L, list, i + 1);
+    fh_value_box *b = lua_touserdata(L, -1);
+    b->v = outs[i];
+    fh__lua_account(L, fh_value_data(outs[i]));
+    lua_pop(L, 1);
+  }
+  return 1;
+}
+
 static int e_stack_batch(lua_State *L) {
   const char *fn = "stack_batch";
   fh_ckks_engine *e = check_engine(L, fn);
@@ -739,6 +792,7 @@ static void fh__lua_open_ckks_engine(lua_State *L) {
       {"ntt_domain_to_coefficient_domain", e_to_coeff},
       {"rotate_by_step", e_rotate_by_step},
       {"rotate_with_key", e_rotate_with_key},
+      {"rotate_many", e_rotate_many},
       {"conjugate", e_conjugate},
       {"stack_batch", e_stack_batch},
       {"sum_ciphertext_batch", e_sum_batch},

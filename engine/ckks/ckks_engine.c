@@ -819,140 +819,245 @@ fh_status fh_ckks_decrypt(fh_ckks_engine *e, const fh_value *ct, const fh_value 
 }
 
 /* ---- key switching ---------------------------------------------------------------------------- */
+static void ks_geo_of(const fh_ckks_tables *tb, int level, fh__ckks_ks_geo *k) {
+  k->nq = tb->nq;
+  k->np = tb->np;
+  k->alpha = tb->alpha;
+  k->dnum = tb->dnum;
+  k->n = tb->n;
+  k->la = k->nq - level;
+  k->lk = k->la + k->np;
+  k->j0 = level / k->alpha;
+  k->ndig = k->dnum - k->j0;
+  for (int i = 0; i < k->la; ++i) k->qp[i] = level + i;
+  for (int i = 0; i < k->np; ++i) k->qp[k->la + i] = k->nq + i;
+}
+
+/* The mod-up arguments for d (coefficient rows of the active Q primes, group stride gs_d) into
+ * D [G][ndig][lk][N]: each digit's residues extended to every other active row and P, centred
+ * (zero-mean digits, see fh_ckks_bconv_args). */
+static void modup_args(const fh_ckks_tables *tb, int level, const fh__ckks_ks_geo *k, int64_t G, const uint64_t *d,
+                       int64_t gs_d, uint64_t *D, fh_ckks_modup_args *u) {
+  memset(u, 0, sizeof *u);
+  u->out = D;
+  u->in = d;
+  u->out_gs = (int64_t)k->ndig * k->lk * k->n;
+  u->out_ds = (int64_t)k->lk * k->n;
+  u->in_gs = gs_d;
+  u->ngroups = G;
+  u->ndigits = k->ndig;
+  u->nrows = k->lk;
+  u->log_n = tb->log_n;
+  u->center = 1;
+  u->primes = tb->primes_dev;
+  for (int jj = 0; jj < k->ndig; ++jj) {
+    int j = k->j0 + jj;
+    int first = j * k->alpha > level ? j * k->alpha : level;
+    int last = (j + 1) * k->alpha < k->nq ? (j + 1) * k->alpha : k->nq;
+    u->consts[jj] = tb->modup[level * k->dnum + j];
+    u->first[jj] = first - level;
+    u->nsrc[jj] = last - first;
+  }
+  memcpy(u->prime, k->qp, sizeof(int32_t) * (size_t)k->lk);
+}
+
+/* The key's digits from j0 on, as the inner product reads them. */
+static const uint64_t *key_digits(const fh__ckks_ks_geo *k, const fh_tensor *key, int64_t *ds, int64_t *cs) {
+  int64_t krows = (int64_t)(k->nq + k->np) * k->n;
+  *ds = 2 * krows;
+  *cs = krows;
+  return (const uint64_t *)fh_tensor_data(key) + (int64_t)k->j0 * 2 * krows;
+}
+
+/* 4. mod-down of acc [G][2][lk][N] (NTT domain): out = (A - conv(A mod P)) * P^-1 (+ add) with
+ * the centered conversion from the P rows: conv(x) = x + u P with x + u P = sum_k y'_k Phat_k, so
+ * the result is A / P minus sum_k y'_k / p_k, a zero-mean rounding error in (-np/2, np/2] (for one
+ * P prime: exact rounding to nearest). Centering replaces the usual "+ floor(P/2), then floor"
+ * rounding, whose approximate conversion would leave an offset of about (np - 1) / 2 in every
+ * coefficient. */
+/* W [2G][np][N] and T [2G][la][N]: scratch (fh__ckks_temp, in L's uses) */
+static fh_status ks_temps(fh__ckks_launcher *L, const fh__ckks_ks_geo *k, int64_t G, fh_tensor **W, fh_tensor **T) {
+  int64_t wshape[3] = {2 * G, k->np, k->n}, tshape[3] = {2 * G, k->la, k->n};
+  fh_status st = fh__ckks_temp(L, 3, wshape, W);
+  if (st == FH_OK && (st = fh__ckks_temp(L, 3, tshape, T)) != FH_OK) {
+    fh_tensor_release(*W);
+    *W = NULL;
+  }
+  return st;
+}
+
+static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k, int64_t G,
+                            uint64_t *A, uint64_t *w, uint64_t *t, bool ntt_out, uint64_t *out0, uint64_t *out1,
+                            int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs) {
+  const fh_ckks_tables *tb = e->tb;
+  const int la = k->la, lk = k->lk, np = k->np, nq = k->nq;
+  const int64_t n = k->n;
+  const int32_t *qp = k->qp;
+  fh_status st;
+  if ((st = fh__ckks_ntt(L, false, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, qp + la, np)))
+    return st;
+  fh_ckks_bconv_args b;
+  memset(&b, 0, sizeof b);
+  b.out = t;
+  b.out_gs = (int64_t)la * n;
+  b.in = w;
+  b.in_gs = (int64_t)np * n;
+  b.ngroups = 2 * G;
+  b.nsrc = np;
+  b.ndst = la;
+  b.log_n = tb->log_n;
+  b.primes = tb->primes_dev;
+  b.consts = tb->moddown[level];
+  b.center = 1;
+  for (int i = 0; i < np; ++i) {
+    b.src_prime[i] = nq + i;
+    b.src_row[i] = i;
+  }
+  for (int i = 0; i < la; ++i) {
+    b.dst_prime[i] = level + i;
+    b.dst_row[i] = i;
+  }
+  if (ntt_out) {
+    /* conversion, NTT and (A - t) P^-1 (+ add) in one launch (fh_ckks_moddown_args) */
+    fh_ckks_moddown_args m;
+    memset(&m, 0, sizeof m);
+    m.conv = b;
+    m.ntt = tb->ntt;
+    m.a = A;
+    m.a_gs = (int64_t)lk * n;
+    m.out[0] = out0;
+    m.out[1] = out1;
+    m.add[0] = add0;
+    m.add[1] = add1;
+    m.out_gs = out_gs;
+    m.add_gs = add_gs;
+    for (int i = 0; i < la; ++i) {
+      m.c_const[i] = tb->p_inv[level + i];
+      m.c_shoup[i] = fh_shoup_precompute(m.c_const[i], tb->primes[level + i]);
+    }
+    return fh__ckks_submit(L, FH_K_CKKS_MODDOWN, &m, sizeof m);
+  }
+  if ((st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &b, sizeof b))) return st;
+  if ((st = fh__ckks_ntt(L, false, A, (int64_t)lk * n, A, (int64_t)lk * n, 2 * G, qp, la))) return st;
+  uint64_t *outs[2] = {out0, out1};
+  const uint64_t *adds[2] = {add0, add1};
+  for (int c = 0; c < 2 && st == FH_OK; ++c) {
+    fh_ckks_ew_args f;
+    fh__ckks_ew_init(L, &f, FH_CKKS_EW_SUB_ADD_MUL, G, qp, la);
+    f.out = outs[c];
+    f.out_gs = out_gs;
+    f.a = A + (int64_t)c * lk * n;
+    f.a_gs = 2 * (int64_t)lk * n;
+    f.b = t + (int64_t)c * la * n;
+    f.b_gs = 2 * (int64_t)la * n;
+    f.c = adds[c];
+    f.c_gs = add_gs;
+    for (int i = 0; i < la; ++i) {
+      f.k[i] = 0;
+      fh__ckks_ew_set_const(L, &f, i, tb->p_inv[level + i]);
+    }
+    st = fh__ckks_submit(L, FH_K_CKKS_EW, &f, sizeof f);
+  }
+  return st;
+}
+
 fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
                              int64_t gs_d, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
                              int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs) {
   const fh_ckks_tables *tb = e->tb;
-  const int nq = tb->nq, np = tb->np, alpha = tb->alpha, dnum = tb->dnum;
-  const int64_t n = tb->n;
-  const int la = nq - level, lk = la + np;
-  const int j0 = level / alpha, ndig = dnum - j0;
-  int32_t qp[FH_CKKS_MAX_PRIMES]; /* active Q rows, then the P rows */
-  for (int i = 0; i < la; ++i) qp[i] = level + i;
-  for (int k = 0; k < np; ++k) qp[la + k] = nq + k;
+  fh__ckks_ks_geo k;
+  ks_geo_of(tb, level, &k);
+  const int64_t n = k.n;
   fh_tensor *D = NULL, *acc = NULL, *W = NULL, *T = NULL;
-  int64_t dshape[4] = {G, ndig, lk, n}, ashape[4] = {G, 2, lk, n}, wshape[3] = {2 * G, np, n},
-          tshape[3] = {2 * G, la, n};
-  fh_status st = FH_OK;
+  int64_t dshape[4] = {G, k.ndig, k.lk, n}, ashape[4] = {G, 2, k.lk, n};
+  fh_status st;
   if ((st = fh__ckks_temp(L, 4, dshape, &D)) || (st = fh__ckks_temp(L, 4, ashape, &acc)) ||
-      (st = fh__ckks_temp(L, 3, wshape, &W)) || (st = fh__ckks_temp(L, 3, tshape, &T)))
+      (st = ks_temps(L, &k, G, &W, &T)))
     goto done;
-  /* 1-3. mod-up (each digit's residues extended to every other active row and P, centred:
-   * zero-mean digits, see fh_ckks_bconv_args), NTT of the extended digits, inner product
-   * with the key: one launch (fh_ckks_ks_core_args), D its scratch */
+  /* 1-3. mod-up, NTT of the extended digits, inner product with the key: one launch
+   * (fh_ckks_ks_core_args), D its scratch */
   {
-    fh_ckks_ks_core_args k;
-    memset(&k, 0, sizeof k);
-    fh_ckks_modup_args *u = &k.up;
-    u->out = fh__ckks_ptr(D);
-    u->in = d;
-    u->out_gs = (int64_t)ndig * lk * n;
-    u->out_ds = (int64_t)lk * n;
-    u->in_gs = gs_d;
-    u->ngroups = G;
-    u->ndigits = ndig;
-    u->nrows = lk;
-    u->log_n = tb->log_n;
-    u->center = 1;
-    u->primes = tb->primes_dev;
-    for (int jj = 0; jj < ndig; ++jj) {
-      int j = j0 + jj;
-      int first = j * alpha > level ? j * alpha : level;
-      int last = (j + 1) * alpha < nq ? (j + 1) * alpha : nq;
-      u->consts[jj] = tb->modup[level * dnum + j];
-      u->first[jj] = first - level;
-      u->nsrc[jj] = last - first;
-    }
-    memcpy(u->prime, qp, sizeof(int32_t) * (size_t)lk);
-    int64_t krows = (int64_t)(nq + np) * n;
-    k.ntt = tb->ntt;
-    k.out = fh__ckks_ptr(acc);
-    k.out_gs = 2 * (int64_t)lk * n;
-    k.out_cs = (int64_t)lk * n;
-    k.key = (const uint64_t *)fh_tensor_data(key) + (int64_t)j0 * 2 * krows;
-    k.key_ds = 2 * krows;
-    k.key_cs = krows;
-    memcpy(k.key_row, qp, sizeof(int32_t) * (size_t)lk);
-    if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &k, sizeof k))) goto done;
+    fh_ckks_ks_core_args c;
+    memset(&c, 0, sizeof c);
+    modup_args(tb, level, &k, G, d, gs_d, fh__ckks_ptr(D), &c.up);
+    c.ntt = tb->ntt;
+    c.out = fh__ckks_ptr(acc);
+    c.out_gs = 2 * (int64_t)k.lk * n;
+    c.out_cs = (int64_t)k.lk * n;
+    c.key = key_digits(&k, key, &c.key_ds, &c.key_cs);
+    memcpy(c.key_row, k.qp, sizeof(int32_t) * (size_t)k.lk);
+    if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &c, sizeof c))) goto done;
   }
-  /* 4. mod-down: out = (A - conv(A mod P)) * P^-1 with the centered conversion from the P
-   * rows: conv(x) = x + u P with x + u P = sum_k y'_k Phat_k, so the result is A / P minus
-   * sum_k y'_k / p_k, a zero-mean rounding error in (-np/2, np/2] (for one P prime: exact
-   * rounding to nearest). Centering replaces the usual "+ floor(P/2), then floor" rounding,
-   * whose approximate conversion would leave an offset of about (np - 1) / 2 in every
-   * coefficient. */
-  {
-    uint64_t *A = fh__ckks_ptr(acc), *w = fh__ckks_ptr(W), *t = fh__ckks_ptr(T);
-    if ((st = fh__ckks_ntt(L, false, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, qp + la, np)))
-      goto done;
-    fh_ckks_bconv_args b;
-    memset(&b, 0, sizeof b);
-    b.out = t;
-    b.out_gs = (int64_t)la * n;
-    b.in = w;
-    b.in_gs = (int64_t)np * n;
-    b.ngroups = 2 * G;
-    b.nsrc = np;
-    b.ndst = la;
-    b.log_n = tb->log_n;
-    b.primes = tb->primes_dev;
-    b.consts = tb->moddown[level];
-    b.center = 1;
-    for (int k = 0; k < np; ++k) {
-      b.src_prime[k] = nq + k;
-      b.src_row[k] = k;
-    }
-    for (int i = 0; i < la; ++i) {
-      b.dst_prime[i] = level + i;
-      b.dst_row[i] = i;
-    }
-    if (ntt_out) {
-      /* conversion, NTT and (A - t) P^-1 (+ add) in one launch (fh_ckks_moddown_args) */
-      fh_ckks_moddown_args m;
-      memset(&m, 0, sizeof m);
-      m.conv = b;
-      m.ntt = tb->ntt;
-      m.a = A;
-      m.a_gs = (int64_t)lk * n;
-      m.out[0] = out0;
-      m.out[1] = out1;
-      m.add[0] = add0;
-      m.add[1] = add1;
-      m.out_gs = out_gs;
-      m.add_gs = add_gs;
-      for (int i = 0; i < la; ++i) {
-        m.c_const[i] = tb->p_inv[level + i];
-        m.c_shoup[i] = fh_shoup_precompute(m.c_const[i], tb->primes[level + i]);
-      }
-      st = fh__ckks_submit(L, FH_K_CKKS_MODDOWN, &m, sizeof m);
-      goto done;
-    }
-    if ((st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &b, sizeof b))) goto done;
-    if ((st = fh__ckks_ntt(L, false, A, (int64_t)lk * n, A, (int64_t)lk * n, 2 * G, qp, la))) goto done;
-    uint64_t *outs[2] = {out0, out1};
-    const uint64_t *adds[2] = {add0, add1};
-    for (int c = 0; c < 2 && st == FH_OK; ++c) {
-      fh_ckks_ew_args f;
-      fh__ckks_ew_init(L, &f, FH_CKKS_EW_SUB_ADD_MUL, G, qp, la);
-      f.out = outs[c];
-      f.out_gs = out_gs;
-      f.a = A + (int64_t)c * lk * n;
-      f.a_gs = 2 * (int64_t)lk * n;
-      f.b = t + (int64_t)c * la * n;
-      f.b_gs = 2 * (int64_t)la * n;
-      f.c = adds[c];
-      f.c_gs = add_gs;
-      for (int i = 0; i < la; ++i) {
-        f.k[i] = 0;
-        fh__ckks_ew_set_const(L, &f, i, tb->p_inv[level + i]);
-      }
-      st = fh__ckks_submit(L, FH_K_CKKS_EW, &f, sizeof f);
-    }
-  }
+  st = ks_moddown(e, L, level, &k, G, fh__ckks_ptr(acc), fh__ckks_ptr(W), fh__ckks_ptr(T), ntt_out, out0, out1,
+                  out_gs, add0, add1, add_gs);
 done:
   if (D) fh_tensor_release(D);
   if (acc) fh_tensor_release(acc);
   if (W) fh_tensor_release(W);
   if (T) fh_tensor_release(T);
   return st;
+}
+
+fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
+                               int64_t gs_d, fh__ckks_hoist *h) {
+  const fh_ckks_tables *tb = e->tb;
+  memset(h, 0, sizeof *h);
+  ks_geo_of(tb, level, &h->k);
+  h->level = level;
+  h->G = G;
+  const fh__ckks_ks_geo *k = &h->k;
+  const int64_t n = k->n, rs = (int64_t)k->lk * n;
+  int64_t dshape[4] = {G, k->ndig, k->lk, n}, ashape[4] = {G, 2, k->lk, n};
+  fh_status st;
+  if ((st = fh__ckks_temp(L, 4, dshape, &h->D)) || (st = fh__ckks_temp(L, 4, dshape, &h->Dr)) ||
+      (st = fh__ckks_temp(L, 4, ashape, &h->acc)) || (st = ks_temps(L, k, G, &h->W, &h->T))) {
+    fh__ckks_hoist_end(h);
+    return st;
+  }
+  /* the mod-up and the NTT of the extended digits, once */
+  fh_ckks_modup_args u;
+  modup_args(tb, level, k, G, d, gs_d, fh__ckks_ptr(h->D), &u);
+  if ((st = fh__ckks_submit(L, FH_K_CKKS_MODUP, &u, sizeof u)) == FH_OK)
+    st = fh__ckks_ntt(L, true, fh__ckks_ptr(h->D), rs, fh__ckks_ptr(h->D), rs, G * k->ndig, k->qp, k->lk);
+  if (st != FH_OK) fh__ckks_hoist_end(h);
+  return st;
+}
+
+fh_status fh__ckks_hoist_step(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t galois,
+                              const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs,
+                              const uint64_t *add0, int64_t add_gs) {
+  const fh_ckks_tables *tb = e->tb;
+  const fh__ckks_ks_geo *k = &h->k;
+  const int64_t rs = (int64_t)k->lk * k->n;
+  /* the automorphism of the extended digits: it commutes with the centred conversion and with
+   * the NTT, so these are the digits of the rotated polynomial, word for word */
+  fh_status st = fh__ckks_automorph(L, true, galois, fh__ckks_ptr(h->Dr), rs, fh__ckks_ptr(h->D), rs,
+                                    h->G * k->ndig, k->qp, k->lk);
+  if (st != FH_OK) return st;
+  fh_ckks_ks_args ip;
+  memset(&ip, 0, sizeof ip);
+  ip.out = fh__ckks_ptr(h->acc);
+  ip.out_gs = 2 * rs;
+  ip.out_cs = rs;
+  ip.digits = fh__ckks_ptr(h->Dr);
+  ip.digits_gs = (int64_t)k->ndig * rs;
+  ip.digit_stride = rs;
+  ip.key = key_digits(k, key, &ip.key_ds, &ip.key_cs);
+  ip.ngroups = h->G;
+  ip.ndigits = k->ndig;
+  ip.nlimbs = k->lk;
+  ip.log_n = tb->log_n;
+  ip.primes = tb->primes_dev;
+  memcpy(ip.prime, k->qp, sizeof(int32_t) * (size_t)k->lk);
+  memcpy(ip.key_row, k->qp, sizeof(int32_t) * (size_t)k->lk);
+  if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_INNER, &ip, sizeof ip)) != FH_OK) return st;
+  return ks_moddown(e, L, h->level, k, h->G, fh__ckks_ptr(h->acc), fh__ckks_ptr(h->W), fh__ckks_ptr(h->T), ntt_out,
+                    out0, out1, out_gs, add0, NULL, add_gs);
+}
+
+void fh__ckks_hoist_end(fh__ckks_hoist *h) {
+  fh_tensor *ts[5] = {h->D, h->Dr, h->acc, h->W, h->T};
+  for (int i = 0; i < 5; ++i)
+    if (ts[i]) fh_tensor_release(ts[i]);
+  memset(h, 0, sizeof *h);
 }

@@ -533,6 +533,113 @@ fh_status fh_ckks_rotate_with_key(fh_ckks_engine *e, const fh_value *ct, const f
   return apply_galois(e, op, ct, fh__ckks_galois_of_step(e, rk->state.step), rk, out);
 }
 
+fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64_t *steps, int nsteps,
+                              const fh_value *const *keys, fh_value **outs) {
+  const char *op = "rotate_many";
+  fh_status st;
+  if ((st = rotate_check(e, op, ct)) != FH_OK) return st;
+  if (nsteps < 0) return fh_error_set(FH_ERR_VALUE, "%s: %d steps", op, nsteps);
+  if (nsteps == 0) return FH_OK;
+  /* every step's key first: nothing is launched unless all are there */
+  const fh_value **rk = calloc((size_t)nsteps, sizeof *rk);
+  int64_t *canon = calloc((size_t)nsteps, sizeof *canon);
+  fh_value **res = calloc((size_t)nsteps, sizeof *res);
+  fh_tensor **data = calloc((size_t)nsteps, sizeof *data);
+  if (!rk || !canon || !res || !data) {
+    free(rk);
+    free(canon);
+    free(res);
+    free(data);
+    return fh_error_set(FH_ERR_MEMORY, "%s: out of memory", op);
+  }
+  for (int r = 0; r < nsteps && st == FH_OK; ++r) {
+    int64_t c = canon[r] = fh_ckks_canonical_step(e, steps[r]);
+    const fh_value *k = keys ? keys[r] : NULL;
+    if (k != NULL) {
+      char arg[32];
+      snprintf(arg, sizeof arg, "keys[%d]", r + 1);
+      if ((st = fh__ckks_need_key(e, op, arg, k, FH_ROTATION_KEY, FH_BASIS_QP)) != FH_OK) break;
+      if (k->state.step != c) {
+        st = fh_error_set(FH_ERR_STATE, "%s: step of keys[%d] is %lld but steps[%d] = %lld needs step %lld", op, r + 1,
+                          (long long)k->state.step, r + 1, (long long)steps[r], (long long)c);
+        break;
+      }
+    } else if (c != 0) {
+      for (int i = 0; i < e->nrot && k == NULL; ++i)
+        if (e->rot_keys[i]->state.step == c) k = e->rot_keys[i];
+      if (k == NULL) {
+        st = fh_error_set(FH_ERR_STATE,
+                          "%s: steps[%d] = %lld: the engine has no rotation key for step %lld (create one with "
+                          "create_rotation_key(sk, %lld), or pass keys)",
+                          op, r + 1, (long long)steps[r], (long long)c, (long long)c);
+        break;
+      }
+      if ((st = fh__ckks_need_key(e, op, "a rotation key", k, FH_ROTATION_KEY, FH_BASIS_QP)) != FH_OK) break;
+    }
+    rk[r] = k;
+  }
+  fh__ckks_geo g;
+  fh__ckks_geo_of(ct, &g);
+  const bool ntt = ct->state.polynomial_domain == FH_DOMAIN_NTT;
+  const int64_t n = fh_ckks_engine_context(e)->ring_degree, gs = (int64_t)g.la * n, cs = g.B * gs;
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, g.level, p);
+  fh__ckks_launcher L;
+  fh_tensor *cd = NULL, *dt = NULL, *a0 = NULL;
+  fh__ckks_hoist h;
+  bool hoisted = false;
+  if (st == FH_OK) st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e));
+  if (st == FH_OK) st = data_of(&L, ct, &cd);
+  /* the results, allocated up front (they join the uses only for their own step) */
+  int64_t shape[FH_MAX_DIMS];
+  int nd = 0;
+  shape[nd++] = 2;
+  for (int i = 0; i < g.nbatch; ++i) shape[nd++] = g.batch[i];
+  shape[nd++] = g.la;
+  shape[nd++] = n;
+  fh_tensor_options o = {FH_UINT64, fh_ckks_engine_device(e), false, false};
+  for (int r = 0; r < nsteps && st == FH_OK; ++r)
+    if (canon[r] != 0) st = fh_tensor_empty(nd, shape, &o, &data[r]);
+  bool any = false;
+  for (int r = 0; r < nsteps; ++r) any = any || canon[r] != 0;
+  if (st == FH_OK && any) {
+    const uint64_t *c = fh__ckks_ptr(cd), *d = c + cs;
+    if (ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &dt)) == FH_OK) { /* c1 in coefficients */
+      st = fh__ckks_ntt(&L, false, fh__ckks_ptr(dt), gs, d, gs, g.B, p, g.la);
+      d = fh__ckks_ptr(dt);
+    }
+    if (st == FH_OK) st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &a0);
+    if (st == FH_OK && (st = fh__ckks_hoist_begin(e, &L, g.level, g.B, d, gs, &h)) == FH_OK) hoisted = true;
+    for (int r = 0; r < nsteps && st == FH_OK; ++r) {
+      if (canon[r] == 0) continue;
+      int saved = L.nuses;
+      fh__ckks_use(&L, fh_value_data(rk[r]));
+      fh__ckks_use(&L, data[r]);
+      uint64_t gal = fh__ckks_galois_of_step(e, canon[r]), *out = fh__ckks_ptr(data[r]);
+      /* the first component's automorphism, added after the mod-down */
+      if ((st = fh__ckks_automorph(&L, ntt, gal, fh__ckks_ptr(a0), gs, c, gs, g.B, p, g.la)) == FH_OK)
+        st = fh__ckks_hoist_step(e, &L, &h, gal, fh_value_data(rk[r]), ntt, out, out + cs, gs, fh__ckks_ptr(a0), gs);
+      L.nuses = saved;
+    }
+  }
+  for (int r = 0; r < nsteps && st == FH_OK; ++r)
+    st = canon[r] == 0 ? fh_value_clone(ct, &res[r])
+                       : wrap_ct(e, data[r], g.level, ct->state.scale, ct->state.polynomial_domain, &res[r]);
+  if (hoisted) fh__ckks_hoist_end(&h);
+  fh_tensor *ts[3] = {cd, dt, a0};
+  release_all(ts, 3);
+  for (int r = 0; r < nsteps; ++r) {
+    if (data[r]) fh_tensor_release(data[r]);
+    if (st != FH_OK && res[r]) fh_value_release(res[r]);
+  }
+  if (st == FH_OK) memcpy(outs, res, sizeof *res * (size_t)nsteps);
+  free(rk);
+  free(canon);
+  free(res);
+  free(data);
+  return st;
+}
+
 fh_status fh_ckks_conjugate(fh_ckks_engine *e, const fh_value *ct, const fh_value *ck, fh_value **out) {
   const char *op = "conjugate";
   fh_status st;

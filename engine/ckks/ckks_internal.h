@@ -63,6 +63,30 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
                              int64_t gs_d, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
                              int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs);
 
+/* Hoisted key switches of automorphisms of one polynomial d (as above): begin runs the
+ * mod-up and the NTT of the extended digits once and keeps them with the scratch of the
+ * steps in h (new references, in L's uses); each step switches the automorphism
+ * X -> X^galois of d with `key` into out0, out1 (+ add0 on the first component), the
+ * same words as fh__ckks_keyswitch of that automorphism of d; end releases h. A caller
+ * adds the step's own tensors (key, outputs, add0) to L's uses around each step. */
+typedef struct fh__ckks_ks_geo {
+  int nq, np, alpha, dnum, la, lk, j0, ndig;
+  int64_t n;
+  int32_t qp[FH_CKKS_MAX_PRIMES]; /* active Q rows, then the P rows */
+} fh__ckks_ks_geo;
+typedef struct fh__ckks_hoist {
+  fh__ckks_ks_geo k;
+  int level;
+  int64_t G;
+  fh_tensor *D, *Dr, *acc, *W, *T;
+} fh__ckks_hoist;
+fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
+                               int64_t gs_d, fh__ckks_hoist *h);
+fh_status fh__ckks_hoist_step(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t galois,
+                              const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs,
+                              const uint64_t *add0, int64_t add_gs);
+void fh__ckks_hoist_end(fh__ckks_hoist *h);
+
 /* Galois element of a rotation by r (X -> X^(5^-r mod num_slots)). */
 uint64_t fh__ckks_galois_of_step(const fh_ckks_engine *e, int64_t r);
 

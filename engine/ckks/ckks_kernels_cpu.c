@@ -7,6 +7,26 @@
 #include <string.h>
 
 #include "fh/ckks_kernels.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* The rows (g, l) of a launch, on fh_num_threads() threads when the launch has at least
+ * FH_PAR_MIN coefficients (a parallel region costs microseconds). Every row is computed by
+ * one thread with no shared state, so results do not depend on the thread count. The body
+ * sees g (int64_t) and l (int). */
+#define FH_PAR_MIN 32768
+#define FH_PRAGMA(x) _Pragma(#x)
+#ifdef _OPENMP
+#define FH_PARALLEL_FOR(work) FH_PRAGMA(omp parallel for schedule(static) num_threads(fh_num_threads()) if((work) >= FH_PAR_MIN))
+#else
+#define FH_PARALLEL_FOR(work)
+#endif
+#define FH_FOR_ROWS(ngroups, nlimbs, n)                                                      \
+  FH_PARALLEL_FOR((int64_t)(ngroups) * (nlimbs) * (n))                                   \
+  for (int64_t r_ = 0; r_ < (int64_t)(ngroups) * (nlimbs); ++r_)                         \
+    for (int64_t g = r_ / (nlimbs), g_once_ = 1; g_once_; g_once_ = 0)                   \
+      for (int l = (int)(r_ % (nlimbs)), l_once_ = 1; l_once_; l_once_ = 0)
 
 const char *const fh__ckks_kernel_names[FH_K_CKKS_COUNT] = {
     "ckks_ntt",   "ckks_intt",      "ckks_ew",          "ckks_tensor",     "ckks_bconv",
@@ -121,8 +141,7 @@ static void ntt_inverse_row(uint64_t *a, const uint64_t *in, int log_n, const fh
 static fh_status run_ntt(const void *argp, bool forward) {
   const fh_ckks_ntt_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
-  for (int64_t g = 0; g < a->ngroups; ++g)
-    for (int l = 0; l < a->nlimbs; ++l) {
+  FH_FOR_ROWS(a->ngroups, a->nlimbs, n) {
       int p = a->prime[l];
       uint64_t *out = a->out + g * a->out_gs + (int64_t)l * n;
       const uint64_t *in = a->in + g * a->in_gs + (int64_t)l * n;
@@ -140,8 +159,9 @@ static fh_status cpu_intt(const void *args) { return run_ntt(args, false); }
 static fh_status cpu_ew(const void *argp) {
   const fh_ckks_ew_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
-  for (int64_t g = 0; g < a->ngroups; ++g)
-    for (int l = 0; l < a->nlimbs; ++l) {
+  if (a->op < 0 || a->op >= FH_CKKS_EW_OP_COUNT)
+    return fh_error_set(FH_ERR_EXECUTION, "ckks_ew: invalid operation %d", (int)a->op);
+  FH_FOR_ROWS(a->ngroups, a->nlimbs, n) {
       const fh_ckks_prime *pr = &a->primes[a->prime[l]];
       const uint64_t q = pr->q, qi = pr->qinv;
       uint64_t *o = a->out + g * a->out_gs + (int64_t)l * n;
@@ -199,7 +219,7 @@ static fh_status cpu_ew(const void *argp) {
           }
           break;
         }
-        default: return fh_error_set(FH_ERR_EXECUTION, "ckks_ew: invalid operation %d", (int)a->op);
+        default: break; /* checked above */
       }
     }
   return FH_OK;
@@ -209,8 +229,7 @@ static fh_status cpu_ew(const void *argp) {
 static fh_status cpu_tensor(const void *argp) {
   const fh_ckks_tensor_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
-  for (int64_t g = 0; g < a->ngroups; ++g)
-    for (int l = 0; l < a->nlimbs; ++l) {
+  FH_FOR_ROWS(a->ngroups, a->nlimbs, n) {
       const fh_ckks_prime *pr = &a->primes[a->prime[l]];
       const uint64_t q = pr->q, qi = pr->qinv;
       int64_t off = (int64_t)l * n;
@@ -234,55 +253,73 @@ static fh_status cpu_tensor(const void *argp) {
 static fh_status cpu_bconv(const void *argp) {
   const fh_ckks_bconv_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
-  const int ns = a->nsrc;
+  const int ns = a->nsrc, ndst = a->ndst;
+  const bool center = a->center;
   const uint64_t *shat_inv = a->consts, *mat = a->consts + 2 * ns;
-  uint64_t (*y)[BCONV_BLOCK] = malloc(sizeof *y * (size_t)(ns > 0 ? ns : 1));
-  if (y == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_bconv: out of memory");
+  const int64_t nblk = (n + BCONV_BLOCK - 1) / BCONV_BLOCK, work = a->ngroups * n * (ndst > 0 ? ndst : 1);
+  /* every thread's scaled residues, allocated before anything is written */
+  const int nthreads = work >= FH_PAR_MIN ? fh_num_threads() : 1;
+  const size_t per = (size_t)(ns > 0 ? ns : 1) * BCONV_BLOCK;
+  uint64_t *ys = malloc(sizeof *ys * per * (size_t)nthreads);
+  if (ys == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_bconv: out of memory");
   /* centered: v = #{i : y_i > s_i / 2} per coefficient; sum_i (y_i - [y_i > s_i/2] s_i) Shat_i
-   * = sum_i y_i Shat_i - v S, and S mod t = Shat_0 * s_0 mod t */
-  uint32_t v[BCONV_BLOCK];
-  for (int64_t g = 0; g < a->ngroups; ++g) {
+   * = sum_i y_i Shat_i - v S, and S mod t = Shat_0 * s_0 mod t (once per target) */
+  uint64_t smt[FH_CKKS_MAX_PRIMES];
+  for (int t = 0; t < ndst; ++t) {
+    const fh_modulus *m = &a->primes[a->dst_prime[t]].bar;
+    smt[t] = center && ns > 0 ? fh_mod_mul(mat[(int64_t)t * ns], a->primes[a->src_prime[0]].q % m->q, m) : 0;
+  }
+  if (a->copy_src)
+    for (int64_t g = 0; g < a->ngroups; ++g)
+      for (int i = 0; i < ns; ++i)
+        memcpy(a->out + g * a->out_gs + (int64_t)a->src_out_row[i] * n, a->in + g * a->in_gs + (int64_t)a->src_row[i] * n,
+               sizeof(uint64_t) * (size_t)n);
+#ifdef _OPENMP
+  FH_PRAGMA(omp parallel for schedule(static) num_threads(nthreads) if(nthreads > 1))
+#endif
+  for (int64_t r = 0; r < a->ngroups * nblk; ++r) {
+#ifdef _OPENMP
+    uint64_t (*y)[BCONV_BLOCK] = (uint64_t (*)[BCONV_BLOCK])(ys + per * (size_t)omp_get_thread_num());
+#else
+    uint64_t (*y)[BCONV_BLOCK] = (uint64_t (*)[BCONV_BLOCK])ys;
+#endif
+    uint32_t v[BCONV_BLOCK];
+    const int64_t g = r / nblk, j0 = (r % nblk) * BCONV_BLOCK;
     const uint64_t *in = a->in + g * a->in_gs;
     uint64_t *out = a->out + g * a->out_gs;
-    if (a->copy_src)
-      for (int i = 0; i < ns; ++i)
-        memcpy(out + (int64_t)a->src_out_row[i] * n, in + (int64_t)a->src_row[i] * n, sizeof(uint64_t) * (size_t)n);
-    for (int64_t j0 = 0; j0 < n; j0 += BCONV_BLOCK) {
-      int64_t bl = n - j0 < BCONV_BLOCK ? n - j0 : BCONV_BLOCK;
+    const int64_t bl = n - j0 < BCONV_BLOCK ? n - j0 : BCONV_BLOCK;
+    for (int i = 0; i < ns; ++i) {
+      const uint64_t *x = in + (int64_t)a->src_row[i] * n + j0;
+      const uint64_t q = a->primes[a->src_prime[i]].q, w = shat_inv[2 * i], ws = shat_inv[2 * i + 1];
+      for (int64_t j = 0; j < bl; ++j) y[i][j] = fh_shoup_mul(x[j], w, ws, q);
+    }
+    if (center) {
+      for (int64_t j = 0; j < bl; ++j) v[j] = 0;
       for (int i = 0; i < ns; ++i) {
-        const uint64_t *x = in + (int64_t)a->src_row[i] * n + j0;
-        uint64_t q = a->primes[a->src_prime[i]].q, w = shat_inv[2 * i], ws = shat_inv[2 * i + 1];
-        for (int64_t j = 0; j < bl; ++j) y[i][j] = fh_shoup_mul(x[j], w, ws, q);
+        const uint64_t half = a->primes[a->src_prime[i]].q >> 1; /* (s_i - 1) / 2: s_i is odd */
+        for (int64_t j = 0; j < bl; ++j) v[j] += y[i][j] > half;
       }
-      if (a->center) {
-        for (int64_t j = 0; j < bl; ++j) v[j] = 0;
-        for (int i = 0; i < ns; ++i) {
-          uint64_t half = a->primes[a->src_prime[i]].q >> 1; /* (s_i - 1) / 2: s_i is odd */
-          for (int64_t j = 0; j < bl; ++j) v[j] += y[i][j] > half;
+    }
+    for (int t = 0; t < ndst; ++t) {
+      const fh_modulus m = a->primes[a->dst_prime[t]].bar; /* a copy: registers, not reloads */
+      const uint64_t *row = mat + (int64_t)t * ns;
+      uint64_t *restrict o = out + (int64_t)a->dst_row[t] * n + j0;
+      const uint64_t st = smt[t];
+      for (int64_t j = 0; j < bl; ++j) {
+        /* each product < 2^124: reduce every 16 terms */
+        uint64_t acc_r = 0;
+        for (int i0 = 0; i0 < ns; i0 += 16) {
+          unsigned __int128 acc = 0;
+          const int i1 = i0 + 16 < ns ? i0 + 16 : ns;
+          for (int i = i0; i < i1; ++i) acc += (unsigned __int128)y[i][j] * row[i];
+          acc_r = fh_mod_add(acc_r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), &m), m.q);
         }
-      }
-      for (int t = 0; t < a->ndst; ++t) {
-        const fh_modulus *m = &a->primes[a->dst_prime[t]].bar;
-        const uint64_t *row = mat + (int64_t)t * ns;
-        uint64_t *o = out + (int64_t)a->dst_row[t] * n + j0;
-        uint64_t s_mod_t = 0;
-        if (a->center && ns > 0) s_mod_t = fh_mod_mul(row[0], a->primes[a->src_prime[0]].q % m->q, m);
-        for (int64_t j = 0; j < bl; ++j) {
-          /* each product < 2^124: reduce every 16 terms */
-          uint64_t r = 0;
-          for (int i0 = 0; i0 < ns; i0 += 16) {
-            unsigned __int128 acc = 0;
-            int i1 = i0 + 16 < ns ? i0 + 16 : ns;
-            for (int i = i0; i < i1; ++i) acc += (unsigned __int128)y[i][j] * row[i];
-            r = fh_mod_add(r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), m), m->q);
-          }
-          if (a->center && v[j]) r = fh_mod_sub(r, fh_mod_mul(v[j], s_mod_t, m), m->q);
-          o[j] = r;
-        }
+        if (center && v[j]) acc_r = fh_mod_sub(acc_r, fh_mod_mul(v[j], st, &m), m.q);
+        o[j] = acc_r;
       }
     }
   }
-  free(y);
+  free(ys);
   return FH_OK;
 }
 
@@ -290,26 +327,28 @@ static fh_status cpu_bconv(const void *argp) {
 static fh_status cpu_ks_inner(const void *argp) {
   const fh_ckks_ks_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
-  for (int64_t g = 0; g < a->ngroups; ++g)
-    for (int l = 0; l < a->nlimbs; ++l) {
+  const int nd = a->ndigits;
+  /* row pointers up front: the stores below would otherwise make the compiler reload
+   * every field of *a in the inner loop (uint64_t and int64_t may alias) */
+  FH_FOR_ROWS(a->ngroups, a->nlimbs, n) {
+      const uint64_t *dig[FH_CKKS_MAX_DIGITS], *key[FH_CKKS_MAX_DIGITS];
       const fh_ckks_prime *pr = &a->primes[a->prime[l]];
       const uint64_t q = pr->q, qi = pr->qinv;
-      /* sum of 4 products < 4 q^2 < q 2^64 (q < 2^62): one Montgomery
-       * reduction per 4 digits, partial results added mod q */
+      for (int d = 0; d < nd; ++d) dig[d] = a->digits + g * a->digits_gs + d * a->digit_stride + (int64_t)l * n;
       for (int c = 0; c < 2; ++c) {
-        uint64_t *o = a->out + g * a->out_gs + c * a->out_cs + (int64_t)l * n;
-        for (int64_t j = 0; j < n; ++j) o[j] = 0;
-        for (int d0 = 0; d0 < a->ndigits; d0 += 4) {
-          int d1 = d0 + 4 < a->ndigits ? d0 + 4 : a->ndigits;
-          for (int64_t j = 0; j < n; ++j) {
+        uint64_t *restrict o = a->out + g * a->out_gs + c * a->out_cs + (int64_t)l * n;
+        for (int d = 0; d < nd; ++d) key[d] = a->key + d * a->key_ds + c * a->key_cs + (int64_t)a->key_row[l] * n;
+        /* sum of 4 products < 4 q^2 < q 2^64 (q < 2^62): one Montgomery reduction per 4
+         * digits, partial results added mod q */
+        for (int64_t j = 0; j < n; ++j) {
+          uint64_t r = 0;
+          for (int d0 = 0; d0 < nd; d0 += 4) {
+            const int d1 = d0 + 4 < nd ? d0 + 4 : nd;
             unsigned __int128 acc = 0;
-            for (int d = d0; d < d1; ++d) {
-              uint64_t x = a->digits[g * a->digits_gs + d * a->digit_stride + (int64_t)l * n + j];
-              uint64_t k = a->key[d * a->key_ds + c * a->key_cs + (int64_t)a->key_row[l] * n + j];
-              acc += (unsigned __int128)x * k;
-            }
-            o[j] = fh_mod_add(o[j], fh_mont_reduce((uint64_t)acc, (uint64_t)(acc >> 64), q, qi), q);
+            for (int d = d0; d < d1; ++d) acc += (unsigned __int128)dig[d][j] * key[d][j];
+            r = fh_mod_add(r, fh_mont_reduce((uint64_t)acc, (uint64_t)(acc >> 64), q, qi), q);
           }
+          o[j] = r;
         }
       }
     }
@@ -330,25 +369,38 @@ static fh_status cpu_automorph(const void *argp) {
   const fh_ckks_automorph_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
   const uint64_t m2 = 2 * (uint64_t)n, gal = a->galois;
-  for (int64_t g = 0; g < a->ngroups; ++g)
-    for (int l = 0; l < a->nlimbs; ++l) {
+  /* the permutation once per launch (it is the same for every row): NTT domain, the source
+   * slot of each output slot; coefficient domain, the destination of each input coefficient
+   * with its sign in the top bit */
+  uint32_t *perm = malloc(sizeof *perm * (size_t)n);
+  if (perm == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_automorph: out of memory");
+  if (a->ntt_domain) {
+    for (int64_t s = 0; s < n; ++s) {
+      uint64_t k = bitrev32((uint32_t)s, a->log_n);
+      uint64_t e = ((2 * k + 1) * gal) & (m2 - 1);
+      perm[s] = bitrev32((uint32_t)((e - 1) >> 1), a->log_n);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      uint64_t e = ((uint64_t)i * gal) & (m2 - 1);
+      perm[i] = e < (uint64_t)n ? (uint32_t)e : (uint32_t)(e - (uint64_t)n) | 0x80000000u;
+    }
+  }
+  FH_FOR_ROWS(a->ngroups, a->nlimbs, n) {
       uint64_t q = a->primes[a->prime[l]].q;
       uint64_t *o = a->out + g * a->out_gs + (int64_t)l * n;
       const uint64_t *x = a->in + g * a->in_gs + (int64_t)l * n;
       if (a->ntt_domain) {
-        for (int64_t s = 0; s < n; ++s) {
-          uint64_t k = bitrev32((uint32_t)s, a->log_n);
-          uint64_t e = ((2 * k + 1) * gal) & (m2 - 1);
-          o[s] = x[bitrev32((uint32_t)((e - 1) >> 1), a->log_n)];
-        }
+        for (int64_t s = 0; s < n; ++s) o[s] = x[perm[s]];
       } else {
         for (int64_t i = 0; i < n; ++i) {
-          uint64_t e = ((uint64_t)i * gal) & (m2 - 1);
-          if (e < (uint64_t)n) o[e] = x[i];
-          else o[e - (uint64_t)n] = fh_mod_neg(x[i], q);
+          uint32_t d = perm[i];
+          if (d & 0x80000000u) o[d & 0x7fffffffu] = fh_mod_neg(x[i], q);
+          else o[d] = x[i];
         }
       }
     }
+  free(perm);
   return FH_OK;
 }
 
@@ -437,6 +489,7 @@ static fh_status cpu_encode(const void *argp) {
   const fh_ckks_encode_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n, slots = n / 2;
   const uint64_t m2 = 2 * (uint64_t)n;
+  FH_PARALLEL_FOR(a->ngroups * n)
   for (int64_t g = 0; g < a->ngroups; ++g) {
     double *w = a->work + g * a->work_gs;
     const double *in = a->in + g * a->in_gs;
@@ -533,6 +586,7 @@ static fh_status cpu_decode(const void *argp) {
     ++r_fast;
   }
   const double inv_scale = 1.0 / a->scale;
+  FH_PARALLEL_FOR(a->ngroups * n * k)
   for (int64_t g = 0; g < a->ngroups; ++g) {
     const uint64_t *in = a->in + g * a->in_gs;
     double *w = a->work + g * a->work_gs;
@@ -704,15 +758,15 @@ static fh_status cpu_moddown(const void *argp) {
   t.ntt = a->ntt;
   for (int l = 0; l < b->ndst; ++l) t.prime[l] = b->dst_prime[l];
   if ((st = cpu_ntt(&t)) != FH_OK) return st;
-  for (int64_t gg = 0; gg < b->ngroups; ++gg) {
-    const int64_t g = gg / 2;
+  FH_FOR_ROWS(b->ngroups, b->ndst, n) {
+    const int64_t gg = g, gp = gg / 2;
     const int c = (int)(gg % 2);
-    for (int l = 0; l < b->ndst; ++l) {
+    {
       const uint64_t q = b->primes[b->dst_prime[l]].q, w = a->c_const[l], ws = a->c_shoup[l];
       const uint64_t *x = a->a + gg * a->a_gs + (int64_t)l * n;
       const uint64_t *y = b->out + gg * b->out_gs + (int64_t)b->dst_row[l] * n;
-      const uint64_t *z = a->add[c] ? a->add[c] + g * a->add_gs + (int64_t)l * n : NULL;
-      uint64_t *o = a->out[c] + g * a->out_gs + (int64_t)l * n;
+      const uint64_t *z = a->add[c] ? a->add[c] + gp * a->add_gs + (int64_t)l * n : NULL;
+      uint64_t *o = a->out[c] + gp * a->out_gs + (int64_t)l * n;
       for (int64_t j = 0; j < n; ++j) {
         uint64_t r = fh_shoup_mul(x[j] + (q - y[j]), w, ws, q);
         o[j] = z ? fh_mod_add(r, z[j], q) : r;

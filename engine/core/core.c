@@ -2,6 +2,9 @@
 #include "fh/core.h"
 
 #include <stdarg.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +91,45 @@ const char *fh_device_name(fh_device d, char *buf) {
   else
     snprintf(buf, FH_DEVICE_NAME_MAX, "cuda:%d", (int)d.index);
   return buf;
+}
+
+static atomic_int num_threads; /* 0: not read yet */
+
+int fh_num_threads(void) {
+  int n = atomic_load(&num_threads);
+  if (n > 0) return n;
+#ifdef _OPENMP
+  n = omp_get_num_procs();
+  const char *env = getenv("FHELIUM_NUM_THREADS");
+  if (env != NULL && *env != '\0') {
+    char *end = NULL;
+    long v = strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 1 && v <= 4096) n = (int)v;
+  }
+  if (n < 1) n = 1;
+#else
+  n = 1;
+#endif
+  atomic_store(&num_threads, n);
+  return n;
+}
+
+fh_status fh_set_num_threads(int n) {
+  if (n < 1 || n > 4096) return fh_error_set(FH_ERR_VALUE, "number of threads must be in [1, 4096], got %d", n);
+#ifdef _OPENMP
+  atomic_store(&num_threads, n);
+#else
+  atomic_store(&num_threads, 1);
+#endif
+  return FH_OK;
+}
+
+bool fh_built_with_openmp(void) {
+#ifdef _OPENMP
+  return true;
+#else
+  return false;
+#endif
 }
 
 const char *fh_version(void) { return FH_VERSION_STRING; }

@@ -10,6 +10,10 @@ fh._VERSION = core.info().version
 
 fh.errors = require "fhelium.errors"
 
+-- host threads of the CPU kernels (FHELIUM_NUM_THREADS; results never depend on them)
+fh.num_threads = core.num_threads
+fh.set_num_threads = core.set_num_threads
+
 -- tensors -----------------------------------------------------------------
 local tensor = require "fhelium.tensor"
 for _, name in ipairs {

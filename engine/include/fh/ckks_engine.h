@@ -140,6 +140,14 @@ fh_status fh_ckks_to_coefficient(fh_ckks_engine *e, const fh_value *v, fh_value 
 fh_status fh_ckks_rotate_by_step(fh_ckks_engine *e, const fh_value *ct, int64_t r, const fh_value *rk,
                                  fh_value **out);
 fh_status fh_ckks_rotate_with_key(fh_ckks_engine *e, const fh_value *ct, const fh_value *rk, fh_value **out);
+/* Hoisted rotations of one ciphertext by steps[0..nsteps): the mod-up of its key switch runs
+ * once, then per step the automorphism of the extended digits, the inner product with that
+ * step's key and the mod-down. outs[r] receives a new reference to a ciphertext equal, word
+ * for word, to rotate_by_step(ct, steps[r]). keys: NULL, or nsteps entries, each a rotation
+ * key for canonical step r or NULL (the engine's remembered key). Every key is checked
+ * before anything is launched; on failure outs is untouched. */
+fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64_t *steps, int nsteps,
+                              const fh_value *const *keys, fh_value **outs);
 /* Complex conjugation of every slot; ck NULL: the engine's conjugation key. */
 fh_status fh_ckks_conjugate(fh_ckks_engine *e, const fh_value *ct, const fh_value *ck, fh_value **out);
 /* Stack n ciphertexts with equal state and batch shape along a new leading

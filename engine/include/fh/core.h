@@ -115,6 +115,14 @@ const char *fh_device_name(fh_device d, char *buf);
 static inline bool fh_mul_overflow(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out); }
 static inline bool fh_add_overflow(size_t a, size_t b, size_t *out) { return __builtin_add_overflow(a, b, out); }
 
+/* Host threads for the CPU kernels (OpenMP over the rows of a launch): FHELIUM_NUM_THREADS
+ * at the first call, else every core; 1 in a build without OpenMP. Results never depend
+ * on the count (every row is computed by one thread). fh_set_num_threads(n): ValueError
+ * unless 1 <= n <= 4096; it affects launches that start afterwards. */
+int fh_num_threads(void);
+fh_status fh_set_num_threads(int n);
+bool fh_built_with_openmp(void);
+
 /* Build information. */
 const char *fh_version(void);
 bool fh_built_with_cuda(void);
