@@ -52,22 +52,50 @@ static void ntt_forward_row(uint64_t *a, const uint64_t *in, int log_n, const fh
       a[j + t] = x - y + q2;
     }
   }
-  /* middle stages (t >= 2) */
+  /* middle stages (t >= 2), two at a time (radix 4: stages m and 2m on the words
+   * j, j + t/2, j + t, j + 3t/2 of each group of 2t, half the loads and stores), then
+   * one radix-2 stage when their number is odd */
   int64_t m = 2;
+#define CT_BFLY(X, Y, W, WS)                                 \
+  do {                                                       \
+    uint64_t u_ = (X);                                       \
+    u_ -= (u_ >= q2) ? q2 : 0;             /* [0, 2q) */     \
+    uint64_t v_ = fh_shoup_mul_lazy((Y), (W), (WS), q); /* [0, 2q) */ \
+    (X) = u_ + v_;                         /* [0, 4q) */     \
+    (Y) = u_ - v_ + q2;                    /* (0, 4q) */     \
+  } while (0)
+  while (t > 4) { /* stages t/2 and t/4 both middle stages */
+    t >>= 1;      /* this stage's half-size; the next one's is t/2 */
+    const int64_t h = t >> 1;
+    for (int64_t i = 0; i < m; ++i) {
+      const uint64_t W1 = w[m + i], W1s = ws[m + i];
+      const uint64_t W2 = w[2 * m + 2 * i], W2s = ws[2 * m + 2 * i];
+      const uint64_t W3 = w[2 * m + 2 * i + 1], W3s = ws[2 * m + 2 * i + 1];
+      uint64_t *restrict x0 = a + 2 * i * t, *restrict x1 = x0 + h, *restrict x2 = x0 + t, *restrict x3 = x2 + h;
+      for (int64_t j = 0; j < h; ++j) {
+        uint64_t v0 = x0[j], v1 = x1[j], v2 = x2[j], v3 = x3[j];
+        CT_BFLY(v0, v2, W1, W1s);
+        CT_BFLY(v1, v3, W1, W1s);
+        CT_BFLY(v0, v1, W2, W2s);
+        CT_BFLY(v2, v3, W3, W3s);
+        x0[j] = v0;
+        x1[j] = v1;
+        x2[j] = v2;
+        x3[j] = v3;
+      }
+    }
+    m <<= 2;
+    t >>= 1;
+  }
   for (; t > 2; m <<= 1) {
     t >>= 1;
     for (int64_t i = 0; i < m; ++i) {
       const uint64_t W = w[m + i], Ws = ws[m + i];
       uint64_t *restrict x = a + 2 * i * t, *restrict y = x + t;
-      for (int64_t j = 0; j < t; ++j) {
-        uint64_t u = x[j];
-        u -= (u >= q2) ? q2 : 0;                              /* [0, 2q) */
-        uint64_t v = fh_shoup_mul_lazy(y[j], W, Ws, q);      /* [0, 2q) */
-        x[j] = u + v;                                        /* [0, 4q) */
-        y[j] = u - v + q2;                                   /* (0, 4q) */
-      }
+      for (int64_t j = 0; j < t; ++j) CT_BFLY(x[j], y[j], W, Ws);
     }
   }
+#undef CT_BFLY
   /* last stage (t = 1, m = N/2) fused with the final reduction to [0, q) */
   if (m < n) {
     for (int64_t i = 0; i < m; ++i) {
@@ -113,21 +141,46 @@ static void ntt_inverse_row(uint64_t *a, const uint64_t *in, int log_n, const fh
     t = 2;
     m >>= 1;
   }
+#define GS_BFLY(X, Y, W, WS)                                \
+  do {                                                      \
+    uint64_t u_ = (X), v_ = (Y); /* [0, 2q) */              \
+    uint64_t s_ = u_ + v_;                                  \
+    s_ -= (s_ >= q2) ? q2 : 0;                              \
+    (X) = s_;                                               \
+    (Y) = fh_shoup_mul_lazy(u_ - v_ + q2, (W), (WS), q);    \
+  } while (0)
+  /* middle stages two at a time (radix 4: stages t and 2t on the words j, j + t,
+   * j + 2t, j + 3t of each group of 4t), while both are below the last stage */
+  for (; m > 4; m >>= 2) {
+    const int64_t h = m >> 1; /* stage t: groups h + i; stage 2t: h/2 + k */
+    for (int64_t k = 0; k < h / 2; ++k) {
+      const uint64_t Wa = w[h + 2 * k], Was = ws[h + 2 * k], Wb = w[h + 2 * k + 1], Wbs = ws[h + 2 * k + 1];
+      const uint64_t W2 = w[h / 2 + k], W2s = ws[h / 2 + k];
+      uint64_t *restrict x0 = a + 4 * k * t, *restrict x1 = x0 + t, *restrict x2 = x1 + t, *restrict x3 = x2 + t;
+      for (int64_t j = 0; j < t; ++j) {
+        uint64_t v0 = x0[j], v1 = x1[j], v2 = x2[j], v3 = x3[j];
+        GS_BFLY(v0, v1, Wa, Was);
+        GS_BFLY(v2, v3, Wb, Wbs);
+        GS_BFLY(v0, v2, W2, W2s);
+        GS_BFLY(v1, v3, W2, W2s);
+        x0[j] = v0;
+        x1[j] = v1;
+        x2[j] = v2;
+        x3[j] = v3;
+      }
+    }
+    t <<= 2;
+  }
   for (; m > 2; m >>= 1) {
     int64_t h = m >> 1;
     for (int64_t i = 0; i < h; ++i) {
       const uint64_t W = w[h + i], Ws = ws[h + i];
       uint64_t *restrict x = a + 2 * i * t, *restrict y = x + t;
-      for (int64_t j = 0; j < t; ++j) {
-        uint64_t u = x[j], v = y[j]; /* [0, 2q) */
-        uint64_t s = u + v;
-        s -= (s >= q2) ? q2 : 0;
-        x[j] = s;
-        y[j] = fh_shoup_mul_lazy(u - v + q2, W, Ws, q);
-      }
+      for (int64_t j = 0; j < t; ++j) GS_BFLY(x[j], y[j], W, Ws);
     }
     t <<= 1;
   }
+#undef GS_BFLY
   /* last stage (m = 2, t = N/2) fused with the N^-1 R^-1 scaling */
   const uint64_t s0 = p->ninv_rinv, s0s = p->ninv_rinv_shoup, s1 = p->iw1s, s1s = p->iw1s_shoup;
   uint64_t *x = a, *y = a + t;
@@ -305,6 +358,18 @@ static fh_status cpu_bconv(const void *argp) {
       const uint64_t *row = mat + (int64_t)t * ns;
       uint64_t *restrict o = out + (int64_t)a->dst_row[t] * n + j0;
       const uint64_t st = smt[t];
+      if (ns == 1 && row[0] == 1) {
+        /* one source prime (a rescale, a mod-down from one P prime): y mod t, minus S mod t
+         * where the centred lift is negative */
+        const uint64_t s0 = a->primes[a->src_prime[0]].q;
+        for (int64_t j = 0; j < bl; ++j) {
+          const uint64_t x = y[0][j];
+          uint64_t r = x < m.q ? x : fh_barrett128(x, 0, &m);
+          if (center && x > (s0 >> 1)) r = fh_mod_sub(r, st, m.q);
+          o[j] = r;
+        }
+        continue;
+      }
       for (int64_t j = 0; j < bl; ++j) {
         /* each product < 2^124: reduce every 16 terms */
         uint64_t acc_r = 0;
@@ -339,16 +404,23 @@ static fh_status cpu_ks_inner(const void *argp) {
         uint64_t *restrict o = a->out + g * a->out_gs + c * a->out_cs + (int64_t)l * n;
         for (int d = 0; d < nd; ++d) key[d] = a->key + d * a->key_ds + c * a->key_cs + (int64_t)a->key_row[l] * n;
         /* sum of 4 products < 4 q^2 < q 2^64 (q < 2^62): one Montgomery reduction per 4
-         * digits, partial results added mod q */
-        for (int64_t j = 0; j < n; ++j) {
-          uint64_t r = 0;
-          for (int d0 = 0; d0 < nd; d0 += 4) {
-            const int d1 = d0 + 4 < nd ? d0 + 4 : nd;
-            unsigned __int128 acc = 0;
-            for (int d = d0; d < d1; ++d) acc += (unsigned __int128)dig[d][j] * key[d][j];
-            r = fh_mod_add(r, fh_mont_reduce((uint64_t)acc, (uint64_t)(acc >> 64), q, qi), q);
+         * digits, partial results added mod q; the chunk's rows in locals, so the inner
+         * loop is two loads, a multiply and an add per product */
+        if (nd == 0) memset(o, 0, sizeof(uint64_t) * (size_t)n);
+        for (int d0 = 0; d0 < nd; d0 += 4) {
+          const int cnt = nd - d0 < 4 ? nd - d0 : 4;
+          const uint64_t *p0 = dig[d0], *k0 = key[d0];
+          const uint64_t *p1 = cnt > 1 ? dig[d0 + 1] : p0, *k1 = cnt > 1 ? key[d0 + 1] : k0;
+          const uint64_t *p2 = cnt > 2 ? dig[d0 + 2] : p0, *k2 = cnt > 2 ? key[d0 + 2] : k0;
+          const uint64_t *p3 = cnt > 3 ? dig[d0 + 3] : p0, *k3 = cnt > 3 ? key[d0 + 3] : k0;
+          for (int64_t j = 0; j < n; ++j) {
+            unsigned __int128 acc = (unsigned __int128)p0[j] * k0[j];
+            if (cnt > 1) acc += (unsigned __int128)p1[j] * k1[j];
+            if (cnt > 2) acc += (unsigned __int128)p2[j] * k2[j];
+            if (cnt > 3) acc += (unsigned __int128)p3[j] * k3[j];
+            const uint64_t r = fh_mont_reduce((uint64_t)acc, (uint64_t)(acc >> 64), q, qi);
+            o[j] = d0 == 0 ? r : fh_mod_add(o[j], r, q);
           }
-          o[j] = r;
         }
       }
     }
