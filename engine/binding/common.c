@@ -504,6 +504,7 @@ __attribute__((visibility("default"))) int luaopen_fhelium_core(lua_State *L) {
   fh__lua_open_signature(L);
   fh__lua_open_exec(L);
   fh__lua_open_ckks(L);
+  fh__lua_open_trace(L);
   static const luaL_Reg fns[] = {{"info", l_info}, {NULL, NULL}};
   fh__lua_setfuncs(L, fns);
   lua_pushvalue(L, -1);
