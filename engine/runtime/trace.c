@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -458,6 +459,9 @@ uint64_t fh_trace_dropped(const fh_trace *t) { return t->dropped; }
 /* ---- Chrome trace-event JSON ------------------------------------------------------------ */
 static int pid_of(fh_device d) { return d.type == FH_DEVICE_CPU ? 0 : 1 + d.index; }
 
+/* microseconds to the nanosecond (the clocks resolve no finer) */
+static json_t *us(double v) { return json_real(round(v * 1e3) / 1e3); }
+
 /* json_object_set_new / json_array_append_new steal `v` (also on failure);
  * true on success, false for a NULL `v` too */
 static bool put(json_t *obj, const char *key, json_t *v) { return v != NULL && json_object_set_new(obj, key, v) == 0; }
@@ -493,11 +497,11 @@ static json_t *event_json(const fh_trace *t, const fh_trace_event *e) {
     return NULL;
   }
   bool ok = put(o, "name", json_string(e->name)) && put(o, "cat", json_string(fh_trace_kind_name(e->kind))) &&
-            put(o, "ph", json_string(e->kind == FH_TRACE_WAIT ? "i" : "X")) && put(o, "ts", json_real(e->start_us)) &&
+            put(o, "ph", json_string(e->kind == FH_TRACE_WAIT ? "i" : "X")) && put(o, "ts", us(e->start_us)) &&
             put(o, "pid", json_integer(pid_of(tr->device))) && put(o, "tid", json_integer(e->track)) &&
             put(args, "seq", json_integer((json_int_t)e->seq));
   if (ok && e->kind == FH_TRACE_WAIT) ok = put(o, "s", json_string("t"));
-  if (ok && e->kind != FH_TRACE_WAIT) ok = put(o, "dur", json_real(e->dur_us));
+  if (ok && e->kind != FH_TRACE_WAIT) ok = put(o, "dur", us(e->dur_us));
   if (ok && e->kind == FH_TRACE_COPY)
     ok = put(args, "bytes", json_integer((json_int_t)e->bytes)) && put(args, "leaves", json_integer(e->count));
   if (ok && e->kind == FH_TRACE_LAUNCHES) ok = put(args, "launches", json_integer(e->count));
@@ -537,7 +541,7 @@ static json_t *build_json(const fh_trace *t) {
   for (size_t i = 0; ok && i < t->n; ++i) ok = append(list, event_json(t, &t->events[i]));
   ok = ok && put(other, "producer", json_string("fhelium " FH_VERSION_STRING)) &&
        put(other, "dropped_events", json_integer((json_int_t)t->dropped)) &&
-       put(other, "duration_us", json_real(t->duration)) && put(root, "displayTimeUnit", json_string("ms"));
+       put(other, "duration_us", us(t->duration)) && put(root, "displayTimeUnit", json_string("ms"));
   if (!ok) {
     json_decref(root);
     return NULL;
