@@ -42,7 +42,8 @@ function M.program(engine, matrix, size)
   for i = 0, size - 1 do
     local d = {}
     for j = 0, size - 1 do d[j + 1] = matrix[j + 1][(j + i) % size + 1] end
-    diagonals[i] = engine:prepare_plaintext_for_multiplication(engine:encode(d))
+    -- a float64 tensor, not a table: a table of two numbers would read as one complex {re, im}
+    diagonals[i] = engine:prepare_plaintext_for_multiplication(engine:encode(fh.tensor(d, { dtype = "float64" })))
   end
   return function(ct_v)
     local acc
