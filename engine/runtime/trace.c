@@ -427,7 +427,7 @@ fh_status fh_trace_stop(fh_trace **out) {
     }
     if (t1 > end) end = t1;
   }
-  memcpy(tr, T.tracks, sizeof *tr * (size_t)T.ntracks);
+  if (T.ntracks > 0) memcpy(tr, T.tracks, sizeof *tr * (size_t)T.ntracks);
   qsort(ev, n, sizeof *ev, cmp_event);
   t->events = ev;
   t->n = n;
