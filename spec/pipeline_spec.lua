@@ -421,7 +421,7 @@ describe("fh.pipeline on cuda:0", function()
     local x = fh.ones({ 4 }, { dtype = "float64" })
     local f = function(a) return a * 2 end
     local s = fh.cuda.Stream {}
-    H.expect_error("ValueError", "fh.pipeline: streams.compute%[2%] and streams.copy_in are the same stream",
+    H.expect_error("ValueError", "fh.pipeline: streams.copy_in and streams.compute%[2%] are the same stream",
       fh.pipeline, f, { example_inputs = { x }, device = "cuda:0", slots = 2,
         streams = { copy_in = s, compute = { fh.cuda.Stream {}, s } } })
     H.expect_error("TypeError", "fh.pipeline: streams.copy_out expected a fh.cuda.Stream, got number", fh.pipeline,

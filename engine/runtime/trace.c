@@ -281,7 +281,9 @@ fh_status fh__trace_submit(const fh_launch *l, fh_status (*run)(const fh_launch 
       else drop_last_if_invalid(g);
     }
   }
+  long gi = g != NULL ? (long)(g - T.recs) : -1;
   fh_status st = run(l);
+  g = gi >= 0 ? &T.recs[gi] : NULL; /* (the records never move during a launch, but do not rely on it) */
   if (g != NULL && g->valid) {
     g->count++;
     int k = 0;
