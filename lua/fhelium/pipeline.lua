@@ -431,40 +431,6 @@ local function push_one(self, fname, inputs)
   return new_request(self, i, slot, result, released)
 end
 
---- pipe:push(inputs) -> a request: inputs (a list of fn's arguments, like
---- a replay's) go into the next slot. Never blocks the host (on the cpu the
---- request is complete when push returns). Pinned sources keep every copy
---- asynchronous; pageable ones are staged first.
-function Pipeline:push(inputs)
-  check_open(self, "Pipeline:push")
-  core.exec_refuse_in_capture("Pipeline:push", "pushing runs copies and replays on the pipeline's streams")
-  if inputs == nil then raise("TypeError", "Pipeline:push: argument 1 (inputs) is missing", 2) end
-  local t0 = clock()
-  local ok, req = pcall(push_one, self, "Pipeline:push", inputs)
-  if not ok then reraise("Pipeline:push", req) end
-  self._pushed = self._pushed + 1
-  local slot = self.slots[req.slot]
-  slot.pushes = slot.pushes + 1
-  if req._event then self._inflight[#self._inflight + 1] = req._event end
-  self._push_seconds = self._push_seconds + (clock() - t0)
-  return req
-end
-
---- pipe:run(requests) -> results: pushes every request (a list of input
---- lists), then waits for each result in order.
-function Pipeline:run(requests)
-  check_open(self, "Pipeline:run")
-  if type(requests) ~= "table" then
-    raise("TypeError", ("Pipeline:run: argument 1 (requests) expected a list of input lists, got %s"):format(
-      type(requests)), 2)
-  end
-  local reqs = {}
-  for i = 1, #requests do reqs[i] = self:push(requests[i]) end
-  local results = {}
-  for i = 1, #reqs do results[i] = reqs[i]:result() end
-  return results
-end
-
 -- drop the completed read-backs from the front of the in-flight list
 local function poll(self)
   local q = self._inflight
@@ -483,6 +449,43 @@ local function poll(self)
   else
     self._head = h
   end
+end
+
+--- pipe:push(inputs) -> a request: inputs (a list of fn's arguments, like
+--- a replay's) go into the next slot. Never blocks the host (on the cpu the
+--- request is complete when push returns). Pinned sources keep every copy
+--- asynchronous; pageable ones are staged first.
+function Pipeline:push(inputs)
+  check_open(self, "Pipeline:push")
+  core.exec_refuse_in_capture("Pipeline:push", "pushing runs copies and replays on the pipeline's streams")
+  if inputs == nil then raise("TypeError", "Pipeline:push: argument 1 (inputs) is missing", 2) end
+  local t0 = clock()
+  local ok, req = pcall(push_one, self, "Pipeline:push", inputs)
+  if not ok then reraise("Pipeline:push", req) end
+  self._pushed = self._pushed + 1
+  local slot = self.slots[req.slot]
+  slot.pushes = slot.pushes + 1
+  if req._event then
+    self._inflight[#self._inflight + 1] = req._event
+    poll(self) -- drops the completed ones (never blocks), so the list stays short
+  end
+  self._push_seconds = self._push_seconds + (clock() - t0)
+  return req
+end
+
+--- pipe:run(requests) -> results: pushes every request (a list of input
+--- lists), then waits for each result in order.
+function Pipeline:run(requests)
+  check_open(self, "Pipeline:run")
+  if type(requests) ~= "table" then
+    raise("TypeError", ("Pipeline:run: argument 1 (requests) expected a list of input lists, got %s"):format(
+      type(requests)), 2)
+  end
+  local reqs = {}
+  for i = 1, #requests do reqs[i] = self:push(requests[i]) end
+  local results = {}
+  for i = 1, #reqs do results[i] = reqs[i]:result() end
+  return results
 end
 
 --- pipe:in_flight(): requests whose result is not on the host yet (never blocks).
