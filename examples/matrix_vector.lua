@@ -3,13 +3,10 @@
 --   scripts/run examples/matrix_vector.lua [--size 8] [--device auto] [--seed 1]
 --                                          [--preset slots8192-scale40-levels7-int64]
 --
--- y = M v for a public size x size matrix M and an encrypted vector v:
---   y[j] = sum_i d_i[j] * v[(j + i) mod size],   d_i[j] = M[j][(j + i) mod size]
--- The vector is encrypted as [v, v, 0, ...] so that a left rotation by i
--- (rotate_by_step(ct, -i): slot j <- slot j + i) wraps modulo `size` in the
--- first `size` slots; each diagonal is a prepared plaintext. One program
--- run is `size - 1` hoisted rotations, `size` plaintext products, `size - 1` additions
--- and one rescale.
+-- y = M v for a public size x size matrix M and an encrypted vector v, by
+-- cyclic diagonals (examples/matvec.lua builds the program: `size - 1`
+-- hoisted rotations, `size` plaintext products, `size - 1` additions and one
+-- rescale).
 --
 -- The computation is `program(ct_v)`: a function of its one dynamic input
 -- (the encrypted vector) whose static state (engine, keys, diagonals) is
@@ -63,7 +60,8 @@ assert(size and size >= 1 and size == math.floor(size), "--size must be a positi
 
 if opts.device == "auto" then opts.device = fh.cuda.is_available() and "cuda:0" or "cpu" end
 
--- ---- setup: engine, keys, matrix ------------------------------------------------
+-- ---- setup: engine, keys, matrix, the program (examples/matvec.lua) -------------
+local matvec = dofile((arg and arg[0] and arg[0]:match("^(.*)/") or ".") .. "/matvec.lua")
 local engine = fh.CkksEngine(opts.preset, { device = opts.device, seed = opts.seed })
 local function sync() -- eager latency counts until the device has finished
   if engine.device ~= "cpu" then fh.cuda.synchronize() end
@@ -72,57 +70,17 @@ local slots = engine.context.num_slots
 assert(2 * size <= slots, ("--size %d needs %d slots, the preset has %d"):format(size, 2 * size, slots))
 local sk = engine:create_secret_key()
 local pk = engine:create_public_key(sk)
-for i = 1, size - 1 do engine:create_rotation_key(sk, -i) end
+matvec.create_keys(engine, sk, size)
 
 local gen = fh.Generator(opts.seed)
-local function uniform(n) -- n values in [-1, 1)
-  return (fh.rand({ n }, { generator = gen, dtype = "float64" }) * 2 - 1):tolist()
-end
-local M = {}
-for j = 1, size do M[j] = uniform(size) end
+local function uniform(n) return matvec.uniform(gen, n) end
+local M = matvec.matrix(gen, size)
 
--- diagonal i (0-based) as a prepared plaintext: first `size` slots, rest zero
-local diagonals = {}
-for i = 0, size - 1 do
-  local d = {}
-  for j = 0, size - 1 do d[j + 1] = M[j + 1][(j + i) % size + 1] end
-  diagonals[i] = engine:prepare_plaintext_for_multiplication(engine:encode(d))
-end
-
--- ---- the program: one dynamic input, everything else bound by closure ----------
--- The size - 1 rotations of ct_v are hoisted (rotate_many: one mod-up of the
--- key switch shared by every step; the same words as rotate_by_step each).
-local steps = {}
-for i = 1, size - 1 do steps[i] = -i end
-local function program(ct_v)
-  local rotated = size > 1 and engine:rotate_many(ct_v, steps) or {}
-  local acc
-  for i = 0, size - 1 do
-    local term = engine:multiply_plaintext(i == 0 and ct_v or rotated[i], diagonals[i])
-    acc = acc and engine:add(acc, term) or term
-  end
-  return engine:rescale_to_next_level(acc)
-end
-
--- ---- inputs and the reference --------------------------------------------------------
-local function encrypt_vector(v)
-  local slots_v = {}
-  for j = 1, size do
-    slots_v[j] = v[j]
-    slots_v[size + j] = v[j]
-  end
-  return engine:coefficient_domain_to_ntt_domain(engine:encrypt_message(slots_v, pk))
-end
-
-local function reference(v)
-  local y = {}
-  for j = 1, size do
-    local s = 0
-    for k = 1, size do s = s + M[j][k] * v[k] end
-    y[j] = s
-  end
-  return y
-end
+-- the program: one dynamic input (the encrypted vector), the diagonals (prepared
+-- plaintexts) and the engine bound by closure
+local program = matvec.program(engine, M, size)
+local function encrypt_vector(v) return matvec.encrypt_vector(engine, pk, v, size) end
+local function reference(v) return matvec.reference(M, v, size) end
 
 -- ---- capture once, then eager vs replay for three changing inputs ------------------
 -- HostGraphProgram records the evaluator's launches into a tape (nothing
@@ -175,12 +133,7 @@ print(("error bound %.3e: 6 sigma of the decoded error (sigma %.3e) for N %d, sc
 print(("%-6s %-10s %-14s %-14s %-10s %-10s %-9s %s"):format("input", "max |y|", "eager error", "replay error",
   "eager ms", "replay ms", "bitwise", "status"))
 local worst, all_same = 0, true
-local function max_error(ct, want)
-  local got = engine:decrypt_message(ct, sk, { is_real = true }):tolist()
-  local err = 0
-  for j = 1, size do err = math.max(err, math.abs(got[j] - want[j])) end
-  return err
-end
+local function max_error(ct, want) return matvec.max_error(engine, sk, ct, want, size) end
 for run = 1, 3 do
   local v = uniform(size)
   local ct_v = encrypt_vector(v)

@@ -39,6 +39,9 @@ describe("fh.cuda without a GPU", function()
     H.expect_error("CudaError", NO, fh.cuda._capture, function() end)
     H.expect_error("CudaError", NO, fh.cuda._raw_graph_bench, 10)
     H.expect_error("CudaError", NO, fh.cuda._profiler, true)
+    H.expect_error("CudaError", NO, fh.cuda.stream_priority_range)
+    H.expect_error("CudaError", NO, fh.cuda.stream_priority_range, 0)
+    H.expect_error("CudaError", NO, fh.cuda.Stream, { name = "copy-in" })
   end)
 
   cpu_it("raises CudaError for memory statistics and the caches", function()
@@ -91,6 +94,13 @@ describe("fh.cuda argument checks (any machine)", function()
   it("set_stream and Event:record check their arguments", function()
     H.expect_error("TypeError", "expected a Stream, got number", fh.cuda.set_stream, 3)
     H.expect_error("TypeError", "expected an integer, got table", fh.cuda._capture, function() end, {})
+  end)
+
+  it("Stream checks its name before anything else", function()
+    H.expect_error("TypeError", "fh.cuda.Stream: option 'name' expected a string, got number", fh.cuda.Stream,
+      { name = 5 })
+    H.expect_error("ValueError", "fh.cuda.Stream: option 'name' must be shorter than 32 bytes, got 40",
+      fh.cuda.Stream, { name = ("x"):rep(40) })
   end)
 
   it("options tables reject unknown keys", function()

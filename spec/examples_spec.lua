@@ -151,3 +151,51 @@ describe("examples/matrix_vector.lua (the README's main job)", function()
     assert.truthy(r.stderr:find("usage: matrix_vector.lua"), r.stderr)
   end)
 end)
+
+describe("examples/encrypted_pipeline.lua", function()
+  it("pushes encrypted requests through the ring and checks every result (on the cpu here)", function()
+    local args = { cli.root .. "/examples/encrypted_pipeline.lua", "--requests", "5", "--size", "4", "--slots", "3" }
+    if not fh.cuda.is_available() then
+      args[#args + 1] = "--device"
+      args[#args + 1] = "cpu"
+    end
+    local r = cli.run(args)
+    assert.equal("", r.stderr)
+    assert.equal(0, r.code)
+    assert.truthy(r.stdout:find("stages alone over 5 requests: copy in +[%d.]+ ms, compute +[%d.]+ ms, copy out"),
+      r.stdout)
+    for _, row in ipairs { "serial %(each request alone%)", "bound max%(copies, compute%)",
+      "pipelined %(3 slots, 1 stream%)" } do
+      assert.truthy(r.stdout:find(row .. " +[%d.]+ ms +[%d.]+ requests/s"), row .. "\n" .. r.stdout)
+    end
+    assert.truthy(r.stdout:find("speed%-up over serial [%d.]+x; pipelined / bound [%d.]+; overlap achieved"),
+      r.stdout)
+    assert.truthy(r.stdout:find("results: 5 of 5 within 1e%-05 of the plaintext product %(worst [%d.e+-]+%), 5 of 5 "
+      .. "bit%-identical to eager: PASS\n$"), r.stdout)
+  end)
+
+  it("writes the trace of the pipelined run as JSON and SVG", function()
+    local prefix = os.tmpname()
+    os.remove(prefix)
+    local r = cli.run { cli.root .. "/examples/encrypted_pipeline.lua", "--requests", "2", "--size", "2",
+      "--device", "cpu", "--trace", prefix }
+    assert.equal(0, r.code, r.stderr)
+    assert.truthy(r.stdout:find("trace: fhelium.Trace(1 tracks, ", 1, true), r.stdout)
+    local j = assert(io.open(prefix .. ".json")):read("*a")
+    local doc = require("dkjson").decode(j)
+    local replays = 0
+    for _, e in ipairs(doc.traceEvents) do if e.cat == "replay" then replays = replays + 1 end end
+    assert.equal(2, replays)
+    assert.truthy(assert(io.open(prefix .. ".svg")):read("*a"):find("</svg>", 1, true))
+    os.remove(prefix .. ".json")
+    os.remove(prefix .. ".svg")
+  end)
+
+  it("rejects unknown options and bad values with a usage message", function()
+    for _, a in ipairs { { "--bogus", "1" }, { "--slots", "two" }, { "--slots", "0" } } do
+      local r = cli.run { cli.root .. "/examples/encrypted_pipeline.lua", a[1], a[2] }
+      assert.equal(2, r.code)
+      assert.truthy(r.stderr:find("usage: encrypted_pipeline.lua"), r.stderr)
+    end
+  end)
+end)

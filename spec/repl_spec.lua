@@ -110,6 +110,46 @@ second]==]
   end)
 end)
 
+describe("REPL printing of execution objects, pipelines and traces", function()
+  it("prints each in one line: device, pending work, stats", function()
+    local r = session [[
+x = fh.arange(4, {dtype = 'float64'})
+buf = fh.execution.ReusableValueBuffer.like({x})
+buf
+buf:copy_from({x})
+p = fh.execution.HostGraphProgram.capture(function(a) return a * 2 end, {example_inputs = {x}, warmup = 0})
+p
+pipe = fh.pipeline(function(a) return a + 1 end, {example_inputs = {x}, slots = 2})
+pipe:push({x})
+pipe
+fh.trace.start()
+_ = pipe:push({x})
+fh.trace.stop()
+]]
+    assert.equal("", r.stderr)
+    assert.equal(0, r.code)
+    local lines = {}
+    for l in r.stdout:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    assert.equal(6, #lines, r.stdout)
+    assert.equal("ReusableValueBuffer(device=cpu, leaves=1, nbytes=32 (32 B))", lines[1])
+    assert.equal("CopyHandle(device=cpu, bytes_copied=32 (32 B), complete)", lines[2])
+    assert.matches("^HostGraphProgram%(id=%d+, device=cpu, nodes=1, replays=1, inputs 32 B%)$", lines[3])
+    assert.equal("fhelium.PipelineRequest(1 on cpu, slot 1, compute stream 1, complete)", lines[4])
+    assert.equal("fhelium.Pipeline(device=cpu, 2 slots of HostGraphProgram, 1 compute stream, 1 requests)", lines[5])
+    assert.matches("^fhelium%.Trace%(1 tracks, 3 events: 2 copies %(64 B%), 1 replays, 0 launch groups, 0 syncs, "
+      .. "0 waits; [%d.]+ [mu]?s%)$", lines[6])
+  end)
+
+  it("completes a pipeline's methods and fields", function()
+    local x = fh.arange(4, { dtype = "float64" })
+    _G.__fh_pipe = fh.pipeline(function(a) return a + 1 end, { example_inputs = { x } })
+    assert.same({ "__fh_pipe:push" }, repl.complete("__fh_pipe:pu"))
+    assert.same({ "__fh_pipe.stats" }, repl.complete("__fh_pipe.stat"))
+    _G.__fh_pipe:close()
+    _G.__fh_pipe = nil
+  end)
+end)
+
 describe("REPL on a terminal", function()
   -- `script` (util-linux) gives the REPL a pseudo-terminal; the input is
   -- typed ahead into it, and script sends Ctrl-D when the input ends.

@@ -6,6 +6,7 @@
 #include "binding.h"
 #include "fh/bench_aid.h"
 #include "fh/cuda_alloc.h"
+#include "fh/trace.h"
 
 static int checkindex(lua_State *L, int idx, const char *fn) {
   if (lua_isnoneornil(L, idx)) return fh_cuda_current_device();
@@ -73,22 +74,47 @@ static int l_get_device_properties(lua_State *L) {
 }
 
 /* ---- streams ------------------------------------------------------------ */
-static const char *const stream_opts[] = {"device", "priority", NULL};
+static const char *const stream_opts[] = {"device", "priority", "name", NULL};
 
 static int l_stream_new(lua_State *L) {
-  fh__lua_checkopts(L, 1, "fh.cuda.Stream", stream_opts);
+  const char *fn = "fh.cuda.Stream";
+  fh__lua_checkopts(L, 1, fn, stream_opts);
   int dev = fh_cuda_current_device(), prio = 0;
+  const char *name = NULL;
   if (lua_istable(L, 1)) {
     lua_getfield(L, 1, "device");
-    if (!lua_isnil(L, -1)) dev = checkindex(L, lua_gettop(L), "fh.cuda.Stream");
+    if (!lua_isnil(L, -1)) dev = checkindex(L, lua_gettop(L), fn);
     lua_getfield(L, 1, "priority");
-    if (!lua_isnil(L, -1)) prio = (int)fh__lua_checkint(L, lua_gettop(L), "fh.cuda.Stream", "priority", -1000, 1000);
-    lua_pop(L, 2);
+    if (!lua_isnil(L, -1)) prio = (int)fh__lua_checkint(L, lua_gettop(L), fn, "priority", -1000, 1000);
+    lua_getfield(L, 1, "name");
+    if (!lua_isnil(L, -1)) {
+      if (lua_type(L, -1) != LUA_TSTRING)
+        return fh__lua_raise(L, FH_ERR_TYPE, "%s: option 'name' expected a string, got %s", fn,
+                             fh__lua_typename(L, -1));
+      size_t len = 0;
+      name = lua_tolstring(L, -1, &len);
+      if (len >= FH_STREAM_NAME_MAX)
+        return fh__lua_raise(L, FH_ERR_VALUE, "%s: option 'name' must be shorter than %d bytes, got %d", fn,
+                             FH_STREAM_NAME_MAX, (int)len);
+    }
+    lua_pop(L, 3);
   }
   fh__lua_check(L, fh_device_check(cuda_dev(dev)));
   fh_stream_box *b = fh__lua_newbox(L, sizeof *b, FH_STREAM_MT);
   fh__lua_check(L, fh_stream_new(cuda_dev(dev), prio, &b->s));
+  if (name) fh_stream_set_name(b->s, name);
   return 1;
+}
+
+/* fh.cuda.stream_priority_range(device): least, greatest (lower number =
+ * higher priority; Stream{priority=} is clamped into [greatest, least]) */
+static int l_stream_priority_range(lua_State *L) {
+  int i = checkdevice(L, 1, "fh.cuda.stream_priority_range");
+  int least = 0, greatest = 0;
+  fh__lua_check(L, fh_cuda_stream_priority_range(i, &least, &greatest));
+  lua_pushinteger(L, least);
+  lua_pushinteger(L, greatest);
+  return 2;
 }
 
 static int s_gc(lua_State *L) {
@@ -139,15 +165,29 @@ static int s_index(lua_State *L) {
     if (strcmp(k, "priority") == 0) { lua_pushinteger(L, fh_stream_priority(s)); return 1; }
     if (strcmp(k, "is_default") == 0) { lua_pushboolean(L, fh_stream_is_default(s)); return 1; }
     if (strcmp(k, "id") == 0) { lua_pushnumber(L, (lua_Number)fh_stream_id(s)); return 1; }
+    if (strcmp(k, "name") == 0) { lua_pushstring(L, fh_stream_name(s)); return 1; }
   }
   lua_pushnil(L);
   return 1;
 }
+/* "idle" / "busy" (work pending), or "?" when it cannot be asked now (a
+ * capture forbids queries) */
+static const char *stream_state(fh_stream *s) {
+  if (fh__cuda_any_capture()) return "capturing"; /* queries are forbidden then */
+  bool done = false;
+  if (fh_stream_query(s, &done) != FH_OK) {
+    fh_error_clear();
+    return "?";
+  }
+  return done ? "idle" : "busy";
+}
 static int s_tostring(lua_State *L) {
   fh_stream *s = sself(L, "Stream.__tostring");
   char buf[FH_DEVICE_NAME_MAX];
-  lua_pushfstring(L, "fhelium.cuda.Stream(device=%s, id=%d, priority=%d%s)", fh_device_name(fh_stream_device(s), buf),
-                  (int)fh_stream_id(s), fh_stream_priority(s), fh_stream_is_default(s) ? ", default" : "");
+  const char *name = fh_stream_name(s);
+  lua_pushfstring(L, "fhelium.cuda.Stream(device=%s, id=%d, priority=%d%s%s%s, %s)",
+                  fh_device_name(fh_stream_device(s), buf), (int)fh_stream_id(s), fh_stream_priority(s),
+                  fh_stream_is_default(s) ? ", default" : "", name[0] ? ", name=" : "", name, stream_state(s));
   return 1;
 }
 static int s_eq(lua_State *L) {
@@ -248,8 +288,17 @@ static int e_index(lua_State *L) {
 static int e_tostring(lua_State *L) {
   fh_event *e = eself(L, "Event.__tostring");
   char buf[FH_DEVICE_NAME_MAX];
-  if (fh_event_is_recorded(e)) lua_pushfstring(L, "fhelium.cuda.Event(recorded on %s)", fh_device_name(fh_event_device(e), buf));
-  else lua_pushliteral(L, "fhelium.cuda.Event(not recorded)");
+  if (fh_event_is_recorded(e)) {
+    const char *state = "?";
+    bool done = false;
+    if (fh__cuda_any_capture()) state = "capturing";
+    else if (fh_event_query(e, &done) == FH_OK) state = done ? "complete" : "pending";
+    else fh_error_clear();
+    lua_pushfstring(L, "fhelium.cuda.Event(recorded on %s stream %d, %s)", fh_device_name(fh_event_device(e), buf),
+                    (int)fh_event_stream_id(e), state);
+  } else {
+    lua_pushliteral(L, "fhelium.cuda.Event(not recorded)");
+  }
   return 1;
 }
 
@@ -378,7 +427,7 @@ void fh__lua_open_cuda(lua_State *L) {
   static const luaL_Reg smeta[] = {{"__gc", s_gc}, {"__tostring", s_tostring}, {"__eq", s_eq}, {NULL, NULL}};
   fh__lua_newclass_indexed(L, FH_STREAM_MT, smethods, smeta, s_index);
   {
-    static const char *const fields[] = {"device", "priority", "is_default", "id", NULL};
+    static const char *const fields[] = {"device", "priority", "is_default", "id", "name", NULL};
     fh__lua_setfields(L, fields);
   }
   lua_pop(L, 1);
@@ -400,6 +449,7 @@ void fh__lua_open_cuda(lua_State *L) {
                                  {"unavailable_reason", l_unavailable_reason},
                                  {"get_device_properties", l_get_device_properties},
                                  {"Stream", l_stream_new},
+                                 {"stream_priority_range", l_stream_priority_range},
                                  {"current_stream", l_current_stream},
                                  {"default_stream", l_default_stream},
                                  {"set_stream", l_set_stream},

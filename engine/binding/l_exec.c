@@ -24,6 +24,7 @@
 #include "binding.h"
 #include "fh/buffer.h"
 #include "fh/program.h"
+#include "fh/trace.h"
 
 #define FH_BUFFER_MT "fhelium.ReusableValueBuffer"
 #define FH_HANDLE_MT "fhelium.CopyHandle"
@@ -390,16 +391,35 @@ static int buf_is_closed(lua_State *L) {
   return 1;
 }
 
+/* "1.5 MiB" */
+static const char *human_bytes(double n, char *buf, size_t size) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (n >= 1024 && u < 4) {
+    n /= 1024;
+    ++u;
+  }
+  if (u == 0) snprintf(buf, size, "%.0f B", n);
+  else snprintf(buf, size, "%.1f %s", n, units[u]);
+  return buf;
+}
+
 static int buf_tostring(lua_State *L) {
   fh_buffer *b = checkbuffer(L, 1, "ReusableValueBuffer.__tostring");
-  char d[FH_DEVICE_NAME_MAX];
+  char d[FH_DEVICE_NAME_MAX], nb[32], pend[48] = "";
   if (fh_buffer_is_closed(b)) {
     lua_pushliteral(L, "ReusableValueBuffer(closed)");
     return 1;
   }
-  lua_pushfstring(L, "ReusableValueBuffer(device=%s%s, leaves=%d, nbytes=%f)", fh_device_name(fh_buffer_device(b), d),
-                  fh_buffer_is_pinned(b) ? ", pinned" : "", (int)fh_buffer_nleaves(b),
-                  (lua_Number)fh_buffer_nbytes(b));
+  if (fh_buffer_device(b).type == FH_DEVICE_CUDA) {
+    int n = fh_buffer_pending_copies(b);
+    if (n < 0) snprintf(pend, sizeof pend, ", copies in flight: ?");
+    else snprintf(pend, sizeof pend, ", %d cop%s in flight", n, n == 1 ? "y" : "ies");
+  }
+  lua_pushfstring(L, "ReusableValueBuffer(device=%s%s, leaves=%d, nbytes=%f (%s)%s)",
+                  fh_device_name(fh_buffer_device(b), d), fh_buffer_is_pinned(b) ? ", pinned" : "",
+                  (int)fh_buffer_nleaves(b), (lua_Number)fh_buffer_nbytes(b),
+                  human_bytes((double)fh_buffer_nbytes(b), nb, sizeof nb), pend);
   return 1;
 }
 
@@ -474,9 +494,22 @@ static int h_index(lua_State *L) {
 
 static int h_tostring(lua_State *L) {
   fh_copy_handle *h = checkhandle(L, 1, "CopyHandle.__tostring", "self");
-  char d[FH_DEVICE_NAME_MAX];
-  lua_pushfstring(L, "CopyHandle(device=%s, bytes_copied=%f%s)", fh_device_name(fh_copy_handle_device(h), d),
-                  (lua_Number)fh_copy_handle_bytes(h), fh_copy_handle_released(h) ? ", complete" : "");
+  char d[FH_DEVICE_NAME_MAX], nb[32];
+  const char *state = "complete";
+  fh_event *e = fh_copy_handle_event(h);
+  if (!fh_copy_handle_released(h) && e != NULL) {
+    bool done = false;
+    if (fh_exec_capturing() || fh__cuda_any_capture()) state = "?";
+    else if (fh_event_query(e, &done) != FH_OK) {
+      fh_error_clear();
+      state = "?";
+    } else {
+      state = done ? "complete" : "pending";
+    }
+  }
+  lua_pushfstring(L, "CopyHandle(device=%s, bytes_copied=%f (%s), %s)", fh_device_name(fh_copy_handle_device(h), d),
+                  (lua_Number)fh_copy_handle_bytes(h), human_bytes((double)fh_copy_handle_bytes(h), nb, sizeof nb),
+                  state);
   return 1;
 }
 
@@ -501,6 +534,37 @@ static int l_pin_value_tree(lua_State *L) {
     fh_error_prefix("%s", fn);
     fh__lua_error(L);
   }
+  push_tree_from_guard(L, sig, g);
+  return 1;
+}
+
+static const char *const tree_copy_opts[] = {"device", "pin_memory", "stream", NULL};
+
+/* core.tree_copy_to(tree, {device=, pin_memory=, stream=}): a new tree like
+ * `tree` on `device` (pinned when pin_memory), its copies enqueued on
+ * `stream` (default: the current stream of the tree's CUDA device) without
+ * waiting (fh_leaves_copy_to). The pipelines' read-back. */
+static int l_tree_copy_to(lua_State *L) {
+  const char *fn = "tree_copy_to";
+  if (lua_isnone(L, 1)) return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (tree) is missing", fn);
+  fh__lua_checkopts(L, 2, fn, tree_copy_opts);
+  lua_settop(L, 2);
+  fh_device dev = fh__lua_optdevice(L, 2, "device", fh_cpu(), fn);
+  bool pin = fh__lua_optbool(L, 2, "pin_memory", 0, fn);
+  fh_stream *stream = fh__lua_optstream(L, 2, "stream", fn);
+  sweep(L);
+  fh_tree_sig *sig = NULL;
+  fh_tensor **leaves = NULL;
+  fh__lua_check(L, fh__lua_tree_build(L, 1, "tree", &sig, &leaves));
+  fh__lua_push_treesig(L, sig); /* 3: keeps sig */
+  fh_tree_sig_release(sig);
+  int64_t n = sig->nleaves;
+  fh_tensor **tmp = scratch(L, n);
+  memcpy(tmp, leaves, sizeof *tmp * (size_t)n);
+  free(leaves);
+  leaf_guard *g = push_guard(L, n);
+  fh_status st = fh_leaves_copy_to(tmp, n, dev, pin, stream, g->t);
+  if (st != FH_OK) fh__lua_error(L);
   push_tree_from_guard(L, sig, g);
   return 1;
 }
@@ -951,15 +1015,19 @@ static int p_set_timing(lua_State *L) {
 static int p_tostring(lua_State *L) {
   char fnbuf_[96];
   program_box *b = checkprogbox(L, 1, PNAME("__tostring"));
-  char d[FH_DEVICE_NAME_MAX];
+  char d[FH_DEVICE_NAME_MAX], nb[32];
   if (fh_program_is_closed(b->p)) {
     lua_pushfstring(L, "%s(closed)", prog_class(b));
     return 1;
   }
   fh_program_stats s;
   fh_program_get_stats(b->p, &s);
-  lua_pushfstring(L, "%s(device=%s, nodes=%d, replays=%d)", prog_class(b), fh_device_name(fh_program_device(b->p), d),
-                  (int)s.node_count, (int)s.replays);
+  const char *state = "";
+  if (b->kind == FH_PROGRAM_CUDA_GRAPH)
+    state = fh_exec_capturing() || fh__cuda_any_capture() ? ", ?" : fh_program_pending(b->p) ? ", busy" : ", idle";
+  lua_pushfstring(L, "%s(id=%d, device=%s, nodes=%d, replays=%d, inputs %s%s)", prog_class(b),
+                  (int)fh_program_id(b->p), fh_device_name(fh_program_device(b->p), d), (int)s.node_count,
+                  (int)s.replays, human_bytes((double)fh_buffer_nbytes(fh_program_inputs(b->p)), nb, sizeof nb), state);
   return 1;
 }
 
@@ -1031,6 +1099,7 @@ void fh__lua_open_exec(lua_State *L) {
   static const luaL_Reg fns[] = {{"buffer_like", l_buffer_like},
                                  {"pin_value_tree", l_pin_value_tree},
                                  {"value_tree_nbytes", l_value_tree_nbytes},
+                                 {"tree_copy_to", l_tree_copy_to},
                                  {"program_new", l_program_new},
                                  {"exec_clock", l_clock},
                                  {"exec_call", l_exec_call},

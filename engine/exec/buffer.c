@@ -8,6 +8,7 @@
 #include "fh/internal.h"
 #include "fh/kernels.h"
 #include "fh/program.h"
+#include "fh/trace.h"
 
 struct fh_copy_handle {
   fh_refcount rc;
@@ -114,6 +115,73 @@ fh_status fh_leaves_clone(fh_tensor *const *leaves, int64_t n, fh_device dev, bo
   for (int64_t i = 0; i < n && st == FH_OK; ++i) st = fh_tensor_empty_like_layout(leaves[i], dev, pin, &tmp[i]);
   if (st == FH_OK) st = copy_complete(tmp, leaves, n, dev);
   if (st != FH_OK) {
+    release_all(tmp, n);
+    free(tmp);
+    return st;
+  }
+  memcpy(out, tmp, sizeof *tmp * (size_t)n);
+  free(tmp);
+  return FH_OK;
+}
+
+/* The detail of a traced tree copy: "<n> leaves, <first leaf's direction>". */
+static const char *copy_detail(char *buf, size_t size, fh_tensor *const *dst, fh_tensor *const *src, int64_t n) {
+  char d[96] = "";
+  if (n > 0)
+    fh__trace_direction(d, sizeof d, fh_tensor_device(src[0]), fh_tensor_is_pinned(src[0]), fh_tensor_device(dst[0]),
+                        fh_tensor_is_pinned(dst[0]));
+  snprintf(buf, size, "%lld lea%s, %s", (long long)n, n == 1 ? "f" : "ves", d);
+  return buf;
+}
+
+fh_status fh_leaves_copy_to(fh_tensor *const *leaves, int64_t n, fh_device dev, bool pin, fh_stream *stream,
+                            fh_tensor **out) {
+  const char *fn = "copying a value tree";
+  fh_status st = refuse_in_capture(fn);
+  if (st != FH_OK) return st;
+  if (pin && dev.type != FH_DEVICE_CPU)
+    return fh_error_set(FH_ERR_VALUE, "%s: pinned memory is host memory; the target is not the cpu", fn);
+  /* the stream of the copies: the CUDA side's (all leaves on one device) */
+  fh_device side = dev;
+  for (int64_t i = 0; i < n && side.type == FH_DEVICE_CPU; ++i)
+    if (fh_tensor_device(leaves[i]).type == FH_DEVICE_CUDA) side = fh_tensor_device(leaves[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    fh_device d = fh_tensor_device(leaves[i]);
+    if (d.type == FH_DEVICE_CUDA && side.type == FH_DEVICE_CUDA && !fh_device_eq(d, side)) {
+      char a[FH_DEVICE_NAME_MAX], c[FH_DEVICE_NAME_MAX];
+      return fh_error_set(FH_ERR_VALUE, "%s: the tree's leaves are on %s and %s (one CUDA device expected)", fn,
+                          fh_device_name(side, a), fh_device_name(d, c));
+    }
+    if ((st = fh_device_check(d)) != FH_OK) return st;
+  }
+  if ((st = fh_device_check(dev)) != FH_OK) return st;
+  fh_stream *s = NULL;
+  if (side.type == FH_DEVICE_CUDA && (st = fh__op_stream(side, stream, &s)) != FH_OK) {
+    fh_error_prefix("%s", fn);
+    return st;
+  }
+  if (side.type == FH_DEVICE_CPU && stream != NULL)
+    return fh_error_set(FH_ERR_VALUE, "%s: every leaf and the target are on cpu, where copies are synchronous; "
+                                      "there is no stream to copy on", fn);
+  fh_tensor **tmp = calloc(n ? (size_t)n : 1, sizeof *tmp);
+  if (tmp == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory copying a tree");
+  for (int64_t i = 0; i < n && st == FH_OK; ++i) st = fh_tensor_empty_like_layout(leaves[i], dev, pin, &tmp[i]);
+  int tr = st == FH_OK && fh__trace_on ? fh__trace_begin(FH_TRACE_COPY, "read-back", side, s) : FH_TRACE_SKIP;
+  /* non_blocking: a pinned or device target is written asynchronously on s,
+   * and the allocators guard both sides (record-stream) until it has run */
+  for (int64_t i = 0; i < n && st == FH_OK; ++i) st = fh_tensor_copy_(tmp[i], leaves[i], s, s != NULL);
+  if (tr != FH_TRACE_SKIP) {
+    char d[160];
+    fh__trace_end(tr, st == FH_OK ? fh_leaves_nbytes(leaves, n) : 0, n, copy_detail(d, sizeof d, tmp, leaves, n));
+  }
+  if (st != FH_OK) {
+    if (s != NULL) {
+      char msg[FH_ERROR_MESSAGE_MAX];
+      fh_status keep = fh_error_status();
+      snprintf(msg, sizeof msg, "%s", fh_error_message());
+      (void)fh_stream_synchronize(s);
+      fh_error_set(keep, "%s", msg);
+    }
     release_all(tmp, n);
     free(tmp);
     return st;
@@ -330,6 +398,15 @@ fh_status fh_buffer_poll(fh_buffer *b) {
   return st;
 }
 
+int fh_buffer_pending_copies(fh_buffer *b) {
+  if (tl_capturing || fh__cuda_any_capture()) return -1;
+  if (fh_buffer_poll(b) != FH_OK) {
+    fh_error_clear();
+    return -1;
+  }
+  return b->ninflight;
+}
+
 static fh_status handle_new(fh_buffer *b, int64_t n, fh_copy_handle **out) {
   fh_copy_handle *h = calloc(1, sizeof *h);
   if (h != NULL) {
@@ -365,6 +442,11 @@ static void handle_drop_refs(fh_copy_handle *h) {
 
 fh_status fh_buffer_copy_from(fh_buffer *b, fh_tensor *const *src, fh_stream *stream, bool non_blocking,
                               fh_event *const *wait, int nwait, fh_copy_handle **out) {
+  return fh__buffer_copy_from_named(b, src, stream, non_blocking, wait, nwait, out, "copy_from");
+}
+
+fh_status fh__buffer_copy_from_named(fh_buffer *b, fh_tensor *const *src, fh_stream *stream, bool non_blocking,
+                                     fh_event *const *wait, int nwait, fh_copy_handle **out, const char *trace_name) {
   const char *fn = "ReusableValueBuffer:copy_from";
   fh_status st = fh_buffer_check_open(b, fn);
   if (st == FH_OK) st = refuse_in_capture(fn);
@@ -411,13 +493,18 @@ fh_status fh_buffer_copy_from(fh_buffer *b, fh_tensor *const *src, fh_stream *st
       if (last->stream != s) st = fh_stream_wait_event(s, last->event);
     }
   }
-  /* from here on, bytes move */
+  /* from here on, bytes move (traced after the waits: the bar is the copy) */
+  int tr = st == FH_OK && fh__trace_on ? fh__trace_begin(FH_TRACE_COPY, trace_name, b->dev, s) : FH_TRACE_SKIP;
   for (int64_t i = 0; i < b->n && st == FH_OK; ++i) {
     st = fh_tensor_copy_(b->leaves[i], src[i], s, cuda ? non_blocking : false);
     if (st != FH_OK) {
       char a[600];
       fh_error_prefix("%s: copying %s", fn, fh_tree_sig_leaf_name(b->sig, i, "source", a, sizeof a));
     }
+  }
+  if (tr != FH_TRACE_SKIP) {
+    char d[160];
+    fh__trace_end(tr, st == FH_OK ? b->nbytes : 0, b->n, copy_detail(d, sizeof d, b->leaves, src, b->n));
   }
   if (st == FH_OK && cuda) st = fh_event_record(h->event, s);
   if (st == FH_OK && cuda && !non_blocking) st = fh_event_synchronize(h->event);
@@ -527,10 +614,8 @@ fh_status fh__buffer_copy_ordered(fh_buffer *b, fh_tensor *const *src, fh_stream
     }
   }
   int64_t nbatched = 0;
-  if (cuda && (st = copy_small_pinned(b, src, s, &nbatched)) != FH_OK) {
-    fh_error_prefix("%s: copying small pinned inputs", fn);
-    return st;
-  }
+  int tr = fh__trace_on ? fh__trace_begin(FH_TRACE_COPY, "replay inputs", b->dev, s) : FH_TRACE_SKIP;
+  if (cuda && (st = copy_small_pinned(b, src, s, &nbatched)) != FH_OK) fh_error_prefix("%s: copying small pinned inputs", fn);
   for (int64_t i = 0; i < b->n && st == FH_OK; ++i) {
     if (cuda && nbatched > 0 && batchable(b->leaves[i], src[i], NULL)) continue; /* copied above */
     /* the allocators guard the sources (record-stream; pageable sources are
@@ -540,6 +625,10 @@ fh_status fh__buffer_copy_ordered(fh_buffer *b, fh_tensor *const *src, fh_stream
       char a[600];
       fh_error_prefix("%s: copying %s", fn, fh_tree_sig_leaf_name(b->sig, i, "inputs", a, sizeof a));
     }
+  }
+  if (tr != FH_TRACE_SKIP) {
+    char d[160];
+    fh__trace_end(tr, st == FH_OK ? b->nbytes : 0, b->n, copy_detail(d, sizeof d, b->leaves, src, b->n));
   }
   return st;
 }

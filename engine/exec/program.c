@@ -7,6 +7,7 @@
 
 #include "fh/cuda_alloc.h"
 #include "fh/internal.h"
+#include "fh/trace.h"
 
 enum { ST_NEW = 0, ST_CAPTURING, ST_CAPTURED, ST_READY, ST_FAILED };
 
@@ -41,9 +42,11 @@ struct fh_program {
   fh_copy_handle *latest;   /* one reference: the last copy_inputs handle */
   bool outstanding;         /* `latest` has not been replayed yet */
   uint64_t replays, nodes;
+  uint64_t id; /* unique per process, for printing and traces */
   fh_program *next_parked;
 };
 
+static atomic_uint_fast64_t g_program_ids;
 static fh_program *g_parked; /* dropped programs with launches in flight */
 
 /* ---- kept storages --------------------------------------------------------------- */
@@ -129,6 +132,7 @@ fh_status fh_program_new(fh_program_kind kind, fh_buffer *inputs, fh_program **o
   fh_rc_init(&p->rc);
   p->kind = kind;
   p->dev = dev;
+  p->id = atomic_fetch_add(&g_program_ids, 1) + 1;
   if (kind == FH_PROGRAM_CUDA_GRAPH) {
     st = fh_stream_new(dev, 0, &p->side);
     if (st == FH_OK) st = fh_mempool_new(dev, &p->pool);
@@ -228,6 +232,8 @@ void fh_program_release(fh_program *p) {
 
 fh_program_kind fh_program_get_kind(const fh_program *p) { return p->kind; }
 fh_device fh_program_device(const fh_program *p) { return p->dev; }
+uint64_t fh_program_id(const fh_program *p) { return p->id; }
+bool fh_program_pending(fh_program *p) { return !launches_done(p); }
 fh_buffer *fh_program_inputs(const fh_program *p) { return p->inputs; }
 fh_stream *fh_program_side_stream(const fh_program *p) { return p->side; }
 bool fh_program_is_closed(const fh_program *p) { return p->closed; }
@@ -336,6 +342,13 @@ static fh_status check_ready(fh_program *p, const char *what) {
 static _Thread_local int tl_fail_launches;
 void fh__program_fail_next_launches(int n) { tl_fail_launches = n; }
 
+static void trace_replay_end(const fh_program *p, int tr, uint64_t replay) {
+  if (tr == FH_TRACE_SKIP) return;
+  char d[96];
+  snprintf(d, sizeof d, "program %llu, replay %llu", (unsigned long long)p->id, (unsigned long long)replay);
+  fh__trace_end(tr, 0, (int64_t)p->nodes, d);
+}
+
 /* Launch on `s` after the previous launch; record the replay event. */
 static fh_status launch_on(fh_program *p, fh_stream *s) {
   fh_status st;
@@ -344,13 +357,19 @@ static fh_status launch_on(fh_program *p, fh_stream *s) {
     return fh_error_set(FH_ERR_EXECUTION, "launch failed (failure injected by a test)");
   }
   if (p->kind == FH_PROGRAM_HOST_GRAPH) {
+    int tr = fh__trace_on ? fh__trace_begin(FH_TRACE_REPLAY, "HostGraphProgram replay", p->dev, NULL) : FH_TRACE_SKIP;
     st = fh_tape_replay(p->tape);
+    trace_replay_end(p, tr, p->replays + 1);
     if (st == FH_OK) p->replays++;
     return st;
   }
   if (p->replay_stream != NULL && p->replay_stream != s && (st = fh_stream_wait_event(s, p->replay_event)) != FH_OK)
     return st;
-  if ((st = fh__graph_launch(p->graph, s)) != FH_OK) return st;
+  /* traced after the wait: the bar is the graph */
+  int tr = fh__trace_on ? fh__trace_begin(FH_TRACE_REPLAY, "CudaGraphProgram replay", p->dev, s) : FH_TRACE_SKIP;
+  st = fh__graph_launch(p->graph, s);
+  trace_replay_end(p, tr, p->replays + 1);
+  if (st != FH_OK) return st;
   if ((st = fh_event_record(p->replay_event, s)) != FH_OK) return st;
   if (p->replay_stream != s) {
     fh_stream_retain(s);
@@ -412,7 +431,7 @@ fh_status fh_program_copy_inputs(fh_program *p, fh_tensor *const *src, fh_stream
   /* the previous launch reads the inputs: copy after it */
   all[nwait] = fh_program_replay_event(p);
   fh_copy_handle *h = NULL;
-  st = fh_buffer_copy_from(p->inputs, src, stream, non_blocking, all, nwait + 1, &h);
+  st = fh__buffer_copy_from_named(p->inputs, src, stream, non_blocking, all, nwait + 1, &h, "copy_inputs_from");
   if (all != small) free(all);
   if (st != FH_OK) {
     fh_error_prefix("%s", fn);

@@ -23,6 +23,7 @@ struct fh_stream {
   int priority;
   bool is_default;
   uint64_t id; /* unique for the process, never reused (allocator free-list key) */
+  char name[FH_STREAM_NAME_MAX]; /* fh_stream_set_name; "" when unset */
 };
 
 struct fh_event {
@@ -31,6 +32,7 @@ struct fh_event {
   bool recorded;
   fh_device dev; /* valid once the CUDA event exists */
   cudaEvent_t ev; /* created on first record */
+  uint64_t stream_id; /* fh_stream_id of the latest record's stream */
 };
 
 /* Record a CudaError "<what>: <cudaErrorName> (<description>)" (MemoryError

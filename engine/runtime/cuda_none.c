@@ -6,6 +6,7 @@
 #include "fh/launch.h"
 #include "fh/runtime.h"
 #include "fh/storage.h"
+#include "fh/trace.h"
 
 #define NO_CUDA "no CUDA device is present (fhelium was built without CUDA)"
 
@@ -20,6 +21,11 @@ fh_status fh_cuda_get_device_properties(int index, fh_device_properties *out) {
   return no_cuda();
 }
 fh_status fh_cuda_synchronize(int index) { (void)index; return no_cuda(); }
+fh_status fh_cuda_stream_priority_range(int index, int *least, int *greatest) {
+  (void)index; (void)least; (void)greatest;
+  return no_cuda();
+}
+bool fh__cuda_any_capture(void) { return false; }
 
 fh_status fh_stream_new(fh_device dev, int priority, fh_stream **out) {
   (void)dev; (void)priority; (void)out;
@@ -35,6 +41,8 @@ int fh_stream_priority(const fh_stream *s) { (void)s; return 0; }
 bool fh_stream_is_default(const fh_stream *s) { (void)s; return true; }
 void *fh_stream_handle(const fh_stream *s) { (void)s; return NULL; }
 uint64_t fh_stream_id(const fh_stream *s) { (void)s; return 0; }
+void fh_stream_set_name(fh_stream *s, const char *name) { (void)s; (void)name; }
+const char *fh_stream_name(const fh_stream *s) { (void)s; return ""; }
 fh_status fh_stream_synchronize(fh_stream *s) { (void)s; return no_cuda(); }
 fh_status fh_stream_query(fh_stream *s, bool *done) { (void)s; (void)done; return no_cuda(); }
 fh_status fh_stream_wait_stream(fh_stream *s, fh_stream *o) { (void)s; (void)o; return no_cuda(); }
@@ -45,6 +53,7 @@ void fh_event_release(fh_event *e) { (void)e; }
 fh_status fh_event_record(fh_event *e, fh_stream *s) { (void)e; (void)s; return no_cuda(); }
 bool fh_event_is_recorded(const fh_event *e) { (void)e; return false; }
 fh_device fh_event_device(const fh_event *e) { (void)e; return fh_cpu(); }
+uint64_t fh_event_stream_id(const fh_event *e) { (void)e; return 0; }
 fh_status fh_event_query(fh_event *e, bool *done) { (void)e; (void)done; return no_cuda(); }
 fh_status fh_event_synchronize(fh_event *e) { (void)e; return no_cuda(); }
 fh_status fh_stream_wait_event(fh_stream *s, fh_event *e) { (void)s; (void)e; return no_cuda(); }

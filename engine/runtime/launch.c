@@ -1,5 +1,6 @@
 /* The launch boundary and host capture tapes. */
 #include "fh/launch.h"
+#include "fh/trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,7 +130,15 @@ fh_status fh_tape_replay(fh_tape *t) {
   return FH_OK;
 }
 
+static fh_status submit(const fh_launch *l);
+
 fh_status fh_launch_submit(const fh_launch *l) {
+  /* tracing off: this branch is the whole cost (fh/trace.h) */
+  if (fh__trace_on) return fh__trace_submit(l, submit);
+  return submit(l);
+}
+
+static fh_status submit(const fh_launch *l) {
   if (l->kernel < 0 || l->kernel >= FH_K_MAX)
     return fh_error_set(FH_ERR_EXECUTION, "invalid kernel id %d", (int)l->kernel);
   if (l->device.type == FH_DEVICE_CPU) {

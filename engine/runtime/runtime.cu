@@ -19,6 +19,7 @@
 
 #include "cuda_internal.h"
 #include "fh/launch.h"
+#include "fh/trace.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_count;
@@ -137,8 +138,33 @@ fh_status fh_cuda_synchronize(int index) {
   fh_status st = check_index(index);
   if (st != FH_OK) return st;
   if ((st = fh__cuda_use_device(index)) != FH_OK) return st;
-  FH_CUDA_TRY(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  int tr = fh__trace_on ? fh__trace_begin(FH_TRACE_SYNC, "device synchronize", fh_cpu(), NULL) : FH_TRACE_SKIP;
+  cudaError_t e = cudaDeviceSynchronize();
+  if (tr != FH_TRACE_SKIP) {
+    char d[48];
+    snprintf(d, sizeof d, "cuda:%d", index);
+    fh__trace_end(tr, 0, 0, d);
+  }
+  FH_CUDA_TRY(e, "cudaDeviceSynchronize");
   return FH_OK;
+}
+
+fh_status fh_cuda_stream_priority_range(int index, int *least, int *greatest) {
+  fh_status st = check_index(index);
+  if (st != FH_OK) return st;
+  *least = g_prio_least[index];
+  *greatest = g_prio_greatest[index];
+  return FH_OK;
+}
+
+bool fh__cuda_any_capture(void) { return fh__cuda_captures_active(); }
+
+/* "stream 7 (copy-in)" / "the default stream" of s, for trace details */
+static const char *stream_label(const fh_stream *s, char *buf, size_t size) {
+  if (s->is_default) snprintf(buf, size, "the default stream");
+  else if (s->name[0]) snprintf(buf, size, "stream %llu (%s)", (unsigned long long)s->id, s->name);
+  else snprintf(buf, size, "stream %llu", (unsigned long long)s->id);
+  return buf;
 }
 
 /* ---- streams ------------------------------------------------------------ */
@@ -265,11 +291,22 @@ int fh_stream_priority(const fh_stream *s) { return s->priority; }
 bool fh_stream_is_default(const fh_stream *s) { return s->is_default; }
 void *fh_stream_handle(const fh_stream *s) { return (void *)s->h; }
 uint64_t fh_stream_id(const fh_stream *s) { return s->id; }
+const char *fh_stream_name(const fh_stream *s) { return s->name; }
+void fh_stream_set_name(fh_stream *s, const char *name) {
+  if (s->is_default) return; /* shared by every user of the device */
+  snprintf(s->name, sizeof s->name, "%s", name ? name : "");
+}
 
 fh_status fh_stream_synchronize(fh_stream *s) {
   fh_status st = fh__cuda_use_device(s->dev.index);
   if (st != FH_OK) return st;
-  FH_CUDA_TRY(cudaStreamSynchronize(s->h), "cudaStreamSynchronize");
+  int tr = fh__trace_on ? fh__trace_begin(FH_TRACE_SYNC, "stream synchronize", fh_cpu(), NULL) : FH_TRACE_SKIP;
+  cudaError_t e = cudaStreamSynchronize(s->h);
+  if (tr != FH_TRACE_SKIP) {
+    char d[96];
+    fh__trace_end(tr, 0, 0, stream_label(s, d, sizeof d));
+  }
+  FH_CUDA_TRY(e, "cudaStreamSynchronize");
   return FH_OK;
 }
 
@@ -303,6 +340,11 @@ fh_status fh_stream_wait_stream(fh_stream *s, fh_stream *other) {
   }
   (void)cudaEventDestroy(ev); /* a pending wait keeps what it needs */
   if (e != cudaSuccess) return fh__cuda_fail(e, "Stream:wait_stream");
+  if (fh__trace_on) {
+    char a[96], d[128];
+    snprintf(d, sizeof d, "for %s", stream_label(other, a, sizeof a));
+    fh__trace_wait(s, d);
+  }
   return FH_OK;
 }
 
@@ -352,11 +394,13 @@ fh_status fh_event_record(fh_event *e, fh_stream *s) {
   }
   FH_CUDA_TRY(cudaEventRecord(e->ev, s->h), "cudaEventRecord");
   e->recorded = true;
+  e->stream_id = s->id;
   return FH_OK;
 }
 
 bool fh_event_is_recorded(const fh_event *e) { return e->recorded; }
 fh_device fh_event_device(const fh_event *e) { return e->recorded ? e->dev : fh_cpu(); }
+uint64_t fh_event_stream_id(const fh_event *e) { return e->recorded ? e->stream_id : 0; }
 
 fh_status fh_event_query(fh_event *e, bool *done) {
   if (!e->recorded) {
@@ -376,7 +420,14 @@ fh_status fh_event_query(fh_event *e, bool *done) {
 
 fh_status fh_event_synchronize(fh_event *e) {
   if (!e->recorded) return FH_OK;
-  FH_CUDA_TRY(cudaEventSynchronize(e->ev), "cudaEventSynchronize");
+  int tr = fh__trace_on ? fh__trace_begin(FH_TRACE_SYNC, "event synchronize", fh_cpu(), NULL) : FH_TRACE_SKIP;
+  cudaError_t r = cudaEventSynchronize(e->ev);
+  if (tr != FH_TRACE_SKIP) {
+    char d[96];
+    snprintf(d, sizeof d, "an event of stream %llu (cuda:%d)", (unsigned long long)e->stream_id, (int)e->dev.index);
+    fh__trace_end(tr, 0, 0, d);
+  }
+  FH_CUDA_TRY(r, "cudaEventSynchronize");
   return FH_OK;
 }
 
@@ -385,6 +436,11 @@ fh_status fh_stream_wait_event(fh_stream *s, fh_event *e) {
   fh_status st = fh__cuda_use_device(s->dev.index);
   if (st != FH_OK) return st;
   FH_CUDA_TRY(cudaStreamWaitEvent(s->h, e->ev, 0), "cudaStreamWaitEvent");
+  if (fh__trace_on) {
+    char d[96];
+    snprintf(d, sizeof d, "for an event of stream %llu", (unsigned long long)e->stream_id);
+    fh__trace_wait(s, d);
+  }
   return FH_OK;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "fh/internal.h"
+#include "fh/trace.h"
 
 /* ---- dtypes ------------------------------------------------------------- */
 static const char *const dtype_names[FH_DTYPE_COUNT] = {
@@ -732,7 +733,34 @@ fh_status fh__copy_submit(fh_tensor *dst, fh_tensor *src, fh_stream *s) {
   return fh__submit(FH_K_COPY, fh_tensor_device(dst), s, &a, sizeof a, uses, 2);
 }
 
+static fh_status copy_impl(fh_tensor *dst, fh_tensor *src, fh_stream *stream, bool non_blocking);
+
+/* A traced copy (fh/trace.h): one copy event on the stream the copy runs on
+ * (the CUDA side's), or on the host for cpu to cpu. */
+static fh_status copy_traced(fh_tensor *dst, fh_tensor *src, fh_stream *stream, bool non_blocking) {
+  fh_device dd = fh_tensor_device(dst), sd = fh_tensor_device(src);
+  fh_device side = dd.type == FH_DEVICE_CUDA ? dd : sd;
+  fh_stream *s = NULL;
+  if (side.type == FH_DEVICE_CUDA && (fh_device_check(side) != FH_OK || fh__op_stream(side, stream, &s) != FH_OK)) {
+    fh_error_clear(); /* copy_impl reports it */
+    return copy_impl(dst, src, stream, non_blocking);
+  }
+  int tr = fh__trace_begin(FH_TRACE_COPY, "copy_", side, s);
+  fh_status st = copy_impl(dst, src, stream, non_blocking);
+  if (tr != FH_TRACE_SKIP) {
+    char d[96];
+    fh__trace_direction(d, sizeof d, sd, fh_tensor_is_pinned(src), dd, fh_tensor_is_pinned(dst));
+    fh__trace_end(tr, st == FH_OK ? fh_tensor_nbytes(dst) : 0, 1, d);
+  }
+  return st;
+}
+
 fh_status fh_tensor_copy_(fh_tensor *dst, fh_tensor *src, fh_stream *stream, bool non_blocking) {
+  if (fh__trace_on) return copy_traced(dst, src, stream, non_blocking);
+  return copy_impl(dst, src, stream, non_blocking);
+}
+
+static fh_status copy_impl(fh_tensor *dst, fh_tensor *src, fh_stream *stream, bool non_blocking) {
   fh_status st = check_same_shape(dst, src, "copy_");
   if (st == FH_OK) st = fh__check_writable(dst, "copy_", "self");
   if (st != FH_OK) return st;

@@ -37,6 +37,12 @@ require("fhelium.ckks").install(fh)
 -- devices, streams, events ---------------------------------------------------
 fh.cuda = require "fhelium.cuda"
 
+-- tracing: fh.trace.start(), fh.trace.stop() -> a trace (save, svg)
+fh.trace = require "fhelium.trace"
+
+-- pipelines: fh.pipeline(fn, opts), a ring of slots over streams and programs
+fh.pipeline = require "fhelium.pipeline"
+
 -- pretty printing (REPL and tostring) ---------------------------------------
 fh.pretty = require "fhelium.pretty"
 

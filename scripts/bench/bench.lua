@@ -54,6 +54,10 @@ do
   results.eager_lua_us, results.eager_lua_enqueue_us = median(ltot), median(lenq)
   results.eager_rounds = {}
   for i = 1, ROUNDS do results.eager_rounds[i] = ("%.2f"):format(ltot[i] / ctot[i]) end
+  -- the same loop with fh.trace on (off, each launch pays one branch: the rows above)
+  fh.trace.start()
+  results.eager_traced_us = lua_round()
+  fh.trace.stop()
   assert(fh.allclose(out, a + b), "the benchmark's adds computed a wrong result")
   local inplace = {}
   for r = -20, REPS do
@@ -153,6 +157,8 @@ local function row(name, ours, theirs, unit, target, ratio_of)
 end
 row("eager: 100 adds + sync (per loop)", results.eager_lua_us, base.eager_c_us, "us", "Lua/C <= 1.3")
 row("eager: enqueue 100 adds (host only)", results.eager_lua_enqueue_us, base.eager_c_enqueue_us, "us", "(info)")
+row("eager: 100 adds + sync with fh.trace on", results.eager_traced_us, results.eager_lua_us, "us",
+  "(cost of tracing; vs off)")
 row("eager: raw <<<>>> loop, for reference", base.eager_raw_us, nil, "us")
 row("eager: C loop through the launch boundary", base.eager_boundary_us, base.eager_c_us, "us", "(breakdown)")
 row("eager: C loop of fh_binary (engine, no Lua)", base.eager_engine_us, base.eager_c_us, "us", "(breakdown)")

@@ -89,6 +89,9 @@ fh_status fh_buffer_copy_from(fh_buffer *b, fh_tensor *const *src, fh_stream *st
  * stream must be NULL, nothing to wait for. A handle of another buffer is
  * an ExecutionInputError; a stream of another device a ValueError. */
 fh_status fh_buffer_wait_for(fh_buffer *b, fh_copy_handle *h, fh_stream *stream);
+/* The copies not known complete, after dropping those that are (no
+ * blocking); -1 when that cannot be asked now (during a capture). */
+int fh_buffer_pending_copies(fh_buffer *b);
 /* Drop the in-flight handles whose copies have completed (no blocking). */
 fh_status fh_buffer_poll(fh_buffer *b);
 /* Wait for the in-flight copies, then release the storages. Idempotent. */
@@ -128,8 +131,20 @@ fh_status fh_tensor_empty_like_layout(const fh_tensor *t, fh_device dev, bool pi
 /* Copies of `n` leaves with their layouts on `dev` (pinned when `pin`), the
  * copy complete on return. New references into out. */
 fh_status fh_leaves_clone(fh_tensor *const *leaves, int64_t n, fh_device dev, bool pin, fh_tensor **out);
+/* Copies of `n` leaves with their layouts on `dev` (pinned when `pin`, a
+ * host target only), enqueued on `stream` (NULL: the current stream of the
+ * leaves' CUDA device; cpu to cpu copies are synchronous and take no
+ * stream) without waiting: a pinned or CUDA target is complete once the
+ * work queued on that stream so far has run. The allocators keep both
+ * sides until then. One traced copy ("read-back"). New references into out. */
+fh_status fh_leaves_copy_to(fh_tensor *const *leaves, int64_t n, fh_device dev, bool pin, fh_stream *stream,
+                            fh_tensor **out);
 /* Sum of the leaves' nbytes. */
 size_t fh_leaves_nbytes(fh_tensor *const *leaves, int64_t n);
+
+/* fh_buffer_copy_from whose traced copy is called `trace_name`. */
+fh_status fh__buffer_copy_from_named(fh_buffer *b, fh_tensor *const *src, fh_stream *stream, bool non_blocking,
+                                     fh_event *const *wait, int nwait, fh_copy_handle **out, const char *trace_name);
 
 /* Programs' replay(): copy `src` (validated) into `b` on `s` (NULL for a
  * CPU buffer: synchronous) after `wait` (may be NULL) and after the

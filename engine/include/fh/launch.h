@@ -58,6 +58,9 @@ void fh_launch_register(int first, int count, const char *const *names, const fh
 const char *fh_kernel_name(int kernel);
 
 fh_status fh_launch_submit(const fh_launch *l);
+/* The traced path of fh_launch_submit (engine/runtime/trace.c): groups the
+ * launch into the open launch group, times it, and calls `run`. */
+fh_status fh__trace_submit(const fh_launch *l, fh_status (*run)(const fh_launch *));
 
 /* Launch statistics (process-wide counters, for tests and tracing). */
 uint64_t fh_launch_count(void);

@@ -54,6 +54,10 @@ void fh_program_release(fh_program *p);
 
 fh_program_kind fh_program_get_kind(const fh_program *p);
 fh_device fh_program_device(const fh_program *p);
+uint64_t fh_program_id(const fh_program *p); /* unique per process */
+/* True while the last launch may still run (never blocks; false for host
+ * graphs, whose replays complete before they return). */
+bool fh_program_pending(fh_program *p);
 fh_buffer *fh_program_inputs(const fh_program *p);     /* borrowed; NULL once closed */
 fh_stream *fh_program_side_stream(const fh_program *p); /* borrowed; NULL for host graphs */
 bool fh_program_is_closed(const fh_program *p);

@@ -42,6 +42,10 @@ typedef struct fh_device_properties {
 } fh_device_properties;
 fh_status fh_cuda_get_device_properties(int index, fh_device_properties *out);
 fh_status fh_cuda_synchronize(int index); /* index < 0: current device */
+/* The device's stream priority range (cudaDeviceGetStreamPriorityRange):
+ * `least` is the number of the lowest priority (0), `greatest` that of the
+ * highest (a negative number: lower number = higher priority). */
+fh_status fh_cuda_stream_priority_range(int index, int *least, int *greatest);
 
 /* ---- streams ---------------------------------------------------------- */
 typedef struct fh_stream fh_stream;
@@ -62,6 +66,11 @@ int fh_stream_priority(const fh_stream *s);
 bool fh_stream_is_default(const fh_stream *s);
 void *fh_stream_handle(const fh_stream *s); /* cudaStream_t */
 uint64_t fh_stream_id(const fh_stream *s);  /* unique per process, for printing */
+/* A label for printing and traces ("" until set; at most FH_STREAM_NAME_MAX
+ * - 1 bytes are kept). The default streams keep "". Borrowed. */
+#define FH_STREAM_NAME_MAX 32
+void fh_stream_set_name(fh_stream *s, const char *name);
+const char *fh_stream_name(const fh_stream *s);
 fh_status fh_stream_synchronize(fh_stream *s);
 /* *done = no pending work. */
 fh_status fh_stream_query(fh_stream *s, bool *done);
@@ -78,6 +87,8 @@ void fh_event_release(fh_event *e);
 fh_status fh_event_record(fh_event *e, fh_stream *s);
 bool fh_event_is_recorded(const fh_event *e);
 fh_device fh_event_device(const fh_event *e); /* CPU until recorded */
+/* fh_stream_id of the stream of the latest record (0 until recorded). */
+uint64_t fh_event_stream_id(const fh_event *e);
 fh_status fh_event_query(fh_event *e, bool *done); /* unrecorded: done */
 fh_status fh_event_synchronize(fh_event *e);
 fh_status fh_stream_wait_event(fh_stream *s, fh_event *e);

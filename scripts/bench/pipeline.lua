@@ -1,0 +1,131 @@
+-- scripts/bench/pipeline.lua: encrypted requests through fh.pipeline
+-- (docs/pipeline.md). For each matrix size, M requests of the matrix-vector
+-- program of examples/matrix_vector.lua (examples/matvec.lua) at N = 2^14,
+-- encrypted ahead on the host and held in pinned memory:
+--   serial      each request alone (push, then wait for its result);
+--   per compute-stream count S (slots K = 2 S), in the same run:
+--     copy in, compute, copy out   each stage alone over the M requests
+--                                  (Pipeline:measure; compute with S streams);
+--     bound                        max(copy in + copy out, compute);
+--     pipelined                    the M requests pushed, then every result
+--                                  waited for;
+--   and prints requests/s, pipelined / bound (target <= 1.10), the speed-up
+--   over serial and over one compute stream (target >= 2 with 4 streams at
+--   size 8). Every result of the 1-stream run is decrypted and checked;
+--   the other runs must give the same ciphertexts bit for bit.
+--
+--   source scripts/env.sh && luajit scripts/bench/pipeline.lua [--device cuda|cpu] [--requests M]
+--                                   [--sizes 8,64] [--streams 1,2,4]
+-- Defaults: on a GPU M = 256, sizes 8 and 64, streams 1, 2 and 4; on the
+-- cpu (no overlap to find: every step runs on the host, in order) M = 4,
+-- sizes 8 and 64, one stream. Numbers: scripts/bench/README.md.
+local fh = require "fhelium"
+local ex = fh.execution
+local here = (arg[0]:match("^(.*)/") or ".")
+local lib = dofile(here .. "/lib.lua")
+local matvec = dofile(here .. "/../../examples/matvec.lua")
+local now = lib.now
+
+local function list(s)
+  local r = {}
+  for v in s:gmatch("[^,]+") do r[#r + 1] = assert(tonumber(v), "not a number: " .. v) end
+  return r
+end
+
+local opts = { device = fh.cuda.is_available() and "cuda" or "cpu" }
+do
+  local i = 1
+  while i <= #arg do
+    local k, v = arg[i]:match("^%-%-(%w+)$"), arg[i + 1]
+    if not k or not v or not ({ device = 1, requests = 1, sizes = 1, streams = 1 })[k] then
+      io.stderr:write("usage: pipeline.lua [--device cuda|cpu] [--requests M] [--sizes 8,64] [--streams 1,2,4]\n")
+      os.exit(2)
+    end
+    opts[k] = v
+    i = i + 2
+  end
+end
+local device = opts.device == "cuda" and "cuda:" .. fh.cuda.current_device() or opts.device
+local on_gpu = device ~= "cpu"
+if on_gpu then lib.require_cuda(fh) end
+local M = tonumber(opts.requests) or (on_gpu and 256 or 4)
+local sizes = opts.sizes and list(opts.sizes) or { 8, 64 }
+local streams = opts.streams and list(opts.streams) or (on_gpu and { 1, 2, 4 } or { 1 })
+
+local PRESET = fh.Preset.slots8192_scale40_levels7_int64
+local host = fh.CkksEngine(PRESET, { device = "cpu", seed = 11 })
+local engine = on_gpu and fh.CkksEngine(PRESET, { device = device, seed = 12 }) or host
+local sk = host:create_secret_key()
+local pk = host:create_public_key(sk)
+local maxsize = 0
+for _, s in ipairs(sizes) do maxsize = math.max(maxsize, s) end
+matvec.create_keys(engine, sk, maxsize)
+
+local where = on_gpu and fh.cuda.get_device_properties(tonumber(device:match("%d+"))).name or "the cpu"
+print(("fh.pipeline: %d encrypted matrix-vector requests per run, N = %d, on %s (%s)"):format(M,
+  engine.context.ring_degree, device, where))
+print(("%-5s %-7s %-5s %9s %9s %9s %9s %10s %9s %8s %8s %8s  %s"):format("size", "streams", "slots", "copy in",
+  "compute", "copy out", "bound", "pipelined", "req/s", "vs bound", "x serial", "x 1 str", "<= 1.10x bound"))
+
+local summary = {}
+for _, size in ipairs(sizes) do
+  local gen = fh.Generator(size)
+  local matrix = matvec.matrix(gen, size)
+  local program = matvec.program(engine, matrix, size)
+  local vectors, requests = {}, {}
+  for i = 1, M do
+    vectors[i] = matvec.uniform(gen, size)
+    local ct = matvec.encrypt_vector(host, pk, vectors[i], size)
+    requests[i] = on_gpu and ex.pin_value_tree({ ct }) or { ct }
+  end
+  -- serial: one slot's worth of work at a time
+  local pipe = fh.pipeline(program, { example_inputs = requests[1], slots = 2, device = device, warmup = 1 })
+  pipe:push(requests[1]):result() -- warm
+  local t0 = now()
+  for i = 1, M do pipe:push(requests[i]):result() end
+  local serial = now() - t0
+  pipe:close()
+  local first, one_stream
+  for _, S in ipairs(streams) do
+    local K = 2 * S
+    pipe = fh.pipeline(program, { example_inputs = requests[1], slots = K, compute_streams = S, device = device,
+      warmup = 1 })
+    local m = pipe:measure(requests)
+    local warm = {}
+    for i = 1, K do warm[i] = pipe:push(requests[(i - 1) % M + 1]) end
+    for i = 1, K do warm[i]:wait() end
+    t0 = now()
+    local pending = {}
+    for i = 1, M do pending[i] = pipe:push(requests[i]) end
+    local results = {}
+    for i = 1, M do results[i] = pending[i]:result() end
+    local t = now() - t0
+    pipe:close()
+    -- correctness: decrypted once, then bit for bit across stream counts
+    if not first then
+      for i = 1, M do
+        local err = matvec.max_error(host, sk, results[i], matvec.reference(matrix, vectors[i], size), size)
+        assert(err < 1e-5, ("size %d request %d: error %g"):format(size, i, err))
+      end
+      first = results
+    else
+      for i = 1, M do
+        assert(fh.equal(first[i].data, results[i].data), ("size %d, %d streams: request %d differs"):format(size, S, i))
+      end
+    end
+    one_stream = one_stream or t
+    local ratio = t / m.bound
+    print(("%-5d %-7d %-5d %9.1f %9.1f %9.1f %9.1f %10.1f %9.1f %8.2f %8.2f %8.2f  %s"):format(size, S, K,
+      m.copy_in * 1e3, m.compute * 1e3, m.copy_out * 1e3, m.bound * 1e3, t * 1e3, M / t, ratio, serial / t,
+      one_stream / t, ratio <= 1.10 and "yes" or "no"))
+    summary[#summary + 1] = { size = size, S = S, vs_one = one_stream / t }
+  end
+  print(("%-5d serial (each request alone): %.1f ms, %.1f requests/s (times in ms)"):format(size, serial * 1e3,
+    M / serial))
+end
+for _, r in ipairs(summary) do
+  if r.size == 8 and r.S == 4 then
+    print(("size 8, 4 compute streams: %.2fx the requests/s of one stream (target >= 2x): %s"):format(r.vs_one,
+      r.vs_one >= 2 and "yes" or "no"))
+  end
+end
