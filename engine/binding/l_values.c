@@ -65,7 +65,8 @@ static int read_primes(lua_State *L, int tidx, const char *key, uint64_t *out, c
 }
 
 static const char *const spec_keys[] = {"ring_degree", "default_scale", "q_primes", "p_primes",
-                                        "enforce_security_budget", NULL};
+                                        "enforce_security_budget", "galois_generator", "max_level", "key_digits",
+                                        NULL};
 
 static int l_context(lua_State *L) {
   const char *fn = "fh.CkksContext";
@@ -94,7 +95,35 @@ static int l_context(lua_State *L) {
   uint64_t q[FH_CKKS_MAX_PRIMES], p[FH_CKKS_MAX_PRIMES];
   int nq = read_primes(L, 1, "q_primes", q, fn), np = read_primes(L, 1, "p_primes", p, fn);
   int enforce = fh__lua_optbool(L, 1, "enforce_security_budget", 1, fn);
-  fh_ckks_context_spec s = {n, scale, nq, np, q, p, enforce != 0};
+  /* the layout: slot-order generator, max_level (#Q - 2 or #Q - 1), digit split */
+  lua_getfield(L, 1, "galois_generator");
+  int32_t gen = lua_isnil(L, -1) ? 5 : (int32_t)fh__lua_checkint(L, lua_gettop(L), fn, "galois_generator", 0, 1 << 20);
+  if (gen != 5 && gen != 3)
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: galois_generator must be 5 or 3 (the slot order's generator), got %d",
+                         fn, gen);
+  lua_getfield(L, 1, "max_level");
+  bool all_levels = false;
+  if (!lua_isnil(L, -1)) {
+    int64_t ml = fh__lua_checkint(L, lua_gettop(L), fn, "max_level", INT32_MIN, INT32_MAX);
+    if (ml != nq - 2 && ml != nq - 1)
+      return fh__lua_raise(L, FH_ERR_VALUE,
+                           "%s: max_level must be #q_primes - 2 = %d (a base prime stays) or #q_primes - 1 = %d (every "
+                           "Q prime can be dropped), got %lld",
+                           fn, nq - 2, nq - 1, (long long)ml);
+    all_levels = ml == nq - 1;
+  }
+  lua_getfield(L, 1, "key_digits");
+  fh_key_digits kd = FH_DIGITS_DEFAULT;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      return fh__lua_raise(L, FH_ERR_TYPE, "%s: key_digits expected a string, got %s", fn, fh__lua_typename(L, -1));
+    if (fh_key_digits_parse(lua_tostring(L, -1), &kd) != FH_OK) {
+      fh_error_prefix("%s", fn);
+      return fh__lua_error(L);
+    }
+  }
+  lua_pop(L, 3);
+  fh_ckks_context_spec s = {n, scale, nq, np, q, p, enforce != 0, gen, all_levels, kd};
   fh_context_box *b = new_context_box(L);
   fh_status st = fh_ckks_context_new(&s, &b->c);
   if (st != FH_OK) {
@@ -119,7 +148,7 @@ static int l_presets(lua_State *L) {
   lua_createtable(L, n, 0);
   for (int i = 0; i < n; ++i) {
     const fh_ckks_preset *p = fh_ckks_preset_at(i);
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, 0, 11);
     lua_pushstring(L, p->name);
     lua_setfield(L, -2, "name");
     lua_pushstring(L, p->member);
@@ -130,8 +159,18 @@ static int l_presets(lua_State *L) {
     lua_setfield(L, -2, "scale_bits");
     lua_pushinteger(L, p->num_scale_primes);
     lua_setfield(L, -2, "levels");
+    lua_pushinteger(L, p->num_q);
+    lua_setfield(L, -2, "num_q_primes");
     lua_pushinteger(L, p->num_p_primes);
     lua_setfield(L, -2, "num_p_primes");
+    lua_pushinteger(L, p->max_level);
+    lua_setfield(L, -2, "max_level");
+    lua_pushinteger(L, p->galois_generator);
+    lua_setfield(L, -2, "galois_generator");
+    lua_pushstring(L, p->family == FH_PRESET_FHELIUM_030 ? "fhelium-0.30" : "levels");
+    lua_setfield(L, -2, "family");
+    lua_pushstring(L, p->word_bits == 32 ? "int32" : "int64");
+    lua_setfield(L, -2, "dtype");
     lua_rawseti(L, -2, i + 1);
   }
   return 1;
@@ -175,9 +214,10 @@ static int ctx_tostring(lua_State *L) {
   else snprintf(scale, sizeof scale, "%.17g", c->default_scale);
   snprintf(buf, sizeof buf,
            "fhelium.CkksContext(id=%.16s..., ring_degree=%lld, num_slots=%lld, max_level=%d, default_scale=%s, "
-           "q_primes=%d, p_primes=%d, log2(QP)=%d bits%s%s)",
+           "q_primes=%d, p_primes=%d, log2(QP)=%d bits, galois_generator=%d, key_digits=%s%s%s)",
            c->id, (long long)c->ring_degree, (long long)c->num_slots, c->max_level, scale, c->num_q, c->num_p,
-           c->modulus_bits, c->preset[0] ? ", preset=" : "", c->preset);
+           c->modulus_bits, c->galois_generator, fh_key_digits_name((fh_key_digits)c->key_digits),
+           c->preset[0] ? ", preset=" : "", c->preset);
   lua_pushstring(L, buf);
   return 1;
 }
@@ -244,6 +284,9 @@ static int ctx_index(lua_State *L) {
   else if (strcmp(k, "num_slots") == 0) lua_pushnumber(L, (lua_Number)c->num_slots);
   else if (strcmp(k, "log_n") == 0) lua_pushinteger(L, c->log_n);
   else if (strcmp(k, "max_level") == 0) lua_pushinteger(L, c->max_level);
+  else if (strcmp(k, "galois_generator") == 0) lua_pushinteger(L, c->galois_generator);
+  else if (strcmp(k, "key_digits") == 0) lua_pushstring(L, fh_key_digits_name((fh_key_digits)c->key_digits));
+  else if (strcmp(k, "num_key_digits") == 0) lua_pushinteger(L, c->num_digits);
   else if (strcmp(k, "default_scale") == 0) lua_pushnumber(L, c->default_scale);
   else if (strcmp(k, "num_q_primes") == 0) lua_pushinteger(L, c->num_q);
   else if (strcmp(k, "num_p_primes") == 0) lua_pushinteger(L, c->num_p);
@@ -918,7 +961,7 @@ void fh__lua_open_values(lua_State *L) {
   lua_pop(L, 1);
   fh__lua_newclass_indexed(L, FH_CONTEXT_MT, ctx_methods, ctx_meta, ctx_index);
   {
-    static const char *const fields[] = {"id", "ring_degree", "num_slots", "log_n", "max_level", "default_scale", "num_q_primes", "num_p_primes", "modulus_bits", "security_budget_bits", "preset", NULL};
+    static const char *const fields[] = {"id", "ring_degree", "num_slots", "log_n", "max_level", "galois_generator", "key_digits", "num_key_digits", "default_scale", "num_q_primes", "num_p_primes", "modulus_bits", "security_budget_bits", "preset", NULL};
     fh__lua_setfields(L, fields);
   }
   lua_getfield(L, -1, "methods");

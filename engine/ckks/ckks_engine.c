@@ -13,7 +13,8 @@
 static fh_status build_cpu_tables(const fh_ckks_context *ctx, void *arg, void **out) {
   (void)arg;
   fh_ckks_tables *t = NULL;
-  fh_status st = fh_ckks_tables_new(ctx->log_n, ctx->primes, ctx->num_q, ctx->num_p, fh_cpu(), &t);
+  fh_status st = fh_ckks_tables_new_layout(ctx->log_n, ctx->primes, ctx->num_q, ctx->num_p, ctx->galois_generator,
+                                           ctx->num_digits, ctx->digit_start, fh_cpu(), &t);
   if (st == FH_OK) *out = t;
   return st;
 }
@@ -58,7 +59,8 @@ fh_status fh_ckks_context_tables(fh_ckks_context *ctx, fh_device dev, fh_ckks_ta
   device_tables *d = p;
   pthread_mutex_lock(&d->lock);
   if (d->dev[dev.index] == NULL)
-    st = fh_ckks_tables_new(ctx->log_n, ctx->primes, ctx->num_q, ctx->num_p, dev, &d->dev[dev.index]);
+    st = fh_ckks_tables_new_layout(ctx->log_n, ctx->primes, ctx->num_q, ctx->num_p, ctx->galois_generator,
+                                   ctx->num_digits, ctx->digit_start, dev, &d->dev[dev.index]);
   fh_ckks_tables *t = d->dev[dev.index];
   pthread_mutex_unlock(&d->lock);
   if (st != FH_OK) return st;
@@ -111,7 +113,7 @@ fh_status fh_ckks_context_from_bits(int log_n, const int *q_bits, int nq, const 
     }
     primes[n++] = q;
   }
-  fh_ckks_context_spec spec = {(int64_t)1 << log_n, scale, nq, np, primes, primes + nq, enforce_security};
+  fh_ckks_context_spec spec = {(int64_t)1 << log_n, scale, nq, np, primes, primes + nq, enforce_security, 0, false, 0};
   return fh_ckks_context_new(&spec, out);
 }
 
@@ -413,7 +415,7 @@ static fh_status make_ks_key(fh_ckks_engine *e, fh__ckks_launcher *L, const uint
       st = fh__ckks_ew(L, FH_CKKS_EW_COPY, dnum, qp, nall, ap, 2 * rows, fh__ckks_ptr(a), rows, NULL, 0);
     /* gadget: digit j gets + (P mod q_i) s' on its own Q rows */
     for (int j = 0; j < dnum && st == FH_OK; ++j) {
-      int lo = j * tb->alpha, hi = (j + 1) * tb->alpha < nq ? (j + 1) * tb->alpha : nq;
+      int lo = tb->digit_start[j], hi = tb->digit_start[j + 1];
       fh_ckks_ew_args g;
       fh__ckks_ew_init(L, &g, FH_CKKS_EW_ADD_MUL_CONST, 1, qp + lo, hi - lo);
       g.out = b + j * 2 * rows + (int64_t)lo * n;
@@ -477,12 +479,16 @@ int64_t fh_ckks_canonical_step(const fh_ckks_engine *e, int64_t r) {
   return c;
 }
 
+/* Rotation by r (torch.roll of the slots by r): X -> X^(5^-r) in the
+ * generator-5 slot order, X -> X^(3^r) in the generator-3 one (slot j at
+ * zeta^(3^-j)), as FHElium 0.30 does. */
 uint64_t fh__ckks_galois_of_step(const fh_ckks_engine *e, int64_t r) {
   int64_t S = e->ctx->num_slots;
   uint64_t m2 = 2 * (uint64_t)e->ctx->ring_degree;
-  int64_t k = (-r) % S;
+  bool three = e->ctx->galois_generator == 3;
+  int64_t k = (three ? r : -r) % S;
   if (k < 0) k += S;
-  uint64_t g = 1, b = 5 % m2;
+  uint64_t g = 1, b = (uint64_t)e->ctx->galois_generator % m2;
   for (uint64_t x = (uint64_t)k; x; x >>= 1) {
     if (x & 1) g = (g * b) % m2;
     b = (b * b) % m2;
@@ -823,10 +829,10 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
                              int64_t gs_d, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
                              int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs) {
   const fh_ckks_tables *tb = e->tb;
-  const int nq = tb->nq, np = tb->np, alpha = tb->alpha, dnum = tb->dnum;
+  const int nq = tb->nq, np = tb->np, dnum = tb->dnum;
   const int64_t n = tb->n;
   const int la = nq - level, lk = la + np;
-  const int j0 = level / alpha, ndig = dnum - j0;
+  const int j0 = fh_ckks_tables_first_digit(tb, level), ndig = dnum - j0;
   int32_t qp[FH_CKKS_MAX_PRIMES]; /* active Q rows, then the P rows */
   for (int i = 0; i < la; ++i) qp[i] = level + i;
   for (int k = 0; k < np; ++k) qp[la + k] = nq + k;
@@ -854,8 +860,8 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
     u.primes = tb->primes_dev;
     for (int jj = 0; jj < ndig; ++jj) {
       int j = j0 + jj;
-      int first = j * alpha > level ? j * alpha : level;
-      int last = (j + 1) * alpha < nq ? (j + 1) * alpha : nq;
+      int first = tb->digit_start[j] > level ? tb->digit_start[j] : level;
+      int last = tb->digit_start[j + 1];
       u.consts[jj] = tb->modup[level * dnum + j];
       u.first[jj] = first - level;
       u.nsrc[jj] = last - first;

@@ -699,8 +699,8 @@ fh_status fh_ckks_poly_modup(fh_ckks_tables *tb, fh_tensor *t, int level, fh_ten
   if (tb->np == 0) return fh_error_set(FH_ERR_VALUE, "%s: the tables have no P primes", what);
   if (level < 0 || level >= tb->nq)
     return fh_error_set(FH_ERR_VALUE, "%s: level %d is outside [0, %d)", what, level, tb->nq);
-  const int nq = tb->nq, np = tb->np, alpha = tb->alpha, dnum = tb->dnum;
-  const int la = nq - level, lk = la + np, j0 = level / alpha, ndig = dnum - j0;
+  const int nq = tb->nq, np = tb->np, dnum = tb->dnum;
+  const int la = nq - level, lk = la + np, j0 = fh_ckks_tables_first_digit(tb, level), ndig = dnum - j0;
   int64_t ngroups;
   if ((st = check_rows(what, tb, t, la, FH_UINT64, &ngroups)) != FH_OK) return st;
   fh__ckks_launcher L;
@@ -734,8 +734,8 @@ fh_status fh_ckks_poly_modup(fh_ckks_tables *tb, fh_tensor *t, int level, fh_ten
     u.primes = tb->primes_dev;
     for (int jj = 0; jj < ndig; ++jj) {
       int j = j0 + jj;
-      int first = j * alpha > level ? j * alpha : level;
-      int last = (j + 1) * alpha < nq ? (j + 1) * alpha : nq;
+      int first = tb->digit_start[j] > level ? tb->digit_start[j] : level;
+      int last = tb->digit_start[j + 1];
       u.consts[jj] = tb->modup[level * dnum + j];
       u.first[jj] = first - level;
       u.nsrc[jj] = last - first;

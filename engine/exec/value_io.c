@@ -143,6 +143,17 @@ static fh_status enc_context(enc *e, const fh_ckks_context *c) {
   for (int i = 0; p && i < c->num_p; ++i) json_array_append_new(p, json_integer((json_int_t)c->primes[c->num_q + i]));
   json_t *o = json_pack("{s:I, s:f, s:o, s:o}", "ring_degree", (json_int_t)c->ring_degree, "default_scale",
                         c->default_scale, "q_primes", q, "p_primes", p);
+  /* the non-default layout fields (their absence means the default) */
+  int bad = 0;
+  if (o && c->galois_generator != 5)
+    bad |= json_object_set_new(o, "galois_generator", json_integer(c->galois_generator));
+  if (o && c->max_level != c->num_q - 2) bad |= json_object_set_new(o, "max_level", json_integer(c->max_level));
+  if (o && c->key_digits != FH_DIGITS_P_COUNT)
+    bad |= json_object_set_new(o, "key_digits", json_string(fh_key_digits_name((fh_key_digits)c->key_digits)));
+  if (bad) {
+    json_decref(o);
+    o = NULL;
+  }
   if (o == NULL || json_object_set_new(e->contexts, c->id, o) != 0)
     return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
   return FH_OK;
@@ -570,9 +581,17 @@ static fh_status dec_context(dec *d, const char *id, fh_ckks_context **out) {
   } else {
     json_t *jn = json_object_get(c, "ring_degree"), *js = json_object_get(c, "default_scale");
     json_t *jq = json_object_get(c, "q_primes"), *jp = json_object_get(c, "p_primes");
-    if (!json_is_object(c) || json_object_size(c) != 4 || !json_is_integer(jn) || !json_is_number(js) ||
-        !json_is_array(jq) || !json_is_array(jp))
-      BAD(d, "context '%.80s' must be {ring_degree, default_scale, q_primes, p_primes}", id);
+    /* optional, present when not the default (fh_ckks_context_spec) */
+    json_t *jg = json_object_get(c, "galois_generator"), *jl = json_object_get(c, "max_level");
+    json_t *jk = json_object_get(c, "key_digits");
+    size_t nkeys = 4 + (jg != NULL) + (jl != NULL) + (jk != NULL);
+    if (!json_is_object(c) || json_object_size(c) != nkeys || !json_is_integer(jn) || !json_is_number(js) ||
+        !json_is_array(jq) || !json_is_array(jp) || (jg && !json_is_integer(jg)) || (jl && !json_is_integer(jl)) ||
+        (jk && !jstr(jk)))
+      BAD(d,
+          "context '%.80s' must be {ring_degree, default_scale, q_primes, p_primes} and optionally galois_generator, "
+          "max_level, key_digits",
+          id);
     size_t nq = json_array_size(jq), np = json_array_size(jp);
     if (nq + np > FH_CKKS_MAX_PRIMES) BAD(d, "context '%.80s' has %zu primes (at most %d)", id, nq + np, FH_CKKS_MAX_PRIMES);
     uint64_t q[FH_CKKS_MAX_PRIMES], p[FH_CKKS_MAX_PRIMES];
@@ -582,8 +601,17 @@ static fh_status dec_context(dec *d, const char *id, fh_ckks_context **out) {
       if (i < nq) q[i] = (uint64_t)json_integer_value(v);
       else p[i - nq] = (uint64_t)json_integer_value(v);
     }
+    fh_key_digits kd = FH_DIGITS_DEFAULT;
+    if (jk && fh_key_digits_parse(json_string_value(jk), &kd) != FH_OK) {
+      fh_error_clear();
+      BAD(d, "context '%.80s': key_digits must be \"p_count\" or \"below_p\"", id);
+    }
+    json_int_t gen = jg ? json_integer_value(jg) : 5, lvl = jl ? json_integer_value(jl) : (json_int_t)nq - 2;
+    if (gen != 5 && gen != 3) BAD(d, "context '%.80s': galois_generator must be 5 or 3", id);
+    if (lvl != (json_int_t)nq - 2 && lvl != (json_int_t)nq - 1)
+      BAD(d, "context '%.80s': max_level must be #q_primes - 2 or #q_primes - 1", id);
     fh_ckks_context_spec s = {(int64_t)json_integer_value(jn), json_number_value(js), (int32_t)nq, (int32_t)np, q, p,
-                              false};
+                              false, (int32_t)gen, lvl == (json_int_t)nq - 1, kd};
     if (fh_ckks_context_new(&s, &ctx) != FH_OK) {
       char p_[600];
       fh_error_prefix("corrupt value file at %s: context '%.16s'", dpath(d, p_, sizeof p_), id);
