@@ -588,7 +588,8 @@ static int v_index(lua_State *L) {
   const char *k = lua_tostring(L, 2);
   if (v == NULL || k == NULL) return 0;
   const fh_value_state *s = &v->state;
-  bool rns = !(s->type == FH_PLAINTEXT && s->representation == FH_REPR_SLOTS);
+  bool rns = fh_state_has_rows(s->type, s->representation);
+  bool slots = s->type == FH_PLAINTEXT && s->representation == FH_REPR_SLOTS;
   bool leveled = s->type == FH_PLAINTEXT || s->type == FH_CIPHERTEXT;
   if (strcmp(k, "type") == 0 || strcmp(k, "value_type") == 0) lua_pushstring(L, fh_value_type_name((fh_value_type)s->type));
   else if (strcmp(k, "level") == 0 && leveled) lua_pushinteger(L, s->level);
@@ -609,8 +610,8 @@ static int v_index(lua_State *L) {
   else if (strcmp(k, "context") == 0) {
     if (v->ctx) fh__lua_push_context(L, v->ctx);
     else lua_pushnil(L);
-  } else if (strcmp(k, "data") == 0 && rns) push_tensor_ref(L, fh_value_data(v));
-  else if (strcmp(k, "message") == 0 && !rns) push_tensor_ref(L, fh_value_data(v));
+  } else if (strcmp(k, "data") == 0 && !slots) push_tensor_ref(L, fh_value_data(v));
+  else if (strcmp(k, "message") == 0 && slots) push_tensor_ref(L, fh_value_data(v));
   else if (strcmp(k, "device") == 0) fh__lua_push_device(L, fh_value_device(v));
   else if (strcmp(k, "batch_shape") == 0 && leveled) {
     int64_t b[FH_MAX_DIMS];
@@ -825,9 +826,48 @@ static int l_from_envelope(lua_State *L) {
 }
 
 /* ---- files ---------------------------------------------------------------------- */
-static const char *const save_opts[] = {"overwrite", "allow_secret", NULL};
-static const char *const ser_opts[] = {"allow_secret", NULL};
-static const char *const load_opts[] = {"device", NULL};
+static const char *const save_opts[] = {"overwrite", "allow_secret", "format", NULL};
+static const char *const ser_opts[] = {"allow_secret", "format", NULL};
+static const char *const load_opts[] = {"device", "context", NULL};
+
+/* option `format` of table idx: "fhelium" (the default) or "fhelium-0.30" */
+static fh_file_format opt_format(lua_State *L, int idx, const char *fn) {
+  if (lua_isnoneornil(L, idx)) return FH_FORMAT_FHELIUM;
+  lua_getfield(L, idx, "format");
+  fh_file_format f = FH_FORMAT_FHELIUM;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      fh__lua_raise(L, FH_ERR_TYPE, "%s: option 'format' expected a string, got %s", fn, fh__lua_typename(L, -1));
+    const char *s = lua_tostring(L, -1);
+    if (strcmp(s, "fhelium-0.30") == 0) f = FH_FORMAT_FHELIUM_030;
+    else if (strcmp(s, "fhelium") != 0)
+      fh__lua_raise(L, FH_ERR_VALUE, "%s: option 'format' must be \"fhelium\" or \"fhelium-0.30\", got \"%.64s\"", fn,
+                    s);
+  }
+  lua_pop(L, 1);
+  return f;
+}
+
+/* option `context` of table idx: a CkksContext or a preset name (a box
+ * pinning it is left on the stack), or NULL */
+static fh_ckks_context *opt_load_context(lua_State *L, int idx, const char *fn) {
+  if (lua_isnoneornil(L, idx)) return NULL;
+  lua_getfield(L, idx, "context");
+  fh_ckks_context *c = NULL;
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    fh_context_box *b = new_context_box(L);
+    fh_status st = fh_ckks_context_from_preset(lua_tostring(L, -2), &b->c);
+    if (st != FH_OK) {
+      fh_error_prefix("%s: option 'context'", fn);
+      fh__lua_error(L);
+    }
+    c = b->c;
+  } else if (!lua_isnil(L, -1) && (c = fh__lua_tocontext(L, -1)) == NULL) {
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: option 'context' expected a CkksContext or a preset name, got %s", fn,
+                  fh__lua_typename(L, -1));
+  }
+  return c; /* the option (and the box) stay on the stack */
+}
 
 /* A path argument: a string without NUL bytes (the C library would stop at
  * the first one and open another file). */
@@ -849,10 +889,11 @@ static int l_save(lua_State *L) {
   fh__lua_checkopts(L, 3, fn, save_opts);
   int overwrite = fh__lua_optbool(L, 3, "overwrite", 0, fn);
   int allow = fh__lua_optbool(L, 3, "allow_secret", 0, fn);
+  fh_file_format format = opt_format(L, 3, fn);
   fh_tree_sig *sig = NULL;
   fh_tensor **leaves = NULL;
   fh_status st = fh__lua_tree_build(L, 1, "value", &sig, &leaves);
-  if (st == FH_OK) st = fh_tree_save(sig, leaves, path, overwrite != 0, allow != 0);
+  if (st == FH_OK) st = fh_tree_save_as(sig, leaves, path, overwrite != 0, allow != 0, format);
   if (sig) fh_tree_sig_release(sig);
   free(leaves);
   if (st != FH_OK) {
@@ -867,12 +908,13 @@ static int l_serialize(lua_State *L) {
   if (lua_isnoneornil(L, 1)) return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (value) is missing", fn);
   fh__lua_checkopts(L, 2, fn, ser_opts);
   int allow = fh__lua_optbool(L, 2, "allow_secret", 0, fn);
+  fh_file_format format = opt_format(L, 2, fn);
   fh_tree_sig *sig = NULL;
   fh_tensor **leaves = NULL;
   unsigned char *bytes = NULL;
   size_t n = 0;
   fh_status st = fh__lua_tree_build(L, 1, "value", &sig, &leaves);
-  if (st == FH_OK) st = fh_tree_serialize(sig, leaves, allow != 0, &bytes, &n);
+  if (st == FH_OK) st = fh_tree_serialize_as(sig, leaves, allow != 0, format, &bytes, &n);
   if (sig) fh_tree_sig_release(sig);
   free(leaves);
   if (st != FH_OK) {
@@ -928,10 +970,11 @@ static int l_load(lua_State *L) {
   const char *path = check_path(L, 1, fn, "1 (path)");
   fh__lua_checkopts(L, 2, fn, load_opts);
   fh_device dev = fh__lua_optdevice(L, 2, "device", fh_cpu(), fn);
+  fh_ckks_context *ctx = opt_load_context(L, 2, fn);
   fh_tree_sig *sig = NULL;
   fh_tensor **leaves = NULL;
   fh_status st = fh_device_check(dev);
-  if (st == FH_OK) st = fh_tree_load(path, dev, &sig, &leaves);
+  if (st == FH_OK) st = fh_tree_load_with(path, dev, ctx, &sig, &leaves);
   return push_loaded(L, st, sig, leaves, fn);
 }
 
@@ -941,12 +984,13 @@ static int l_deserialize(lua_State *L) {
     return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (bytes) expected a string, got %s", fn, fh__lua_typename(L, 1));
   fh__lua_checkopts(L, 2, fn, load_opts);
   fh_device dev = fh__lua_optdevice(L, 2, "device", fh_cpu(), fn);
+  fh_ckks_context *ctx = opt_load_context(L, 2, fn);
   size_t n = 0;
   const char *bytes = lua_tolstring(L, 1, &n);
   fh_tree_sig *sig = NULL;
   fh_tensor **leaves = NULL;
   fh_status st = fh_device_check(dev);
-  if (st == FH_OK) st = fh_tree_deserialize(bytes, n, dev, &sig, &leaves);
+  if (st == FH_OK) st = fh_tree_deserialize_with(bytes, n, dev, ctx, &sig, &leaves);
   return push_loaded(L, st, sig, leaves, fn);
 }
 

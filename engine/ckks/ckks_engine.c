@@ -591,6 +591,46 @@ fh_status fh_ckks_encode(fh_ckks_engine *e, fh_tensor *msg, int32_t level, doubl
   return st;
 }
 
+/* An integer_coefficients plaintext [*batch, N] as coefficient-domain RNS
+ * rows at its level (each coefficient reduced exactly into each prime). */
+static fh_status integer_to_rns(fh_ckks_engine *e, const fh_value *pt, fh_value **out) {
+  fh_status st;
+  fh_tensor *d = NULL, *data = NULL;
+  if ((st = fh_tensor_contiguous(fh_value_data(pt), &d)) != FH_OK) return st;
+  const fh_tensor *t = d;
+  int64_t n = e->ctx->ring_degree, B = fh_tensor_numel(t) / n;
+  int la = e->ctx->num_q - pt->state.level;
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, pt->state.level, p);
+  int64_t shape[FH_MAX_DIMS];
+  memcpy(shape, t->shape, sizeof(int64_t) * (size_t)(t->ndim - 1));
+  shape[t->ndim - 1] = la;
+  shape[t->ndim] = n;
+  fh__ckks_launcher L;
+  if (t->ndim + 1 > FH_MAX_DIMS) st = fh_error_set(FH_ERR_VALUE, "encode: too many plaintext dimensions");
+  else st = fh__ckks_launcher_init(&L, e->tb);
+  if (st == FH_OK) {
+    fh__ckks_use(&L, d);
+    st = fh__ckks_temp(&L, t->ndim + 1, shape, &data);
+  }
+  if (st == FH_OK && B > 0) {
+    fh_ckks_ew_args a;
+    fh__ckks_ew_init(&L, &a, FH_CKKS_EW_SIGNED, B, p, la);
+    a.out = fh__ckks_ptr(data);
+    a.out_gs = (int64_t)la * n;
+    a.a = (const uint64_t *)fh_tensor_data(d);
+    a.a_gs = n;
+    a.a_ls = 0;
+    st = fh__ckks_submit(&L, FH_K_CKKS_EW, &a, sizeof a);
+  }
+  if (st == FH_OK)
+    st = fh_plaintext_rns_new(e->ctx, data, pt->state.level, pt->state.scale, FH_BASIS_Q, FH_DOMAIN_COEFFICIENT,
+                              FH_RESIDUE_STANDARD, out);
+  fh_tensor_release(d);
+  if (data) fh_tensor_release(data);
+  return st;
+}
+
 fh_status fh_ckks_encode_plaintext(fh_ckks_engine *e, const fh_value *pt, fh_value **out) {
   fh_status st = fh__ckks_need_type("encode", "plaintext", pt, FH_PLAINTEXT);
   if (st != FH_OK) return st;
@@ -600,6 +640,15 @@ fh_status fh_ckks_encode_plaintext(fh_ckks_engine *e, const fh_value *pt, fh_val
     *out = (fh_value *)pt;
     return FH_OK;
   }
+  if (pt->state.representation == FH_REPR_INTEGER_COEFFICIENTS) {
+    if ((st = fh__ckks_need_engine(e, "encode", "plaintext", pt)) != FH_OK) return st;
+    return integer_to_rns(e, pt, out);
+  }
+  if (pt->state.representation == FH_REPR_APPROXIMATE_COEFFICIENTS)
+    return fh_error_set(FH_ERR_STATE,
+                        "encode: representation of the plaintext is approximate_coefficients (float64 values such as "
+                        "a decrypted phase), which have no exact RNS form; decode it, or round it to "
+                        "integer_coefficients first");
   if (pt->ctx != NULL && pt->ctx != e->ctx)
     return fh_error_set(FH_ERR_STATE, "encode: context_id of the plaintext is '%.12s...' but the engine's is '%.12s...'",
                         pt->ctx->id, e->ctx->id);
@@ -640,9 +689,26 @@ fh_status fh_ckks_decode(fh_ckks_engine *e, const fh_value *pt, bool is_real, fh
   const char *op = "decode";
   fh_status st;
   if ((st = fh__ckks_need_type(op, "plaintext", pt, FH_PLAINTEXT)) != FH_OK) return st;
-  if (pt->state.representation != FH_REPR_RNS)
-    return fh_error_set(FH_ERR_STATE, "%s: representation of the plaintext is slots, expected rns", op);
+  if (pt->state.representation == FH_REPR_SLOTS)
+    return fh_error_set(FH_ERR_STATE,
+                        "%s: representation of the plaintext is slots, expected rns, integer_coefficients or "
+                        "approximate_coefficients",
+                        op);
   if ((st = fh__ckks_need_engine(e, op, "plaintext", pt)) != FH_OK) return st;
+  if (pt->state.representation == FH_REPR_APPROXIMATE_COEFFICIENTS) {
+    fh_tensor *c = NULL;
+    if ((st = fh_tensor_contiguous(fh_value_data(pt), &c)) != FH_OK) return st;
+    st = fh_ckks_poly_decode_real(e->tb, c, pt->state.scale, !is_real, out);
+    fh_tensor_release(c);
+    return st;
+  }
+  if (pt->state.representation == FH_REPR_INTEGER_COEFFICIENTS) {
+    fh_value *rns = NULL;
+    if ((st = integer_to_rns(e, pt, &rns)) != FH_OK) return st;
+    st = fh_ckks_decode(e, rns, is_real, out);
+    fh_value_release(rns);
+    return st;
+  }
   if (pt->state.modulus_basis != FH_BASIS_Q)
     return fh_error_set(FH_ERR_STATE, "%s: modulus_basis of the plaintext is %s, expected Q", op,
                         fh_basis_name((fh_modulus_basis)pt->state.modulus_basis));
@@ -706,7 +772,7 @@ fh_status fh_ckks_encrypt(fh_ckks_engine *e, const fh_value *pt, const fh_value 
       (st = fh__ckks_no_capture(e, op)))
     return st;
   fh_value *rns = NULL;
-  if (pt->state.representation == FH_REPR_SLOTS) {
+  if (pt->state.representation != FH_REPR_RNS) { /* slots or coefficients */
     if ((st = fh_ckks_encode_plaintext(e, pt, &rns)) != FH_OK) return st;
   } else {
     if ((st = fh__ckks_need_engine(e, op, "plaintext", pt)) != FH_OK) return st;

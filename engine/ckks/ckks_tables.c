@@ -67,6 +67,35 @@ static uint32_t bitrev(uint32_t x, int bits) {
   return r;
 }
 
+fh_status fh_ckks_fhelium_ntt_order(uint64_t q, int log_n, uint64_t psi, uint32_t *perm) {
+  uint64_t m = 2ULL << log_n, n = m / 2;
+  if (log_n < FH_CKKS_MIN_LOG_N || log_n > FH_CKKS_MAX_LOG_N || q < 3 || q >= (1ULL << 62) || (q - 1) % m != 0 ||
+      !fh_is_prime_u64(q))
+    return fh_error_set(FH_ERR_VALUE, "%llu is not a prime q < 2^62 with q = 1 mod 2N = %llu", (unsigned long long)q,
+                        (unsigned long long)m);
+  fh_modulus md;
+  fh_modulus_init(&md, q);
+  uint64_t root = 0;
+  for (uint64_t c = 2; c < q && root == 0; ++c) {
+    uint64_t r = fh_mod_pow(c, (q - 1) / m, &md);
+    if (fh_mod_pow(r, n, &md) == q - 1) root = r;
+  }
+  if (root == 0 || fh_mod_pow(psi, n, &md) != q - 1)
+    return fh_error_set(FH_ERR_VALUE, "no primitive 2N-th root of unity modulo %llu", (unsigned long long)q);
+  /* t: psi^t = root (t odd, < 2N) */
+  uint64_t psi2 = fh_mod_mul(psi, psi, &md), cur = psi, t = 1;
+  while (cur != root && t < m) {
+    cur = fh_mod_mul(cur, psi2, &md);
+    t += 2;
+  }
+  if (cur != root) return fh_error_set(FH_ERR_VALUE, "FHElium's root modulo %llu is no power of ours", (unsigned long long)q);
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t e = (t * (2 * (uint64_t)bitrev((uint32_t)i, log_n) + 1)) % m;
+    perm[i] = bitrev((uint32_t)((e - 1) / 2), log_n);
+  }
+  return FH_OK;
+}
+
 #define PRIME_WORDS (sizeof(fh_ckks_prime) / sizeof(uint64_t))
 _Static_assert(sizeof(fh_ckks_prime) % sizeof(uint64_t) == 0, "fh_ckks_prime is a whole number of words");
 

@@ -46,6 +46,17 @@ fh_status fh_ckks_find_primes(int bits, int log_n, int count, const uint64_t *ex
  * ValueError when q is not such a prime. */
 fh_status fh_ckks_min_root(uint64_t q, int log_n, uint64_t *out);
 
+/* FHElium 0.30's NTT evaluation order for the prime q (N = 2^log_n), as
+ * derived from its value files and proved with the fixture's secret key
+ * (spec/fhelium030_spec.lua): FHElium's forward transform uses the root
+ * psi_F = c^((q-1)/2N) for the smallest c >= 2 with psi_F^N = -1, and its
+ * slot i holds a(psi_F^(2 bitrev(i) + 1)); ours (fh/ckks_kernels.h) holds
+ * a(psi^(2 bitrev(j) + 1)) for our root psi (fh_ckks_min_root). perm[i]
+ * (N entries) receives j, our slot at FHElium's slot i's point
+ * (psi_F = psi^t for an odd t, j = bitrev((t (2 bitrev(i) + 1) mod 2N - 1) / 2)).
+ * ValueError when q is not a prime = 1 mod 2N below 2^62. */
+fh_status fh_ckks_fhelium_ntt_order(uint64_t q, int log_n, uint64_t psi, uint32_t *perm);
+
 /* ---- tables ----------------------------------------------------------------- */
 typedef struct fh_ckks_tables {
   fh_refcount rc;
