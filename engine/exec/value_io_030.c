@@ -527,11 +527,16 @@ fh_status fh__v030_decode(const fh_st_header *h, fh__v030_read_fn rd, const void
       st = find_context(&d, n, rns ? (d.dtype == FH_INT32 ? 32 : 64) : 0, &ctx);
     }
   }
-  if (st == FH_OK && rns)
-    for (int i = 0; i < d.nids && st == FH_OK; ++i)
-      if (d.ids[i] >= ctx->num_primes)
-        st = fh_error_set(FH_ERR_STATE, "value_metadata.prime_ids[%d] = %d: the context has %d primes", i, d.ids[i],
-                          ctx->num_primes);
+  if (st == FH_OK && rns) { /* the rows of (depth, basis) in this context */
+    int32_t want[FH_CKKS_MAX_PRIMES], nw = 0;
+    int32_t level = d.type >= FH_SECRET_KEY ? d.ids[0] : (int32_t)d.depth;
+    st = fh_ckks_context_prime_ids(ctx, level, (fh_modulus_basis)d.basis, want, &nw);
+    if (st == FH_OK && (nw != d.nids || memcmp(want, d.ids, sizeof(int32_t) * (size_t)nw) != 0))
+      st = fh_error_set(FH_ERR_STATE,
+                        "value_metadata.prime_ids (%d ids from %d) are not the rows of depth %d with modulus_basis %s "
+                        "in context %.16s... (%d ids from %d)",
+                        d.nids, d.ids[0], level, fh_basis_name((fh_modulus_basis)d.basis), ctx->id, nw, want[0]);
+  }
   if (st == FH_OK && rns && (d.ndim < 2 || d.shape[d.ndim - 2] != d.nids))
     st = fh_error_set(FH_ERR_STATE, "tensor '%s' has %" PRId64 " limb rows but value_metadata.prime_ids lists %d",
                       d.tname, d.ndim >= 2 ? d.shape[d.ndim - 2] : 0, d.nids);
