@@ -192,6 +192,37 @@ describe("slot order", function()
     assert.is_true(back:equal(pt))
   end)
 
+  it("refuses a file whose context records a bad generator, max_level or key_digits", function()
+    local ctx = context { g = 3, max_level = 2, digits = "below_p" }
+    local bytes = fh.serialize(fh.CkksEngine(ctx):encode(fh.tensor({ 1 }, { dtype = "float64" }), {}))
+    local function edit(from, to)
+      local n = 0
+      for i = 8, 1, -1 do n = n * 256 + bytes:byte(i) end
+      local text = bytes:sub(9, 8 + n):gsub(" +$", "")
+      local i, j = text:find(from, 1, true)
+      assert(i, from)
+      text = text:sub(1, i - 1) .. to .. text:sub(j + 1)
+      while #text % 8 ~= 0 do text = text .. " " end
+      local len, l = {}, #text
+      for k = 1, 8 do
+        len[k] = string.char(l % 256)
+        l = math.floor(l / 256)
+      end
+      return table.concat(len) .. text .. bytes:sub(9 + n)
+    end
+    H.expect_error("ValueError", { "corrupt value file", "galois_generator must be 5 or 3" }, fh.deserialize,
+      edit('galois_generator\\":3', 'galois_generator\\":7'))
+    H.expect_error("ValueError", { "corrupt value file", "max_level must be #q_primes %- 2 or #q_primes %- 1" },
+      fh.deserialize, edit('max_level\\":2', 'max_level\\":0'))
+    H.expect_error("ValueError", { "corrupt value file", "key_digits must be \"p_count\" or \"below_p\"" },
+      fh.deserialize, edit('key_digits\\":\\"below_p', 'key_digits\\":\\"beyond'))
+    H.expect_error("ValueError", { "corrupt value file", "optionally galois_generator, max_level, key_digits" },
+      fh.deserialize, edit('key_digits\\":\\"below_p\\"', 'key_digits\\":2'))
+    -- a generator the id does not hash: the id check refuses it
+    H.expect_error("ValueError", { "corrupt value file", "do not hash to their id" }, fh.deserialize,
+      edit('galois_generator\\":3', 'galois_generator\\":5'))
+  end)
+
   it("rejects a bad generator, max_level or key_digits, naming the field", function()
     H.expect_error("ValueError", { "fh.CkksContext", "galois_generator must be 5 or 3", "got 7" }, context, { g = 7 })
     H.expect_error("ValueError", { "fh.CkksContext", "max_level must be #q_primes %- 2 = 1", "= 2", "got 0" },

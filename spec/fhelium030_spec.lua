@@ -435,7 +435,21 @@ describe("FHElium 0.30 value files", function()
       { "a payload that is not in the file", sub('payloads\\":[\\"data\\"]', 'payloads\\":[\\"blob\\"]'),
         { "corrupt", "payload 'blob'" } },
       { "a shape other than the entry's", sub('shape\\":[2,8,16384]', 'shape\\":[2,4,32768]'),
-        { "corrupt", "another shape" } },
+        { "corrupt", "payload 'data' has another shape than tensor_metadata.data.shape" } },
+      { "a dtype other than the entry's",
+        function(t) return sub('nbytes\\":2097152', 'nbytes\\":1048576')(sub('torch.int64', 'torch.int32')(t)) end,
+        { "corrupt", "payload 'data' is stored as I64, tensor_metadata.data.dtype is torch.int32" } },
+      { "unsorted prime ids", sub('prime_ids\\":[0,1,', 'prime_ids\\":[1,0,'), { "corrupt", "strictly increasing" } },
+      { "a null residue representation", sub('\\"standard\\"', 'null'),
+        { "corrupt", "residue_representation of an RNS value must not be null" } },
+      { "a coefficient-domain ciphertext in Montgomery form", sub('\\"standard\\"', '\\"montgomery\\"'),
+        { "corrupt", "coefficient%-domain Ciphertext must have standard residues" } },
+      { "a second tensor", sub('\\"tensor_metadata\\":{', '\\"tensor_metadata\\":{\\"mask\\":{},'),
+        { "corrupt", "names tensor 'mask'", "exactly one tensor, 'data'" } },
+      { "two payloads for a direct tensor", sub('payloads\\":[\\"data\\"]', 'payloads\\":[\\"data\\",\\"x\\"]'),
+        { "corrupt", "payloads must list 1 payload name" } },
+      { "complex_split for an integer tensor", sub('\\"direct\\"', '\\"complex_split\\"'),
+        { "corrupt", "encoding must be \"direct\" for dtype torch.int64" } },
       { "ntt with standard residues", sub('\\"coefficient\\"', '\\"ntt\\"'),
         { "corrupt", "NTT%-domain value must have residue_representation \"montgomery\"" } },
       { "a manifest that is not JSON", sub('{\\"file_schema_version', '{\\"file_schema_version\\":}'),
@@ -447,6 +461,44 @@ describe("FHElium 0.30 value files", function()
     for _, c in ipairs(cases) do
       it(c[1], function() refuse("ValueError", c[3], rebuild(ct, c[2])) end)
     end
+
+    local pt = BYTES.plaintext
+    local pt_cases = {
+      { "no payload flag", sub('has_data\\":true', 'has_data\\":false'),
+        { "corrupt", "exactly one of has_message, has_data" } },
+      { "both payload flags", sub('has_message\\":false', 'has_message\\":true'),
+        { "corrupt", "exactly one of has_message, has_data" } },
+      { "slots without a message", sub('\\"integer_coefficients\\"', '\\"slots\\"'),
+        { "corrupt", "representation \"slots\" does not match has_message" } },
+      { "an unknown representation", sub('\\"integer_coefficients\\"', '\\"sparse\\"'),
+        { "unsupported", "representation \"sparse\"" } },
+      { "coefficients without their domain", sub('polynomial_domain\\":\\"coefficient\\"', 'polynomial_domain\\":null'),
+        { "corrupt", "integer_coefficients Plaintext must have polynomial_domain \"coefficient\"" } },
+      { "coefficients with a basis", sub('modulus_basis\\":null', 'modulus_basis\\":\\"Q\\"'),
+        { "corrupt", "integer_coefficients Plaintext cannot have modulus_basis" } },
+      { "a non-boolean flag", sub('has_data\\":true', 'has_data\\":1'), { "corrupt", "has_data must be a boolean" } },
+      { "a fractional depth", sub('depth\\":0', 'depth\\":0.5'), { "corrupt", "depth must be an integer" } },
+    }
+    for _, c in ipairs(pt_cases) do
+      it(c[1], function() refuse("ValueError", c[3], rebuild(pt, c[2])) end)
+    end
+
+    it("a dtype the value type does not take", function()
+      local bad = rebuild(BYTES.decrypted, sub('\\"approximate_coefficients\\"', '\\"integer_coefficients\\"'))
+      refuse("ValueError", { "unsupported", "tensor 'data' of this Plaintext has dtype torch.float64" }, bad)
+    end)
+
+    it("a key's fields", function()
+      local e = E()
+      local rk = fh.serialize(e:create_rotation_key(value("secret_key"), 9), { format = "fhelium-0.30" })
+      refuse("ValueError", { "corrupt", "value_metadata of a RotationKey is missing field 'rotation_step'" },
+        rebuild(rk, sub(',\\"rotation_step\\":9', '')))
+      refuse("ValueError", { "unsupported", "value_metadata of a SecretKey has an unknown field 'depth'" },
+        rebuild(BYTES.secret_key, sub('{\\"modulus_basis', '{\\"depth\\":0,\\"modulus_basis')))
+      refuse("ValueError", { "corrupt", "polynomial_domain of an RNS value must not be null" },
+        rebuild(BYTES.public_key, sub('\\"ntt\\"', 'null')))
+      refuse("ValueError", { "RotationKey", "0 modulo num_slots" }, rebuild(rk, sub('rotation_step\\":9', 'rotation_step\\":8192')))
+    end)
 
     it("a residue outside [0, 2q)", function()
       local bad = rebuild(ct, function(t) return t end, function(body)
@@ -489,5 +541,79 @@ describe("FHElium 0.30 value files", function()
       H.expect_error("ValueError", { "unsupported value file: fhelium.schema_version is \"7\"", "reads 1",
         "FHElium 0.30's schema 2" }, fh.deserialize, bad)
     end)
+  end)
+end)
+
+describe("coefficient plaintexts (FHElium's integer_coefficients and approximate_coefficients)", function()
+  it("construct, decode, convert to RNS and encrypt, with their own state", function()
+    local e = E()
+    local ctx = e.context
+    local ints = value("plaintext").data
+    local pt = fh.Plaintext { data = ints, context = ctx, representation = "integer_coefficients", scale = 2 ^ 40 }
+    assert.equal("integer_coefficients", pt.representation)
+    assert.is_nil(pt.prime_ids)
+    assert.is_nil(pt.modulus_basis)
+    assert.are.same({}, pt.batch_shape)
+    assert.are.same({ "level", "representation", "scale" }, (function()
+      local k = {}
+      for name in pairs(pt:metadata()) do k[#k + 1] = name end
+      table.sort(k)
+      return k
+    end)())
+    assert.is_true(pt:equal(value("plaintext")))
+    -- a batch decodes per row; the float64 form decodes alike
+    local two = fh.empty({ 2, N }, { dtype = "int64" })
+    two:select(1, 1):copy_(ints)
+    two:select(1, 2):copy_(ints * 2)
+    local batch = fh.Plaintext { data = two, context = ctx,
+      representation = "integer_coefficients", scale = 2 ^ 40 }
+    assert.are.same({ 2 }, batch.batch_shape)
+    local d = e:decode(batch, { is_real = true })
+    assert.is_true(fh.max_abs_diff(d:select(1, 2), MESSAGE * 2) < 1e-9)
+    local approx = fh.Plaintext { data = ints:to("float64"), context = ctx,
+      representation = "approximate_coefficients", scale = 2 ^ 40 }
+    assert.is_true(fh.max_abs_diff(e:decode(approx), e:decode(pt)) < 1e-12)
+    -- to RNS at its level, exactly
+    local deep = fh.Plaintext { data = ints, context = ctx, representation = "integer_coefficients", scale = 2 ^ 40,
+      level = 3 }
+    local rns = e:encode_plaintext(deep)
+    assert.equal(3, rns.level)
+    assert.are.same({ 3, 4, 5, 6, 7 }, rns.prime_ids)
+    assert.is_true(fh.equal(rns.data, value("plaintext_rns").data:narrow(1, 4, 5):contiguous()))
+    -- and as the other operand of additions
+    local ct = value("ciphertext")
+    local sum = e:add_plaintext(ct, pt)
+    assert.is_true(fh.max_abs_diff(e:decrypt_message(sum, value("secret_key"), { is_real = true }), MESSAGE * 2) < 1e-6)
+  end)
+
+  it("refuses what has no exact form and malformed ones, naming the field", function()
+    local e = E()
+    local ctx = e.context
+    local approx = value("decrypted")
+    H.expect_error("StateError", { "encode", "approximate_coefficients", "no exact RNS form" }, e.encode_plaintext, e,
+      approx)
+    H.expect_error("StateError", "approximate_coefficients", e.encrypt, e, approx, value("public_key"))
+    H.expect_error("StateError", { "multiply_plaintext", "representation of pt is integer_coefficients" },
+      e.multiply_plaintext, e, e:coefficient_domain_to_ntt_domain(value("ciphertext")), value("plaintext"))
+    local slots = fh.Plaintext { message = fh.tensor({ 1 }, { dtype = "float64" }), scale = 2 }
+    H.expect_error("StateError", { "decode", "slots, expected rns, integer_coefficients or approximate_coefficients" },
+      e._decode, e, slots, false)
+    local ints = value("plaintext").data
+    H.expect_error("ValueError", { "integer_coefficients", "data must be an int64 tensor, got float64" }, fh.Plaintext,
+      { data = ints:to("float64"), context = ctx, representation = "integer_coefficients" })
+    H.expect_error("ValueError", { "approximate_coefficients", "data must be a float64 tensor, got int64" }, fh.Plaintext,
+      { data = ints, context = ctx, representation = "approximate_coefficients" })
+    H.expect_error("StateError", { "integer_coefficients", "8192 coefficients", "ring_degree is 16384" }, fh.Plaintext,
+      { data = ints:narrow(1, 1, 8192), context = ctx, representation = "integer_coefficients" })
+    H.expect_error("ValueError", { "integer_coefficients", "0%-dim" }, fh.Plaintext,
+      { data = fh.tensor(3, { dtype = "int64" }), context = ctx, representation = "integer_coefficients" })
+    H.expect_error("ValueError", { "integer_coefficients", "extents must be >= 1" }, fh.Plaintext,
+      { data = fh.zeros({ 0, N }, { dtype = "int64" }), context = ctx, representation = "integer_coefficients" })
+    H.expect_error("ValueError", "a CKKS context is required", fh.Plaintext,
+      { data = ints, representation = "integer_coefficients", scale = 2 })
+    H.expect_error("ValueError", "Plaintext %(integer_coefficients%) has no metadata field 'prime_ids'", fh.Plaintext,
+      { data = ints, context = ctx, representation = "integer_coefficients", prime_ids = { 0 } })
+    H.expect_error("ValueError", { "representation must be one of", "approximate_coefficients", "dense" }, fh.Plaintext,
+      { data = ints, context = ctx, representation = "dense" })
   end)
 end)

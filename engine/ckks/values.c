@@ -231,8 +231,8 @@ static fh_status validate(const fh_ckks_context *ctx, fh_value_state *st, fh_ten
         bool integer = st->representation == FH_REPR_INTEGER_COEFFICIENTS;
         if ((s = check_no_rns_state(st))) return s;
         if (t->dtype != (integer ? FH_INT64 : FH_FLOAT64))
-          return fh_error_set(FH_ERR_VALUE, "Plaintext (%s): data must be a %s tensor, got %s", repr_names[st->representation],
-                              integer ? "int64" : "float64", fh_dtype_name((fh_dtype)t->dtype));
+          return fh_error_set(FH_ERR_VALUE, "Plaintext (%s): data must be %s tensor, got %s", repr_names[st->representation],
+                              integer ? "an int64" : "a float64", fh_dtype_name((fh_dtype)t->dtype));
         if (t->ndim < 1)
           return fh_error_set(FH_ERR_VALUE, "Plaintext (%s): data must have layout [*batch, N], got a 0-dim tensor",
                               repr_names[st->representation]);

@@ -373,10 +373,11 @@ static fh_status describe(const fh_st_header *h, desc *d, json_t **root) {
   for (int p = 0; p < d->npayloads; ++p) {
     const fh_st_tensor *e = fh_st_header_find(h, d->payload[p]);
     if (e == NULL) return CORRUPT("payload '%.64s' of tensor '%s' is not in the file", d->payload[p], d->tname);
-    if (e->dtype != dtypes[di].stored || e->ndim != d->ndim ||
-        memcmp(e->shape, d->shape, sizeof(int64_t) * (size_t)d->ndim) != 0)
-      return CORRUPT("payload '%.64s' is stored as %s of another shape than tensor_metadata.%s (%s)", d->payload[p],
+    if (e->dtype != dtypes[di].stored)
+      return CORRUPT("payload '%.64s' is stored as %s, tensor_metadata.%s.dtype is %s", d->payload[p],
                      fh_st_dtype_name((fh_dtype)e->dtype), d->tname, dtypes[di].torch);
+    if (e->ndim != d->ndim || memcmp(e->shape, d->shape, sizeof(int64_t) * (size_t)d->ndim) != 0)
+      return CORRUPT("payload '%.64s' has another shape than tensor_metadata.%s.shape", d->payload[p], d->tname);
   }
   return FH_OK;
 }
