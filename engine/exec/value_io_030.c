@@ -511,6 +511,9 @@ fh_status fh__v030_decode(const fh_st_header *h, fh__v030_read_fn rd, const void
       ok = d.dtype == FH_INT64 || d.dtype == FH_INT32;
     if (!ok)
       st = UNSUPPORTED("tensor '%s' of this %s has dtype %s", d.tname, value_types[d.type], torch_name(d.dtype));
+    else if (d.ndim == 0) /* FHElium's tensors have a coefficient (or slot) axis */
+      st = CORRUPT("tensor_metadata.%s.shape is [] (a %s needs at least its %s axis)", d.tname, value_types[d.type],
+                   d.type == FH_PLAINTEXT && d.representation == FH_REPR_SLOTS ? "slot" : "coefficient");
   }
   /* the context */
   bool slots = d.type == FH_PLAINTEXT && d.representation == FH_REPR_SLOTS;
