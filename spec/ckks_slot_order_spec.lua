@@ -231,4 +231,34 @@ describe("slot order", function()
       context, { digits = "alpha" })
     H.expect_error("TypeError", { "fh.CkksContext", "key_digits expected a string" }, context, { digits = 2 })
   end)
+
+  -- CUDA: the encode and decode kernels serve the generator-3 order (and the
+  -- float64 coefficient input) bit for bit as the CPU's, small N and FHElium's preset
+  for _, which in ipairs { "small", "preset" } do
+    H.gpu_it(("CUDA encodes, decodes and rotates in the generator-3 order bit for bit as the CPU (%s)"):format(which),
+      function()
+        local ctx = which == "small" and context { g = 3, max_level = 2, digits = "below_p" }
+          or fh.CkksContext(fh.Preset.slots8192_scale40_depth7_int64)
+        local g = fh.Generator(seed + 4)
+        local S = ctx.num_slots
+        local z = complex_msg(g, S)
+        local cpu, gpu = fh.CkksEngine(ctx, { seed = 9 }), fh.CkksEngine(ctx, { device = "cuda", seed = 9 })
+        local pc, pg = cpu:encode(z), gpu:encode(z)
+        assert.is_true(fh.equal(pc.data, pg.data:cpu()), "encode")
+        assert.is_true(fh.equal(cpu:decode(pc), gpu:decode(pg):cpu()), "decode")
+        local approx = fh.Plaintext { data = fh.randn({ 2 * S }, { generator = g, dtype = "float64" }) * 2 ^ 30,
+          context = ctx, representation = "approximate_coefficients", scale = 2 ^ 30 }
+        assert.is_true(fh.equal(cpu:decode(approx), gpu:decode(approx:cuda()):cpu()), "decode of float64 coefficients")
+        local sk = cpu:create_secret_key()
+        local skg = sk:cuda()
+        local rk = cpu:create_rotation_key(sk, 3)
+        local ck = cpu:create_conjugation_key(sk)
+        local ct = cpu:encrypt(pc, cpu:create_public_key(sk))
+        local rc, rg = cpu:rotate_with_key(ct, rk), gpu:rotate_with_key(ct:cuda(), rk:cuda())
+        assert.is_true(fh.equal(rc.data, rg.data:cpu()), "rotation")
+        assert.is_true(fh.equal(cpu:conjugate(ct, ck).data, gpu:conjugate(ct:cuda(), ck:cuda()).data:cpu()), "conjugation")
+        assert.is_true(fh.equal(cpu:decrypt_message(rc, sk), gpu:decrypt_message(rg, skg):cpu()), "decrypt")
+        close(cpu:decrypt_message(rc, sk), roll(z, 3))
+      end)
+  end
 end)
