@@ -381,10 +381,51 @@ describe("FHElium 0.30 value files", function()
     end
   end)
 
+  it("writes and reads the int32 presets' residues (int32, Montgomery radix 2^30)", function()
+    local e = fh.CkksEngine(fh.Preset.slots8192_scale25_depth14_int32, { seed = 2 })
+    local sk = e:create_secret_key()
+    local x = fh.tensor({ 0.5, -0.25, 0.125 }, { dtype = "float64" })
+    local ct = e:coefficient_domain_to_ntt_domain(e:encrypt_message(x, e:create_public_key(sk)))
+    for _, v in ipairs { sk, ct, e:create_relinearization_key(sk) } do
+      local b = fh.serialize(v, { format = "fhelium-0.30", allow_secret = true })
+      local _, m = manifest(b)
+      assert.equal("torch.int32", m.tensor_metadata.data.dtype)
+      local n, _, h = header(b)
+      assert.equal("I32", h.data.dtype)
+      assert.is_true(n > 0)
+      local back = fh.deserialize(b)
+      assert.is_true(back:equal(v))
+      assert.equal(v.context, back.context) -- the int32 preset, found from the int32 residues
+    end
+    local got = e:decrypt_message(fh.deserialize(fh.serialize(ct, { format = "fhelium-0.30" })), sk, { is_real = true })
+    assert.is_true(fh.max_abs_diff(got:narrow(1, 1, 3), x) < 2e-2) -- scale 2^25: fresh noise ~ 1e-3
+  end)
+
   it("refuses what FHElium 0.30 could not read", function()
     local five = fh.CkksEngine(fh.Preset.slots8192_scale40_levels7_int64)
     local pt = five:encode(fh.tensor({ 1 }, { dtype = "float64" }))
     H.expect_error("ValueError", { "fh.serialize", "format fhelium%-0.30", "galois_generator 5" }, fh.serialize, pt,
+      { format = "fhelium-0.30" })
+    local T = require "spec.fixtures.small_context"
+    local small = T.context030()
+    local function other(t) return fh.CkksContext {
+      ring_degree = 16, default_scale = 2 ^ 20, q_primes = small.q_primes, p_primes = small.p_primes,
+      enforce_security_budget = false, galois_generator = 3, max_level = t.max_level, key_digits = t.key_digits } end
+    local function coeffs(ctx) return fh.Plaintext { data = fh.zeros({ 16 }, { dtype = "int64" }), context = ctx,
+      representation = "integer_coefficients" } end
+    H.expect_error("ValueError", { "format fhelium%-0.30", "max_level 1 = #q_primes %- 2" }, fh.serialize,
+      coeffs(other { max_level = 1, key_digits = "below_p" }), { format = "fhelium-0.30" })
+    H.expect_error("ValueError", { "format fhelium%-0.30", "key_digits \"p_count\"" }, fh.serialize,
+      coeffs(other { max_level = 2, key_digits = "p_count" }), { format = "fhelium-0.30" })
+    local wide, c = {}, 2ULL ^ 61 + 1 -- primes = 1 mod 32 below 2^61 (above FHElium's 2^60 bound)
+    while #wide < 3 do
+      c = c - 32
+      if fh.is_prime(c) then wide[#wide + 1] = c end
+    end
+    local big = fh.CkksContext { ring_degree = 16, default_scale = 2 ^ 20, q_primes = { wide[1], wide[2] },
+      p_primes = { wide[3] }, enforce_security_budget = false, galois_generator = 3, max_level = 1,
+      key_digits = "below_p" }
+    H.expect_error("ValueError", { "format fhelium%-0.30", "not below 2%^60" }, fh.serialize, coeffs(big),
       { format = "fhelium-0.30" })
     H.expect_error("ValueError", { "fh.serialize", "holds exactly one value", "got a list" }, fh.serialize,
       { value("ciphertext"), value("ciphertext") }, { format = "fhelium-0.30" })
@@ -517,6 +558,9 @@ describe("FHElium 0.30 value files", function()
         ct, { context = fh.Preset.slots16384_scale40_depth16_int64 })
       assert.truthy(err.message:find("^fh.deserialize"))
       H.expect_error("StateError", "prime_ids", fh.deserialize, ct, { context = fh.Preset.slots8192_scale30_depth9_int64 })
+      -- a context outside FHElium's layout would take its residues for another chain's
+      H.expect_error("ValueError", { "context", "galois_generator 5", "FHElium 0.30's values" }, fh.deserialize, ct,
+        { context = fh.Preset.slots8192_scale40_levels7_int64 })
       local own = fh.serialize(value("ciphertext"))
       H.expect_error("ValueError", { "context", "records its contexts" }, fh.deserialize, own, { context = PRESET })
       H.expect_error("ValueError", { "option 'context'", "unknown preset" }, fh.deserialize, ct, { context = "slots1" })

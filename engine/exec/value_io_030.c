@@ -430,6 +430,26 @@ static fh_status find_context(const desc *d, int64_t n, int word, fh_ckks_contex
                       value_types[d->type], n, ids, list);
 }
 
+/* FH_OK when c has FHElium 0.30's layout, else a ValueError beginning with `what` */
+static fh_status check_layout(const fh_ckks_context *c, const char *what) {
+  if (c->galois_generator != 3)
+    return fh_error_set(FH_ERR_VALUE,
+                        "%s: the context has galois_generator %d; FHElium 0.30's values belong to contexts of its slot "
+                        "order (galois_generator 3), such as its presets' (fh.Preset.slots*_depth*)",
+                        what, c->galois_generator);
+  if (c->max_level != c->num_q - 1)
+    return fh_error_set(FH_ERR_VALUE,
+                        "%s: the context has max_level %d = #q_primes - 2; FHElium 0.30's chains run to depth "
+                        "#q_primes - 1",
+                        what, c->max_level);
+  if (c->key_digits != FH_DIGITS_BELOW_P)
+    return fh_error_set(FH_ERR_VALUE,
+                        "%s: the context has key_digits \"%s\"; FHElium 0.30 switches keys with key_digits "
+                        "\"below_p\"",
+                        what, fh_key_digits_name((fh_key_digits)c->key_digits));
+  return FH_OK;
+}
+
 /* ---- residues -------------------------------------------------------------------- */
 /* 2^e mod q */
 static uint64_t pow2_mod(int e, const fh_modulus *m) { return fh_mod_pow(2 % m->q, (uint64_t)e, m); }
@@ -520,13 +540,16 @@ fh_status fh__v030_decode(const fh_st_header *h, fh__v030_read_fn rd, const void
   if (st == FH_OK) {
     int64_t n = d.ndim > 0 ? d.shape[d.ndim - 1] : 0;
     if (hint) {
-      if (!slots && n != hint->ring_degree)
+      if (!slots) st = check_layout(hint, "context");
+      if (st == FH_OK && !slots && n != hint->ring_degree)
         st = fh_error_set(FH_ERR_STATE,
                           "context: the given context has ring_degree %lld but tensor '%s' has %" PRId64
                           " coefficients per row",
                           (long long)hint->ring_degree, d.tname, n);
-      ctx = hint;
-      fh_ckks_context_retain(ctx);
+      if (st == FH_OK) {
+        ctx = hint;
+        fh_ckks_context_retain(ctx);
+      }
     } else if (!slots) {
       st = find_context(&d, n, rns ? (d.dtype == FH_INT32 ? 32 : 64) : 0, &ctx);
     }
@@ -764,21 +787,8 @@ static fh_status check_writable(const fh_value *v, int *word) {
                         "format fhelium-0.30: a 0-dim message (one value in every slot) has no FHElium form; give it "
                         "as [*batch, slot]");
   if (c == NULL || slots) return FH_OK; /* slot values do not depend on the context */
-  if (c->galois_generator != 3)
-    return fh_error_set(FH_ERR_VALUE,
-                        "format fhelium-0.30: the value's context has galois_generator %d; FHElium 0.30 reads values "
-                        "of its slot order (galois_generator 3), such as its presets' (fh.Preset.slots*_depth*)",
-                        c->galois_generator);
-  if (c->max_level != c->num_q - 1)
-    return fh_error_set(FH_ERR_VALUE,
-                        "format fhelium-0.30: the value's context has max_level %d = #q_primes - 2; FHElium 0.30's "
-                        "chains run to depth #q_primes - 1",
-                        c->max_level);
-  if (c->key_digits != FH_DIGITS_BELOW_P)
-    return fh_error_set(FH_ERR_VALUE,
-                        "format fhelium-0.30: the value's context has key_digits \"%s\"; FHElium 0.30 switches keys "
-                        "with key_digits \"below_p\"",
-                        fh_key_digits_name((fh_key_digits)c->key_digits));
+  fh_status st = check_layout(c, "format fhelium-0.30");
+  if (st != FH_OK) return st;
   const fh_ckks_preset *p = fh_ckks_preset_of_context(c);
   *word = p && p->word_bits == 32 ? 32 : 64;
   uint64_t bound = *word == 32 ? (1ULL << 30) : (1ULL << 60);
