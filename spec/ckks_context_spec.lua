@@ -24,15 +24,27 @@ describe("CKKS context", function()
       slots65536_scale50_levels58_int64 = { 17, 50, 58, 6 },
     }
 
-    it("lists FHElium's twelve int64 presets with their value strings", function()
-      local n = 0
+    it("lists the twelve levels presets and FHElium 0.30's seventeen, with their value strings", function()
+      local n, levels, v030 = 0, 0, 0
       for member, name in pairs(fh.Preset) do
         n = n + 1
-        assert.is_not_nil(expected[member], member)
         assert.equal(member:gsub("_", "-"), name)
+        if member:find("_levels") then
+          levels = levels + 1
+          assert.is_not_nil(expected[member], member)
+        else
+          assert.truthy(member:find("^slots%d+_scale%d+_depth%d+_int%d%d$"), member)
+          v030 = v030 + 1
+        end
       end
-      assert.equal(12, n)
+      assert.equal(12, levels)
+      assert.equal(17, v030)
+      assert.equal(29, n)
       assert.equal("slots8192-scale40-levels7-int64", fh.Preset.slots8192_scale40_levels7_int64)
+      assert.equal("slots8192-scale40-depth7-int64", fh.Preset.slots8192_scale40_depth7_int64)
+      for _, p in ipairs(require("fhelium.values").presets) do
+        assert.equal(p.member:find("_levels") and "levels" or "fhelium-0.30", p.family)
+      end
     end)
 
     for member, e in pairs(expected) do

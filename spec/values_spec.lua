@@ -206,7 +206,9 @@ describe("values", function()
         { data = u64 { 3, N }, context = ctx, polynomial_domain = "ntt", residue_representation = "standard" })
       H.expect_error("ValueError", "layout %[%*batch, limb, N%]", fh.Plaintext, { data = u64 { N }, context = ctx })
       H.expect_error("ValueError", "a CKKS context is required", fh.Plaintext, { data = u64 { 3, N } })
-      H.expect_error("ValueError", "representation must be one of \"slots\", \"rns\", got \"coeffs\"", fh.Plaintext,
+      H.expect_error("ValueError",
+        "representation must be one of \"slots\", \"rns\", \"integer_coefficients\", \"approximate_coefficients\", got \"coeffs\"",
+        fh.Plaintext,
         { data = u64 { 3, N }, context = ctx, representation = "coeffs" })
       H.expect_error("StateError", "level 2 is outside", fh.Plaintext,
         { message = fh.zeros(2, { dtype = "float64" }), context = ctx, level = 2 })

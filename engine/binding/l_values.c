@@ -71,7 +71,8 @@ static int read_primes(lua_State *L, int tidx, const char *key, uint64_t *out, c
 }
 
 static const char *const spec_keys[] = {"ring_degree", "default_scale", "q_primes", "p_primes",
-                                        "enforce_security_budget", NULL};
+                                        "enforce_security_budget", "galois_generator", "max_level", "key_digits",
+                                        NULL};
 
 static int l_context(lua_State *L) {
   const char *fn = "fh.CkksContext";
@@ -100,7 +101,35 @@ static int l_context(lua_State *L) {
   uint64_t q[FH_CKKS_MAX_PRIMES], p[FH_CKKS_MAX_PRIMES];
   int nq = read_primes(L, 1, "q_primes", q, fn), np = read_primes(L, 1, "p_primes", p, fn);
   int enforce = fh__lua_optbool(L, 1, "enforce_security_budget", 1, fn);
-  fh_ckks_context_spec s = {n, scale, nq, np, q, p, enforce != 0};
+  /* the layout: slot-order generator, max_level (#Q - 2 or #Q - 1), digit split */
+  lua_getfield(L, 1, "galois_generator");
+  int32_t gen = lua_isnil(L, -1) ? 5 : (int32_t)fh__lua_checkint(L, lua_gettop(L), fn, "galois_generator", 0, 1 << 20);
+  if (gen != 5 && gen != 3)
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: galois_generator must be 5 or 3 (the slot order's generator), got %d",
+                         fn, gen);
+  lua_getfield(L, 1, "max_level");
+  bool all_levels = false;
+  if (!lua_isnil(L, -1)) {
+    int64_t ml = fh__lua_checkint(L, lua_gettop(L), fn, "max_level", INT32_MIN, INT32_MAX);
+    if (ml != nq - 2 && ml != nq - 1)
+      return fh__lua_raise(L, FH_ERR_VALUE,
+                           "%s: max_level must be #q_primes - 2 = %d (a base prime stays) or #q_primes - 1 = %d (every "
+                           "Q prime can be dropped), got %lld",
+                           fn, nq - 2, nq - 1, (long long)ml);
+    all_levels = ml == nq - 1;
+  }
+  lua_getfield(L, 1, "key_digits");
+  fh_key_digits kd = FH_DIGITS_DEFAULT;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      return fh__lua_raise(L, FH_ERR_TYPE, "%s: key_digits expected a string, got %s", fn, fh__lua_typename(L, -1));
+    if (fh_key_digits_parse(lua_tostring(L, -1), &kd) != FH_OK) {
+      fh_error_prefix("%s", fn);
+      return fh__lua_error(L);
+    }
+  }
+  lua_pop(L, 3);
+  fh_ckks_context_spec s = {n, scale, nq, np, q, p, enforce != 0, gen, all_levels, kd};
   fh_context_box *b = new_context_box(L);
   fh_status st = fh_ckks_context_new(&s, &b->c);
   if (st != FH_OK) {
@@ -125,7 +154,7 @@ static int l_presets(lua_State *L) {
   lua_createtable(L, n, 0);
   for (int i = 0; i < n; ++i) {
     const fh_ckks_preset *p = fh_ckks_preset_at(i);
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, 0, 11);
     lua_pushstring(L, p->name);
     lua_setfield(L, -2, "name");
     lua_pushstring(L, p->member);
@@ -136,8 +165,18 @@ static int l_presets(lua_State *L) {
     lua_setfield(L, -2, "scale_bits");
     lua_pushinteger(L, p->num_scale_primes);
     lua_setfield(L, -2, "levels");
+    lua_pushinteger(L, p->num_q);
+    lua_setfield(L, -2, "num_q_primes");
     lua_pushinteger(L, p->num_p_primes);
     lua_setfield(L, -2, "num_p_primes");
+    lua_pushinteger(L, p->max_level);
+    lua_setfield(L, -2, "max_level");
+    lua_pushinteger(L, p->galois_generator);
+    lua_setfield(L, -2, "galois_generator");
+    lua_pushstring(L, p->family == FH_PRESET_FHELIUM_030 ? "fhelium-0.30" : "levels");
+    lua_setfield(L, -2, "family");
+    lua_pushstring(L, p->word_bits == 32 ? "int32" : "int64");
+    lua_setfield(L, -2, "dtype");
     lua_rawseti(L, -2, i + 1);
   }
   return 1;
@@ -181,9 +220,10 @@ static int ctx_tostring(lua_State *L) {
   else snprintf(scale, sizeof scale, "%.17g", c->default_scale);
   snprintf(buf, sizeof buf,
            "fhelium.CkksContext(id=%.16s..., ring_degree=%lld, num_slots=%lld, max_level=%d, default_scale=%s, "
-           "q_primes=%d, p_primes=%d, log2(QP)=%d bits%s%s)",
+           "q_primes=%d, p_primes=%d, log2(QP)=%d bits, galois_generator=%d, key_digits=%s%s%s)",
            c->id, (long long)c->ring_degree, (long long)c->num_slots, c->max_level, scale, c->num_q, c->num_p,
-           c->modulus_bits, c->preset[0] ? ", preset=" : "", c->preset);
+           c->modulus_bits, c->galois_generator, fh_key_digits_name((fh_key_digits)c->key_digits),
+           c->preset[0] ? ", preset=" : "", c->preset);
   lua_pushstring(L, buf);
   return 1;
 }
@@ -250,6 +290,9 @@ static int ctx_index(lua_State *L) {
   else if (strcmp(k, "num_slots") == 0) lua_pushnumber(L, (lua_Number)c->num_slots);
   else if (strcmp(k, "log_n") == 0) lua_pushinteger(L, c->log_n);
   else if (strcmp(k, "max_level") == 0) lua_pushinteger(L, c->max_level);
+  else if (strcmp(k, "galois_generator") == 0) lua_pushinteger(L, c->galois_generator);
+  else if (strcmp(k, "key_digits") == 0) lua_pushstring(L, fh_key_digits_name((fh_key_digits)c->key_digits));
+  else if (strcmp(k, "num_key_digits") == 0) lua_pushinteger(L, c->num_digits);
   else if (strcmp(k, "default_scale") == 0) lua_pushnumber(L, c->default_scale);
   else if (strcmp(k, "num_q_primes") == 0) lua_pushinteger(L, c->num_q);
   else if (strcmp(k, "num_p_primes") == 0) lua_pushinteger(L, c->num_p);
@@ -559,7 +602,8 @@ static int v_index(lua_State *L) {
   const char *k = lua_tostring(L, 2);
   if (v == NULL || k == NULL) return 0;
   const fh_value_state *s = &v->state;
-  bool rns = !(s->type == FH_PLAINTEXT && s->representation == FH_REPR_SLOTS);
+  bool rns = fh_state_has_rows(s->type, s->representation);
+  bool slots = s->type == FH_PLAINTEXT && s->representation == FH_REPR_SLOTS;
   bool leveled = s->type == FH_PLAINTEXT || s->type == FH_CIPHERTEXT;
   if (strcmp(k, "type") == 0 || strcmp(k, "value_type") == 0) lua_pushstring(L, fh_value_type_name((fh_value_type)s->type));
   else if (strcmp(k, "level") == 0 && leveled) lua_pushinteger(L, s->level);
@@ -580,8 +624,8 @@ static int v_index(lua_State *L) {
   else if (strcmp(k, "context") == 0) {
     if (v->ctx) fh__lua_push_context(L, v->ctx);
     else lua_pushnil(L);
-  } else if (strcmp(k, "data") == 0 && rns) push_tensor_ref(L, fh_value_data(v));
-  else if (strcmp(k, "message") == 0 && !rns) push_tensor_ref(L, fh_value_data(v));
+  } else if (strcmp(k, "data") == 0 && !slots) push_tensor_ref(L, fh_value_data(v));
+  else if (strcmp(k, "message") == 0 && slots) push_tensor_ref(L, fh_value_data(v));
   else if (strcmp(k, "device") == 0) fh__lua_push_device(L, fh_value_device(v));
   else if (strcmp(k, "batch_shape") == 0 && leveled) {
     int64_t b[FH_MAX_DIMS];
@@ -813,9 +857,48 @@ static int l_from_envelope(lua_State *L) {
 }
 
 /* ---- files ---------------------------------------------------------------------- */
-static const char *const save_opts[] = {"overwrite", "allow_secret", NULL};
-static const char *const ser_opts[] = {"allow_secret", NULL};
-static const char *const load_opts[] = {"device", NULL};
+static const char *const save_opts[] = {"overwrite", "allow_secret", "format", NULL};
+static const char *const ser_opts[] = {"allow_secret", "format", NULL};
+static const char *const load_opts[] = {"device", "context", NULL};
+
+/* option `format` of table idx: "fhelium" (the default) or "fhelium-0.30" */
+static fh_file_format opt_format(lua_State *L, int idx, const char *fn) {
+  if (lua_isnoneornil(L, idx)) return FH_FORMAT_FHELIUM;
+  lua_getfield(L, idx, "format");
+  fh_file_format f = FH_FORMAT_FHELIUM;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      fh__lua_raise(L, FH_ERR_TYPE, "%s: option 'format' expected a string, got %s", fn, fh__lua_typename(L, -1));
+    const char *s = lua_tostring(L, -1);
+    if (strcmp(s, "fhelium-0.30") == 0) f = FH_FORMAT_FHELIUM_030;
+    else if (strcmp(s, "fhelium") != 0)
+      fh__lua_raise(L, FH_ERR_VALUE, "%s: option 'format' must be \"fhelium\" or \"fhelium-0.30\", got \"%.64s\"", fn,
+                    s);
+  }
+  lua_pop(L, 1);
+  return f;
+}
+
+/* option `context` of table idx: a CkksContext or a preset name (a box
+ * pinning it is left on the stack), or NULL */
+static fh_ckks_context *opt_load_context(lua_State *L, int idx, const char *fn) {
+  if (lua_isnoneornil(L, idx)) return NULL;
+  lua_getfield(L, idx, "context");
+  fh_ckks_context *c = NULL;
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    fh_context_box *b = new_context_box(L);
+    fh_status st = fh_ckks_context_from_preset(lua_tostring(L, -2), &b->c);
+    if (st != FH_OK) {
+      fh_error_prefix("%s: option 'context'", fn);
+      fh__lua_error(L);
+    }
+    c = b->c;
+  } else if (!lua_isnil(L, -1) && (c = fh__lua_tocontext(L, -1)) == NULL) {
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: option 'context' expected a CkksContext or a preset name, got %s", fn,
+                  fh__lua_typename(L, -1));
+  }
+  return c; /* the option (and the box) stay on the stack */
+}
 
 /* A path argument: a string without NUL bytes (the C library would stop at
  * the first one and open another file). */
@@ -837,10 +920,11 @@ static int l_save(lua_State *L) {
   fh__lua_checkopts(L, 3, fn, save_opts);
   int overwrite = fh__lua_optbool(L, 3, "overwrite", 0, fn);
   int allow = fh__lua_optbool(L, 3, "allow_secret", 0, fn);
+  fh_file_format format = opt_format(L, 3, fn);
   fh_tree_sig *sig = NULL;
   fh_tensor **leaves = NULL;
   fh_status st = fh__lua_tree_build(L, 1, "value", &sig, &leaves);
-  if (st == FH_OK) st = fh_tree_save(sig, leaves, path, overwrite != 0, allow != 0);
+  if (st == FH_OK) st = fh_tree_save_as(sig, leaves, path, overwrite != 0, allow != 0, format);
   if (sig) fh_tree_sig_release(sig);
   free(leaves);
   if (st != FH_OK) {
@@ -855,12 +939,13 @@ static int l_serialize(lua_State *L) {
   if (lua_isnoneornil(L, 1)) return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (value) is missing", fn);
   fh__lua_checkopts(L, 2, fn, ser_opts);
   int allow = fh__lua_optbool(L, 2, "allow_secret", 0, fn);
+  fh_file_format format = opt_format(L, 2, fn);
   fh_tree_sig *sig = NULL;
   fh_tensor **leaves = NULL;
   unsigned char *bytes = NULL;
   size_t n = 0;
   fh_status st = fh__lua_tree_build(L, 1, "value", &sig, &leaves);
-  if (st == FH_OK) st = fh_tree_serialize(sig, leaves, allow != 0, &bytes, &n);
+  if (st == FH_OK) st = fh_tree_serialize_as(sig, leaves, allow != 0, format, &bytes, &n);
   if (sig) fh_tree_sig_release(sig);
   free(leaves);
   if (st != FH_OK) {
@@ -916,10 +1001,11 @@ static int l_load(lua_State *L) {
   const char *path = check_path(L, 1, fn, "1 (path)");
   fh__lua_checkopts(L, 2, fn, load_opts);
   fh_device dev = fh__lua_optdevice(L, 2, "device", fh_cpu(), fn);
+  fh_ckks_context *ctx = opt_load_context(L, 2, fn);
   fh_tree_sig *sig = NULL;
   fh_tensor **leaves = NULL;
   fh_status st = fh_device_check(dev);
-  if (st == FH_OK) st = fh_tree_load(path, dev, &sig, &leaves);
+  if (st == FH_OK) st = fh_tree_load_with(path, dev, ctx, &sig, &leaves);
   return push_loaded(L, st, sig, leaves, fn);
 }
 
@@ -929,12 +1015,13 @@ static int l_deserialize(lua_State *L) {
     return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (bytes) expected a string, got %s", fn, fh__lua_typename(L, 1));
   fh__lua_checkopts(L, 2, fn, load_opts);
   fh_device dev = fh__lua_optdevice(L, 2, "device", fh_cpu(), fn);
+  fh_ckks_context *ctx = opt_load_context(L, 2, fn);
   size_t n = 0;
   const char *bytes = lua_tolstring(L, 1, &n);
   fh_tree_sig *sig = NULL;
   fh_tensor **leaves = NULL;
   fh_status st = fh_device_check(dev);
-  if (st == FH_OK) st = fh_tree_deserialize(bytes, n, dev, &sig, &leaves);
+  if (st == FH_OK) st = fh_tree_deserialize_with(bytes, n, dev, ctx, &sig, &leaves);
   return push_loaded(L, st, sig, leaves, fn);
 }
 
@@ -949,7 +1036,7 @@ void fh__lua_open_values(lua_State *L) {
   lua_pop(L, 1);
   fh__lua_newclass_indexed(L, FH_CONTEXT_MT, ctx_methods, ctx_meta, ctx_index);
   {
-    static const char *const fields[] = {"id", "ring_degree", "num_slots", "log_n", "max_level", "default_scale", "num_q_primes", "num_p_primes", "modulus_bits", "security_budget_bits", "preset", NULL};
+    static const char *const fields[] = {"id", "ring_degree", "num_slots", "log_n", "max_level", "galois_generator", "key_digits", "num_key_digits", "default_scale", "num_q_primes", "num_p_primes", "modulus_bits", "security_budget_bits", "preset", NULL};
     fh__lua_setfields(L, fields);
   }
   lua_getfield(L, -1, "methods");

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckks_presets_030.h"
+
 /* ---- number theory ------------------------------------------------------ */
 static uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m) { return (uint64_t)(((unsigned __int128)a * b) % m); }
 
@@ -89,6 +91,68 @@ static int32_t product_bits(const uint64_t *p, int n) {
   return (int32_t)(64 * (len - 1) + (64 - __builtin_clzll(w[len - 1])));
 }
 
+/* ---- key digits ------------------------------------------------------------ */
+static const char *const digit_names[] = {NULL, "p_count", "below_p"};
+const char *fh_key_digits_name(fh_key_digits d) { return (unsigned)d < 3 ? digit_names[d] : NULL; }
+fh_status fh_key_digits_parse(const char *s, fh_key_digits *out) {
+  for (int i = 1; i < 3; ++i)
+    if (s && strcmp(s, digit_names[i]) == 0) {
+      *out = (fh_key_digits)i;
+      return FH_OK;
+    }
+  return fh_error_set(FH_ERR_VALUE, "key_digits must be \"p_count\" or \"below_p\", got \"%.64s\"", s ? s : "(null)");
+}
+
+/* a < b for little-endian multi-word integers */
+static bool big_less(const uint64_t *a, int la, const uint64_t *b, int lb) {
+  while (la > 1 && a[la - 1] == 0) --la;
+  while (lb > 1 && b[lb - 1] == 0) --lb;
+  if (la != lb) return la < lb;
+  for (int i = la - 1; i >= 0; --i)
+    if (a[i] != b[i]) return a[i] < b[i];
+  return false;
+}
+static int big_mul_small(uint64_t *w, int len, uint64_t m) {
+  unsigned __int128 carry = 0;
+  for (int j = 0; j < len; ++j) {
+    unsigned __int128 t = (unsigned __int128)w[j] * m + carry;
+    w[j] = (uint64_t)t;
+    carry = t >> 64;
+  }
+  if (carry) w[len++] = (uint64_t)carry;
+  return len;
+}
+
+/* The digit split of the Q primes (see the header). */
+static void split_digits(fh_ckks_context *c) {
+  int nq = c->num_q, np = c->num_p, k = 0, start = 0;
+  if (c->key_digits == FH_DIGITS_P_COUNT) {
+    for (; start < nq; start += np) c->digit_start[k++] = start;
+  } else {
+    uint64_t P[FH_CKKS_MAX_PRIMES + 1] = {1};
+    int lp = 1;
+    for (int i = 0; i < np; ++i) lp = big_mul_small(P, lp, c->primes[nq + i]);
+    while (start < nq) {
+      c->digit_start[k++] = start;
+      uint64_t prod[FH_CKKS_MAX_PRIMES + 1] = {1};
+      int lprod = 1, stop = start;
+      for (;;) {
+        if (stop >= nq) break;
+        uint64_t t[FH_CKKS_MAX_PRIMES + 1];
+        memcpy(t, prod, sizeof(uint64_t) * (size_t)lprod);
+        int lt = big_mul_small(t, lprod, c->primes[stop]);
+        if (!big_less(t, lt, P, lp)) break;
+        memcpy(prod, t, sizeof(uint64_t) * (size_t)lt);
+        lprod = lt;
+        ++stop;
+      }
+      start = stop > start ? stop : start + 1;
+    }
+  }
+  c->num_digits = k;
+  c->digit_start[k] = nq;
+}
+
 /* ---- registry ------------------------------------------------------------- */
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 /* recursive: a builder may look up another slot of the same context */
@@ -160,12 +224,18 @@ static void put_u64(unsigned char **p, uint64_t v) {
   for (int i = 0; i < 8; ++i) *(*p)++ = (unsigned char)(v >> (8 * i));
 }
 
+static bool context_is_default(const fh_ckks_context *c) {
+  return c->galois_generator == 5 && c->max_level == c->num_q - 2 && c->key_digits == FH_DIGITS_P_COUNT;
+}
+
 static fh_status compute_id(fh_ckks_context *c) {
-  static const char tag[] = "fhelium.ckks_context.v1\n";
-  unsigned char buf[sizeof tag + 4 + 8 + 4 + 4 + 8 * FH_CKKS_MAX_PRIMES];
+  static const char tag1[] = "fhelium.ckks_context.v1\n", tag2[] = "fhelium.ckks_context.v2\n";
+  bool v2 = !context_is_default(c);
+  const char *tag = v2 ? tag2 : tag1;
+  unsigned char buf[sizeof tag1 + 4 + 8 + 4 + 4 + 8 * FH_CKKS_MAX_PRIMES + 12];
   unsigned char *p = buf;
-  memcpy(p, tag, sizeof tag - 1);
-  p += sizeof tag - 1;
+  memcpy(p, tag, sizeof tag1 - 1);
+  p += sizeof tag1 - 1;
   put_u32(&p, (uint32_t)c->log_n);
   uint64_t scale_bits = 0;
   memcpy(&scale_bits, &c->default_scale, 8);
@@ -174,6 +244,11 @@ static fh_status compute_id(fh_ckks_context *c) {
   for (int i = 0; i < c->num_q; ++i) put_u64(&p, c->primes[i]);
   put_u32(&p, (uint32_t)c->num_p);
   for (int i = 0; i < c->num_p; ++i) put_u64(&p, c->primes[c->num_q + i]);
+  if (v2) {
+    put_u32(&p, (uint32_t)c->galois_generator);
+    put_u32(&p, (uint32_t)c->max_level);
+    put_u32(&p, (uint32_t)c->key_digits);
+  }
   if (sodium_init() < 0) return fh_error_set(FH_ERR_GENERIC, "libsodium failed to initialise");
   unsigned char h[crypto_hash_sha256_BYTES];
   crypto_hash_sha256(h, buf, (unsigned long long)(p - buf));
@@ -216,6 +291,13 @@ static fh_status context_build(const fh_ckks_context_spec *s, const char *preset
     return fh_error_set(FH_ERR_VALUE, "at most %d primes in all (q_primes and p_primes), got %d", FH_CKKS_MAX_PRIMES,
                         s->num_q + s->num_p);
   if (s->q_primes == NULL || s->p_primes == NULL) return fh_error_set(FH_ERR_VALUE, "CKKS context: missing primes");
+  int32_t gen = s->galois_generator ? s->galois_generator : 5;
+  if (gen != 5 && gen != 3)
+    return fh_error_set(FH_ERR_VALUE, "galois_generator must be 5 or 3 (the slot order's generator), got %d",
+                        s->galois_generator);
+  int32_t digits = s->key_digits ? s->key_digits : FH_DIGITS_P_COUNT;
+  if (digits != FH_DIGITS_P_COUNT && digits != FH_DIGITS_BELOW_P)
+    return fh_error_set(FH_ERR_VALUE, "key_digits must be \"p_count\" or \"below_p\", got %d", s->key_digits);
   for (int i = 0; i < s->num_q; ++i) {
     fh_status st = check_prime("q_primes", i, s->q_primes[i], n);
     if (st) return st;
@@ -258,8 +340,11 @@ static fh_status context_build(const fh_ckks_context_spec *s, const char *preset
   c->num_q = s->num_q;
   c->num_p = s->num_p;
   c->num_primes = total;
-  c->max_level = s->num_q - 2;
+  c->max_level = s->all_q_levels ? s->num_q - 1 : s->num_q - 2;
+  c->galois_generator = gen;
+  c->key_digits = digits;
   memcpy(c->primes, all, sizeof(uint64_t) * (size_t)total);
+  split_digits(c);
   c->modulus_bits = bits;
   c->security_budget_bits = budget;
   snprintf(c->preset, sizeof c->preset, "%s", preset ? preset : "");
@@ -337,18 +422,19 @@ fh_status fh_ckks_context_ext(fh_ckks_context *c, int slot, fh_ckks_ext_build_fn
 
 /* ---- presets -------------------------------------------------------------- */
 static const fh_ckks_preset presets[] = {
-    {"slots8192-scale30-levels9-int64", "slots8192_scale30_levels9_int64", 14, 30, 9, 1},
-    {"slots8192-scale40-levels7-int64", "slots8192_scale40_levels7_int64", 14, 40, 7, 1},
-    {"slots8192-scale50-levels5-int64", "slots8192_scale50_levels5_int64", 14, 50, 5, 1},
-    {"slots16384-scale30-levels21-int64", "slots16384_scale30_levels21_int64", 15, 30, 21, 2},
-    {"slots16384-scale40-levels16-int64", "slots16384_scale40_levels16_int64", 15, 40, 16, 2},
-    {"slots16384-scale50-levels12-int64", "slots16384_scale50_levels12_int64", 15, 50, 12, 2},
-    {"slots32768-scale30-levels45-int64", "slots32768_scale30_levels45_int64", 16, 30, 45, 4},
-    {"slots32768-scale40-levels34-int64", "slots32768_scale40_levels34_int64", 16, 40, 34, 4},
-    {"slots32768-scale50-levels27-int64", "slots32768_scale50_levels27_int64", 16, 50, 27, 4},
-    {"slots65536-scale30-levels95-int64", "slots65536_scale30_levels95_int64", 17, 30, 95, 6},
-    {"slots65536-scale40-levels72-int64", "slots65536_scale40_levels72_int64", 17, 40, 72, 6},
-    {"slots65536-scale50-levels58-int64", "slots65536_scale50_levels58_int64", 17, 50, 58, 6},
+    {"slots8192-scale30-levels9-int64", "slots8192_scale30_levels9_int64", 14, 30, 9, 1, FH_PRESET_LEVELS, 10, 8, 5, 64, NULL},
+    {"slots8192-scale40-levels7-int64", "slots8192_scale40_levels7_int64", 14, 40, 7, 1, FH_PRESET_LEVELS, 8, 6, 5, 64, NULL},
+    {"slots8192-scale50-levels5-int64", "slots8192_scale50_levels5_int64", 14, 50, 5, 1, FH_PRESET_LEVELS, 6, 4, 5, 64, NULL},
+    {"slots16384-scale30-levels21-int64", "slots16384_scale30_levels21_int64", 15, 30, 21, 2, FH_PRESET_LEVELS, 22, 20, 5, 64, NULL},
+    {"slots16384-scale40-levels16-int64", "slots16384_scale40_levels16_int64", 15, 40, 16, 2, FH_PRESET_LEVELS, 17, 15, 5, 64, NULL},
+    {"slots16384-scale50-levels12-int64", "slots16384_scale50_levels12_int64", 15, 50, 12, 2, FH_PRESET_LEVELS, 13, 11, 5, 64, NULL},
+    {"slots32768-scale30-levels45-int64", "slots32768_scale30_levels45_int64", 16, 30, 45, 4, FH_PRESET_LEVELS, 46, 44, 5, 64, NULL},
+    {"slots32768-scale40-levels34-int64", "slots32768_scale40_levels34_int64", 16, 40, 34, 4, FH_PRESET_LEVELS, 35, 33, 5, 64, NULL},
+    {"slots32768-scale50-levels27-int64", "slots32768_scale50_levels27_int64", 16, 50, 27, 4, FH_PRESET_LEVELS, 28, 26, 5, 64, NULL},
+    {"slots65536-scale30-levels95-int64", "slots65536_scale30_levels95_int64", 17, 30, 95, 6, FH_PRESET_LEVELS, 96, 94, 5, 64, NULL},
+    {"slots65536-scale40-levels72-int64", "slots65536_scale40_levels72_int64", 17, 40, 72, 6, FH_PRESET_LEVELS, 73, 71, 5, 64, NULL},
+    {"slots65536-scale50-levels58-int64", "slots65536_scale50_levels58_int64", 17, 50, 58, 6, FH_PRESET_LEVELS, 59, 57, 5, 64, NULL},
+    FH_PRESETS_030,
 };
 #define NPRESETS ((int)(sizeof presets / sizeof presets[0]))
 
@@ -418,7 +504,7 @@ __attribute__((destructor)) static void preset_cache_clear(void) {
 fh_status fh_ckks_context_from_preset(const char *name, fh_ckks_context **out) {
   const fh_ckks_preset *p = fh_ckks_preset_find(name);
   if (p == NULL) {
-    char list[1024];
+    char list[2048];
     size_t l = 0;
     for (int i = 0; i < NPRESETS && l < sizeof list; ++i)
       l += (size_t)snprintf(list + l, sizeof list - l, "%s%s", i ? ", " : "", presets[i].member);
@@ -428,12 +514,18 @@ fh_status fh_ckks_context_from_preset(const char *name, fh_ckks_context **out) {
   pthread_mutex_lock(&preset_lock);
   fh_status st = FH_OK;
   if (preset_cache[idx] == NULL) {
-    uint64_t q[FH_CKKS_MAX_PRIMES], pp[16];
-    st = preset_primes(p, q, pp);
-    if (st == FH_OK) {
-      fh_ckks_context_spec s = {(int64_t)1 << p->log_n, ldexp(1.0, p->scale_bits), p->num_scale_primes + 1,
-                                p->num_p_primes, q, pp, true};
+    if (p->family == FH_PRESET_FHELIUM_030) {
+      fh_ckks_context_spec s = {(int64_t)1 << p->log_n, ldexp(1.0, p->scale_bits), p->num_q, p->num_p_primes,
+                                p->primes, p->primes + p->num_q, true, p->galois_generator, true, FH_DIGITS_BELOW_P};
       st = context_build(&s, p->name, &preset_cache[idx]);
+    } else {
+      uint64_t q[FH_CKKS_MAX_PRIMES], pp[16];
+      st = preset_primes(p, q, pp);
+      if (st == FH_OK) {
+        fh_ckks_context_spec s = {(int64_t)1 << p->log_n, ldexp(1.0, p->scale_bits), p->num_scale_primes + 1,
+                                  p->num_p_primes, q, pp, true, 0, false, 0};
+        st = context_build(&s, p->name, &preset_cache[idx]);
+      }
     }
   }
   if (st == FH_OK) fh_ckks_context_retain(preset_cache[idx]);
@@ -441,4 +533,20 @@ fh_status fh_ckks_context_from_preset(const char *name, fh_ckks_context **out) {
   if (st != FH_OK) return st;
   *out = preset_cache[idx];
   return FH_OK;
+}
+
+const fh_ckks_preset *fh_ckks_preset_of_context(const fh_ckks_context *c) {
+  if (c == NULL) return NULL;
+  for (int i = 0; i < NPRESETS; ++i) {
+    if (((int64_t)1 << presets[i].log_n) != c->ring_degree) continue;
+    fh_ckks_context *pc = NULL;
+    if (fh_ckks_context_from_preset(presets[i].name, &pc) != FH_OK) {
+      fh_error_clear();
+      continue;
+    }
+    bool same = pc == c;
+    fh_ckks_context_release(pc);
+    if (same) return &presets[i];
+  }
+  return NULL;
 }

@@ -13,7 +13,8 @@
 static fh_status build_cpu_tables(const fh_ckks_context *ctx, void *arg, void **out) {
   (void)arg;
   fh_ckks_tables *t = NULL;
-  fh_status st = fh_ckks_tables_new(ctx->log_n, ctx->primes, ctx->num_q, ctx->num_p, fh_cpu(), &t);
+  fh_status st = fh_ckks_tables_new_layout(ctx->log_n, ctx->primes, ctx->num_q, ctx->num_p, ctx->galois_generator,
+                                           ctx->num_digits, ctx->digit_start, fh_cpu(), &t);
   if (st == FH_OK) *out = t;
   return st;
 }
@@ -58,7 +59,8 @@ fh_status fh_ckks_context_tables(fh_ckks_context *ctx, fh_device dev, fh_ckks_ta
   device_tables *d = p;
   pthread_mutex_lock(&d->lock);
   if (d->dev[dev.index] == NULL)
-    st = fh_ckks_tables_new(ctx->log_n, ctx->primes, ctx->num_q, ctx->num_p, dev, &d->dev[dev.index]);
+    st = fh_ckks_tables_new_layout(ctx->log_n, ctx->primes, ctx->num_q, ctx->num_p, ctx->galois_generator,
+                                   ctx->num_digits, ctx->digit_start, dev, &d->dev[dev.index]);
   fh_ckks_tables *t = d->dev[dev.index];
   pthread_mutex_unlock(&d->lock);
   if (st != FH_OK) return st;
@@ -111,7 +113,7 @@ fh_status fh_ckks_context_from_bits(int log_n, const int *q_bits, int nq, const 
     }
     primes[n++] = q;
   }
-  fh_ckks_context_spec spec = {(int64_t)1 << log_n, scale, nq, np, primes, primes + nq, enforce_security};
+  fh_ckks_context_spec spec = {(int64_t)1 << log_n, scale, nq, np, primes, primes + nq, enforce_security, 0, false, 0};
   return fh_ckks_context_new(&spec, out);
 }
 
@@ -413,7 +415,7 @@ static fh_status make_ks_key(fh_ckks_engine *e, fh__ckks_launcher *L, const uint
       st = fh__ckks_ew(L, FH_CKKS_EW_COPY, dnum, qp, nall, ap, 2 * rows, fh__ckks_ptr(a), rows, NULL, 0);
     /* gadget: digit j gets + (P mod q_i) s' on its own Q rows */
     for (int j = 0; j < dnum && st == FH_OK; ++j) {
-      int lo = j * tb->alpha, hi = (j + 1) * tb->alpha < nq ? (j + 1) * tb->alpha : nq;
+      int lo = tb->digit_start[j], hi = tb->digit_start[j + 1];
       fh_ckks_ew_args g;
       fh__ckks_ew_init(L, &g, FH_CKKS_EW_ADD_MUL_CONST, 1, qp + lo, hi - lo);
       g.out = b + j * 2 * rows + (int64_t)lo * n;
@@ -477,12 +479,16 @@ int64_t fh_ckks_canonical_step(const fh_ckks_engine *e, int64_t r) {
   return c;
 }
 
+/* Rotation by r (torch.roll of the slots by r): X -> X^(5^-r) in the
+ * generator-5 slot order, X -> X^(3^r) in the generator-3 one (slot j at
+ * zeta^(3^-j)), as FHElium 0.30 does. */
 uint64_t fh__ckks_galois_of_step(const fh_ckks_engine *e, int64_t r) {
   int64_t S = e->ctx->num_slots;
   uint64_t m2 = 2 * (uint64_t)e->ctx->ring_degree;
-  int64_t k = (-r) % S;
+  bool three = e->ctx->galois_generator == 3;
+  int64_t k = (three ? r : -r) % S;
   if (k < 0) k += S;
-  uint64_t g = 1, b = 5 % m2;
+  uint64_t g = 1, b = (uint64_t)e->ctx->galois_generator % m2;
   for (uint64_t x = (uint64_t)k; x; x >>= 1) {
     if (x & 1) g = (g * b) % m2;
     b = (b * b) % m2;
@@ -585,6 +591,46 @@ fh_status fh_ckks_encode(fh_ckks_engine *e, fh_tensor *msg, int32_t level, doubl
   return st;
 }
 
+/* An integer_coefficients plaintext [*batch, N] as coefficient-domain RNS
+ * rows at its level (each coefficient reduced exactly into each prime). */
+static fh_status integer_to_rns(fh_ckks_engine *e, const fh_value *pt, fh_value **out) {
+  fh_status st;
+  fh_tensor *d = NULL, *data = NULL;
+  if ((st = fh_tensor_contiguous(fh_value_data(pt), &d)) != FH_OK) return st;
+  const fh_tensor *t = d;
+  int64_t n = e->ctx->ring_degree, B = fh_tensor_numel(t) / n;
+  int la = e->ctx->num_q - pt->state.level;
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, pt->state.level, p);
+  int64_t shape[FH_MAX_DIMS];
+  memcpy(shape, t->shape, sizeof(int64_t) * (size_t)(t->ndim - 1));
+  shape[t->ndim - 1] = la;
+  shape[t->ndim] = n;
+  fh__ckks_launcher L;
+  if (t->ndim + 1 > FH_MAX_DIMS) st = fh_error_set(FH_ERR_VALUE, "encode: too many plaintext dimensions");
+  else st = fh__ckks_launcher_init(&L, e->tb);
+  if (st == FH_OK) {
+    fh__ckks_use(&L, d);
+    st = fh__ckks_temp(&L, t->ndim + 1, shape, &data);
+  }
+  if (st == FH_OK && B > 0) {
+    fh_ckks_ew_args a;
+    fh__ckks_ew_init(&L, &a, FH_CKKS_EW_SIGNED, B, p, la);
+    a.out = fh__ckks_ptr(data);
+    a.out_gs = (int64_t)la * n;
+    a.a = (const uint64_t *)fh_tensor_data(d);
+    a.a_gs = n;
+    a.a_ls = 0;
+    st = fh__ckks_submit(&L, FH_K_CKKS_EW, &a, sizeof a);
+  }
+  if (st == FH_OK)
+    st = fh_plaintext_rns_new(e->ctx, data, pt->state.level, pt->state.scale, FH_BASIS_Q, FH_DOMAIN_COEFFICIENT,
+                              FH_RESIDUE_STANDARD, out);
+  fh_tensor_release(d);
+  if (data) fh_tensor_release(data);
+  return st;
+}
+
 fh_status fh_ckks_encode_plaintext(fh_ckks_engine *e, const fh_value *pt, fh_value **out) {
   fh_status st = fh__ckks_need_type("encode", "plaintext", pt, FH_PLAINTEXT);
   if (st != FH_OK) return st;
@@ -594,6 +640,15 @@ fh_status fh_ckks_encode_plaintext(fh_ckks_engine *e, const fh_value *pt, fh_val
     *out = (fh_value *)pt;
     return FH_OK;
   }
+  if (pt->state.representation == FH_REPR_INTEGER_COEFFICIENTS) {
+    if ((st = fh__ckks_need_engine(e, "encode", "plaintext", pt)) != FH_OK) return st;
+    return integer_to_rns(e, pt, out);
+  }
+  if (pt->state.representation == FH_REPR_APPROXIMATE_COEFFICIENTS)
+    return fh_error_set(FH_ERR_STATE,
+                        "encode: representation of the plaintext is approximate_coefficients (float64 values such as "
+                        "a decrypted phase), which have no exact RNS form; decode it, or round it to "
+                        "integer_coefficients first");
   if (pt->ctx != NULL && pt->ctx != e->ctx)
     return fh_error_set(FH_ERR_STATE, "encode: context_id of the plaintext is '%.12s...' but the engine's is '%.12s...'",
                         pt->ctx->id, e->ctx->id);
@@ -634,9 +689,26 @@ fh_status fh_ckks_decode(fh_ckks_engine *e, const fh_value *pt, bool is_real, fh
   const char *op = "decode";
   fh_status st;
   if ((st = fh__ckks_need_type(op, "plaintext", pt, FH_PLAINTEXT)) != FH_OK) return st;
-  if (pt->state.representation != FH_REPR_RNS)
-    return fh_error_set(FH_ERR_STATE, "%s: representation of the plaintext is slots, expected rns", op);
+  if (pt->state.representation == FH_REPR_SLOTS)
+    return fh_error_set(FH_ERR_STATE,
+                        "%s: representation of the plaintext is slots, expected rns, integer_coefficients or "
+                        "approximate_coefficients",
+                        op);
   if ((st = fh__ckks_need_engine(e, op, "plaintext", pt)) != FH_OK) return st;
+  if (pt->state.representation == FH_REPR_APPROXIMATE_COEFFICIENTS) {
+    fh_tensor *c = NULL;
+    if ((st = fh_tensor_contiguous(fh_value_data(pt), &c)) != FH_OK) return st;
+    st = fh_ckks_poly_decode_real(e->tb, c, pt->state.scale, !is_real, out);
+    fh_tensor_release(c);
+    return st;
+  }
+  if (pt->state.representation == FH_REPR_INTEGER_COEFFICIENTS) {
+    fh_value *rns = NULL;
+    if ((st = integer_to_rns(e, pt, &rns)) != FH_OK) return st;
+    st = fh_ckks_decode(e, rns, is_real, out);
+    fh_value_release(rns);
+    return st;
+  }
   if (pt->state.modulus_basis != FH_BASIS_Q)
     return fh_error_set(FH_ERR_STATE, "%s: modulus_basis of the plaintext is %s, expected Q", op,
                         fh_basis_name((fh_modulus_basis)pt->state.modulus_basis));
@@ -700,7 +772,7 @@ fh_status fh_ckks_encrypt(fh_ckks_engine *e, const fh_value *pt, const fh_value 
       (st = fh__ckks_no_capture(e, op)))
     return st;
   fh_value *rns = NULL;
-  if (pt->state.representation == FH_REPR_SLOTS) {
+  if (pt->state.representation != FH_REPR_RNS) { /* slots or coefficients */
     if ((st = fh_ckks_encode_plaintext(e, pt, &rns)) != FH_OK) return st;
   } else {
     if ((st = fh__ckks_need_engine(e, op, "plaintext", pt)) != FH_OK) return st;
@@ -822,12 +894,11 @@ fh_status fh_ckks_decrypt(fh_ckks_engine *e, const fh_value *ct, const fh_value 
 static void ks_geo_of(const fh_ckks_tables *tb, int level, fh__ckks_ks_geo *k) {
   k->nq = tb->nq;
   k->np = tb->np;
-  k->alpha = tb->alpha;
   k->dnum = tb->dnum;
   k->n = tb->n;
   k->la = k->nq - level;
   k->lk = k->la + k->np;
-  k->j0 = level / k->alpha;
+  k->j0 = fh_ckks_tables_first_digit(tb, level);
   k->ndig = k->dnum - k->j0;
   for (int i = 0; i < k->la; ++i) k->qp[i] = level + i;
   for (int i = 0; i < k->np; ++i) k->qp[k->la + i] = k->nq + i;
@@ -852,8 +923,8 @@ static void modup_args(const fh_ckks_tables *tb, int level, const fh__ckks_ks_ge
   u->primes = tb->primes_dev;
   for (int jj = 0; jj < k->ndig; ++jj) {
     int j = k->j0 + jj;
-    int first = j * k->alpha > level ? j * k->alpha : level;
-    int last = (j + 1) * k->alpha < k->nq ? (j + 1) * k->alpha : k->nq;
+    int first = tb->digit_start[j] > level ? tb->digit_start[j] : level;
+    int last = tb->digit_start[j + 1];
     u->consts[jj] = tb->modup[level * k->dnum + j];
     u->first[jj] = first - level;
     u->nsrc[jj] = last - first;

@@ -116,7 +116,7 @@ fh_status fh_ckks_negate(fh_ckks_engine *e, const fh_value *a, fh_value **out) {
 static fh_status rns_operand(fh_ckks_engine *e, const char *op, const fh_value *pt, int domain, fh_value **out) {
   fh_status st;
   if ((st = fh__ckks_need_type(op, "pt", pt, FH_PLAINTEXT)) != FH_OK) return st;
-  if (pt->state.representation == FH_REPR_SLOTS) {
+  if (pt->state.representation != FH_REPR_RNS) { /* slots or coefficients: to RNS first */
     fh_value *enc = NULL;
     if ((st = fh_ckks_encode_plaintext(e, pt, &enc)) != FH_OK) return st;
     if (domain == FH_DOMAIN_NTT) {
@@ -369,9 +369,9 @@ fh_status fh_ckks_multiply_plaintext(fh_ckks_engine *e, const fh_value *ct, cons
     return st;
   if (pt->state.representation != FH_REPR_RNS)
     return fh_error_set(FH_ERR_STATE,
-                        "%s: representation of pt is slots, expected a prepared rns plaintext (call "
+                        "%s: representation of pt is %s, expected a prepared rns plaintext (call "
                         "prepare_plaintext_for_multiplication first)",
-                        op);
+                        op, fh_representation_name((fh_representation)pt->state.representation));
   if ((st = fh__ckks_need_engine(e, op, "pt", pt)) ||
       (st = need_domain(op, "pt", pt, FH_DOMAIN_NTT, " (call prepare_plaintext_for_multiplication first)")))
     return st;

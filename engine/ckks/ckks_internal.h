@@ -70,7 +70,7 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
  * same words as fh__ckks_keyswitch of that automorphism of d; end releases h. A caller
  * adds the step's own tensors (key, outputs, add0) to L's uses around each step. */
 typedef struct fh__ckks_ks_geo {
-  int nq, np, alpha, dnum, la, lk, j0, ndig;
+  int nq, np, dnum, la, lk, j0, ndig;
   int64_t n;
   int32_t qp[FH_CKKS_MAX_PRIMES]; /* active Q rows, then the P rows */
 } fh__ckks_ks_geo;

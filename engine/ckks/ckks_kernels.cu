@@ -977,7 +977,7 @@ __device__ __forceinline__ void dif_bfly(cplx &u, cplx &t, double wr, double wi)
 __device__ __forceinline__ void fft_twiddle(const uint64_t *rot, const double *ksi, uint64_t m2, int64_t len,
                                             int64_t j, bool inverse, double &wr, double &wi) {
   const uint64_t lenq = (uint64_t)len << 2, gap = m2 / lenq;
-  const uint64_t r = rot[j] % lenq;
+  const uint64_t r = fh_ckks_fft_exponent(rot[j], m2) % lenq;
   const uint64_t idx = (inverse ? lenq - r : r) * gap;
   wr = ksi[2 * idx];
   wi = ksi[2 * idx + 1];
@@ -1086,6 +1086,7 @@ __device__ __forceinline__ cplx encode_load(const fh_ckks_encode_args &a, int64_
   if (j < a.nslots_in) {
     v.re = a.in_complex ? in[2 * j] : in[j];
     v.im = a.in_complex ? in[2 * j + 1] : 0.0;
+    if (fh_ckks_slot_conjugated(a.rot_group[j])) v.im = -v.im;
   }
   return v;
 }
@@ -1247,12 +1248,16 @@ __global__ void __launch_bounds__(EW_THREADS) decode_crt_kernel(const __grid_con
   const int r_fast = fast_primes(a, &qf);
   const double inv_scale = 1.0 / a.scale;
   GROUPS(g, a.ngroups) {
-    const uint64_t *in = a.in + g * a.in_gs;
+    const uint64_t *in = a.in_real ? nullptr : a.in + g * a.in_gs;
+    const double *in_real = a.in_real ? a.in_real + g * a.in_gs : nullptr;
     double *w = a.work + g * a.work_gs;
     COEFFS(i, n) {
       double val = 0;
       bool done = false;
-      if (k == 1) {
+      if (in_real) {
+        val = in_real[i];
+        done = true;
+      } else if (k == 1) {
         const uint64_t x = in[i], q = a.primes[first].q;
         val = x > q / 2 ? -__ull2double_rn(q - x) : __ull2double_rn(x);
         done = true;
@@ -1349,7 +1354,7 @@ __device__ __forceinline__ void decode_store(const fh_ckks_decode_args &a, int64
   double *o = a.out + g * a.out_gs;
   if (a.out_complex) {
     o[2 * j] = v.re;
-    o[2 * j + 1] = v.im;
+    o[2 * j + 1] = fh_ckks_slot_conjugated(a.rot_group[j]) ? -v.im : v.im;
   } else {
     o[j] = v.re;
   }
@@ -1418,7 +1423,7 @@ fh_status k_decode(const void *argp, void *stream) {
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
   const unsigned gz = grid_z(a->ngroups);
   decode_crt_kernel<<<dim3(blocks_for(n, threads), 1, gz), threads, 0, h>>>(*a);
-  if (a->nlimbs > 1) {
+  if (a->in_real == NULL && a->nlimbs > 1) {
     const size_t smem = (size_t)(2 + 2 * DECODE_WIDE_THREADS) * (a->nlimbs + 1) * sizeof(uint64_t);
     const unsigned nb = blocks_for(n, DECODE_WIDE_THREADS);
     decode_crt_wide_kernel<<<dim3(nb < DECODE_WIDE_BLOCKS ? nb : DECODE_WIDE_BLOCKS, 1, gz), DECODE_WIDE_THREADS, smem,

@@ -502,7 +502,7 @@ static void fft_special(double *v, int64_t size, uint64_t m2, const uint64_t *ro
     uint64_t lenq = (uint64_t)len << 2, gap = m2 / lenq;
     for (int64_t i = 0; i < size; i += len)
       for (int64_t j = 0; j < lenh; ++j) {
-        uint64_t idx = (rot[j] % lenq) * gap;
+        uint64_t idx = (fh_ckks_fft_exponent(rot[j], m2) % lenq) * gap;
         double wr = ksi[2 * idx], wi = ksi[2 * idx + 1];
         double *u = v + 2 * (i + j), *t = v + 2 * (i + j + lenh);
         double vr = t[0] * wr - t[1] * wi, vi = t[0] * wi + t[1] * wr;
@@ -521,7 +521,7 @@ static void fft_special_inv(double *v, int64_t size, uint64_t m2, const uint64_t
     uint64_t lenq = (uint64_t)len << 2, gap = m2 / lenq;
     for (int64_t i = 0; i < size; i += len)
       for (int64_t j = 0; j < lenh; ++j) {
-        uint64_t idx = (lenq - (rot[j] % lenq)) * gap;
+        uint64_t idx = (lenq - (fh_ckks_fft_exponent(rot[j], m2) % lenq)) * gap;
         double wr = ksi[2 * idx], wi = ksi[2 * idx + 1];
         double *u = v + 2 * (i + j), *t = v + 2 * (i + j + lenh);
         double sr = u[0] + t[0], si = u[1] + t[1];
@@ -569,6 +569,7 @@ static fh_status cpu_encode(const void *argp) {
       bool have = j < a->nslots_in;
       w[2 * j] = have ? (a->in_complex ? in[2 * j] : in[j]) : 0.0;
       w[2 * j + 1] = have && a->in_complex ? in[2 * j + 1] : 0.0;
+      if (fh_ckks_slot_conjugated(a->rot_group[j])) w[2 * j + 1] = -w[2 * j + 1];
     }
     fft_special_inv(w, slots, m2, a->rot_group, a->ksi);
     for (int l = 0; l < a->nlimbs; ++l) {
@@ -660,12 +661,16 @@ static fh_status cpu_decode(const void *argp) {
   const double inv_scale = 1.0 / a->scale;
   FH_PARALLEL_FOR(a->ngroups * n * k)
   for (int64_t g = 0; g < a->ngroups; ++g) {
-    const uint64_t *in = a->in + g * a->in_gs;
+    const uint64_t *in = a->in_real ? NULL : a->in + g * a->in_gs;
+    const double *in_real = a->in_real ? a->in_real + g * a->in_gs : NULL;
     double *w = a->work + g * a->work_gs;
     for (int64_t i = 0; i < n; ++i) {
       double val = 0;
       bool done = false;
-      if (k == 1) {
+      if (in_real) {
+        val = in_real[i];
+        done = true;
+      } else if (k == 1) {
         uint64_t x = in[i], q = a->primes[first].q;
         val = x > q / 2 ? -(double)(q - x) : (double)x;
         done = true;
@@ -724,6 +729,8 @@ static fh_status cpu_decode(const void *argp) {
       else w[2 * (i - slots) + 1] = val * inv_scale;
     }
     fft_special(w, slots, m2, a->rot_group, a->ksi);
+    for (int64_t j = 0; j < slots; ++j)
+      if (fh_ckks_slot_conjugated(a->rot_group[j])) w[2 * j + 1] = -w[2 * j + 1];
     double *o = a->out + g * a->out_gs;
     if (a->out_complex) {
       if (o != w) memcpy(o, w, sizeof(double) * 2 * (size_t)slots);

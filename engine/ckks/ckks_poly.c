@@ -511,6 +511,60 @@ fh_status fh_ckks_poly_decode(fh_ckks_tables *tb, fh_tensor *coeffs, double scal
   return fh__deliver(st, out, result);
 }
 
+fh_status fh_ckks_poly_decode_real(fh_ckks_tables *tb, fh_tensor *coeffs, double scale, bool complex_out,
+                                   fh_tensor **result) {
+  const char *what = "ckks decode";
+  fh_status st;
+  if (!(scale > 0) || !isfinite(scale))
+    return fh_error_set(FH_ERR_VALUE, "%s: scale must be positive and finite, got %g", what, scale);
+  if ((st = check_device(what, tb, coeffs)) != FH_OK) return st;
+  if (coeffs->dtype != FH_FLOAT64)
+    return fh_error_set(FH_ERR_TYPE, "%s: expected a float64 tensor of coefficients, got %s", what,
+                        fh_dtype_name(coeffs->dtype));
+  if (coeffs->ndim < 1 || coeffs->shape[coeffs->ndim - 1] != tb->n)
+    return fh_error_set(FH_ERR_VALUE, "%s: expected shape [*, %lld] (coefficients), got a %d-dimensional tensor", what,
+                        (long long)tb->n, coeffs->ndim);
+  int64_t ngroups = fh_tensor_numel(coeffs) / tb->n;
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
+  fh_tensor *in = NULL, *out = NULL, *work = NULL;
+  if ((st = fh_tensor_contiguous(coeffs, &in)) != FH_OK) return st;
+  int64_t shape[FH_MAX_DIMS];
+  memcpy(shape, coeffs->shape, sizeof(int64_t) * (size_t)coeffs->ndim);
+  shape[coeffs->ndim - 1] = tb->n / 2;
+  fh_tensor_options o = {complex_out ? FH_COMPLEX128 : FH_FLOAT64, tb->device, false, false};
+  int64_t wshape[2] = {ngroups, 2 * tb->n};
+  fh_tensor_options wo = {FH_FLOAT64, tb->device, false, false};
+  if ((st = fh_tensor_empty(coeffs->ndim, shape, &o, &out)) == FH_OK) st = fh_tensor_empty(2, wshape, &wo, &work);
+  if (st == FH_OK) {
+    fh__ckks_use(&L, in);
+    fh__ckks_use(&L, out);
+    fh__ckks_use(&L, work);
+    fh_ckks_decode_args a;
+    memset(&a, 0, sizeof a);
+    a.out = (double *)fh_tensor_data(out);
+    a.in_real = (const double *)fh_tensor_data(in);
+    a.work = (double *)fh_tensor_data(work);
+    a.out_gs = complex_out ? tb->n : tb->n / 2;
+    a.in_gs = tb->n;
+    a.work_gs = 2 * tb->n;
+    a.ngroups = ngroups;
+    a.out_complex = complex_out;
+    a.nlimbs = 0;
+    a.log_n = tb->log_n;
+    a.nq = tb->nq;
+    a.scale = scale;
+    a.primes = tb->primes_dev;
+    a.rot_group = tb->rot_group;
+    a.ksi = tb->ksi;
+    a.garner = tb->garner;
+    if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_DECODE, &a, sizeof a);
+  }
+  fh_tensor_release(in);
+  fh_tensor_release(work);
+  return fh__deliver(st, out, result);
+}
+
 /* ---- tensor product, base conversion, key-switching inner product ------------------------- */
 /* t is uint64 [lead, *, nids, N] with lead components; returns the groups per component. */
 static fh_status check_components(const char *what, const fh_ckks_tables *tb, const fh_tensor *t, int lead, int nids,
@@ -699,8 +753,8 @@ fh_status fh_ckks_poly_modup(fh_ckks_tables *tb, fh_tensor *t, int level, fh_ten
   if (tb->np == 0) return fh_error_set(FH_ERR_VALUE, "%s: the tables have no P primes", what);
   if (level < 0 || level >= tb->nq)
     return fh_error_set(FH_ERR_VALUE, "%s: level %d is outside [0, %d)", what, level, tb->nq);
-  const int nq = tb->nq, np = tb->np, alpha = tb->alpha, dnum = tb->dnum;
-  const int la = nq - level, lk = la + np, j0 = level / alpha, ndig = dnum - j0;
+  const int nq = tb->nq, np = tb->np, dnum = tb->dnum;
+  const int la = nq - level, lk = la + np, j0 = fh_ckks_tables_first_digit(tb, level), ndig = dnum - j0;
   int64_t ngroups;
   if ((st = check_rows(what, tb, t, la, FH_UINT64, &ngroups)) != FH_OK) return st;
   fh__ckks_launcher L;
@@ -734,8 +788,8 @@ fh_status fh_ckks_poly_modup(fh_ckks_tables *tb, fh_tensor *t, int level, fh_ten
     u.primes = tb->primes_dev;
     for (int jj = 0; jj < ndig; ++jj) {
       int j = j0 + jj;
-      int first = j * alpha > level ? j * alpha : level;
-      int last = (j + 1) * alpha < nq ? (j + 1) * alpha : nq;
+      int first = tb->digit_start[j] > level ? tb->digit_start[j] : level;
+      int last = tb->digit_start[j + 1];
       u.consts[jj] = tb->modup[level * dnum + j];
       u.first[jj] = first - level;
       u.nsrc[jj] = last - first;

@@ -67,6 +67,35 @@ static uint32_t bitrev(uint32_t x, int bits) {
   return r;
 }
 
+fh_status fh_ckks_fhelium_ntt_order(uint64_t q, int log_n, uint64_t psi, uint32_t *perm) {
+  uint64_t m = 2ULL << log_n, n = m / 2;
+  if (log_n < FH_CKKS_MIN_LOG_N || log_n > FH_CKKS_MAX_LOG_N || q < 3 || q >= (1ULL << 62) || (q - 1) % m != 0 ||
+      !fh_is_prime_u64(q))
+    return fh_error_set(FH_ERR_VALUE, "%llu is not a prime q < 2^62 with q = 1 mod 2N = %llu", (unsigned long long)q,
+                        (unsigned long long)m);
+  fh_modulus md;
+  fh_modulus_init(&md, q);
+  uint64_t root = 0;
+  for (uint64_t c = 2; c < q && root == 0; ++c) {
+    uint64_t r = fh_mod_pow(c, (q - 1) / m, &md);
+    if (fh_mod_pow(r, n, &md) == q - 1) root = r;
+  }
+  if (root == 0 || fh_mod_pow(psi, n, &md) != q - 1)
+    return fh_error_set(FH_ERR_VALUE, "no primitive 2N-th root of unity modulo %llu", (unsigned long long)q);
+  /* t: psi^t = root (t odd, < 2N) */
+  uint64_t psi2 = fh_mod_mul(psi, psi, &md), cur = psi, t = 1;
+  while (cur != root && t < m) {
+    cur = fh_mod_mul(cur, psi2, &md);
+    t += 2;
+  }
+  if (cur != root) return fh_error_set(FH_ERR_VALUE, "FHElium's root modulo %llu is no power of ours", (unsigned long long)q);
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t e = (t * (2 * (uint64_t)bitrev((uint32_t)i, log_n) + 1)) % m;
+    perm[i] = bitrev((uint32_t)((e - 1) / 2), log_n);
+  }
+  return FH_OK;
+}
+
 #define PRIME_WORDS (sizeof(fh_ckks_prime) / sizeof(uint64_t))
 _Static_assert(sizeof(fh_ckks_prime) % sizeof(uint64_t) == 0, "fh_ckks_prime is a whole number of words");
 
@@ -74,11 +103,8 @@ typedef struct layout {
   size_t primes, ntt, rot, ksi, garner, ones, bconv, total;
 } layout;
 
-static int digit_lo(const fh_ckks_tables *t, int j) { return j * t->alpha; }
-static int digit_hi(const fh_ckks_tables *t, int j) { /* exclusive */
-  int h = (j + 1) * t->alpha;
-  return h < t->nq ? h : t->nq;
-}
+static int digit_lo(const fh_ckks_tables *t, int j) { return t->digit_start[j]; }
+static int digit_hi(const fh_ckks_tables *t, int j) { return t->digit_start[j + 1]; } /* exclusive */
 /* first active prime of digit j at `level` and the count of active ones */
 static int digit_first(const fh_ckks_tables *t, int j, int level) {
   int lo = digit_lo(t, j);
@@ -158,8 +184,23 @@ static fh_status validate(int log_n, const uint64_t *primes, int nq, int np) {
 }
 
 fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, fh_device dev, fh_ckks_tables **out) {
+  return fh_ckks_tables_new_layout(log_n, primes, nq, np, 0, 0, NULL, dev, out);
+}
+
+fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, int np, int galois_generator,
+                                    int ndigits, const int32_t *digit_start, fh_device dev, fh_ckks_tables **out) {
   fh_status st = validate(log_n, primes, nq, np);
   if (st != FH_OK) return st;
+  if (galois_generator == 0) galois_generator = 5;
+  if (galois_generator != 5 && galois_generator != 3)
+    return fh_error_set(FH_ERR_VALUE, "the slot-order generator must be 5 or 3, got %d", galois_generator);
+  if (ndigits != 0 && np > 0) {
+    if (ndigits < 1 || ndigits > nq || digit_start == NULL || digit_start[0] != 0 || digit_start[ndigits] != nq)
+      return fh_error_set(FH_ERR_VALUE, "key-switching digits must split the %d Q primes (1..%d digits)", nq, nq);
+    for (int j = 0; j < ndigits; ++j)
+      if (digit_start[j + 1] <= digit_start[j])
+        return fh_error_set(FH_ERR_VALUE, "key-switching digit %d is empty or out of order", j);
+  }
   if ((st = fh_device_check(dev)) != FH_OK) return st;
   fh_ckks_tables *t = calloc(1, sizeof *t);
   if (t == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
@@ -168,8 +209,15 @@ fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, 
   t->n = (int64_t)1 << log_n;
   t->nq = nq;
   t->np = np;
-  t->alpha = np;
-  t->dnum = np > 0 ? (nq + np - 1) / np : 0;
+  t->galois_generator = galois_generator;
+  if (np > 0 && ndigits > 0) {
+    t->dnum = ndigits;
+    memcpy(t->digit_start, digit_start, sizeof(int32_t) * (size_t)(ndigits + 1));
+  } else if (np > 0) {
+    t->dnum = (nq + np - 1) / np;
+    for (int j = 0; j < t->dnum; ++j) t->digit_start[j] = j * np;
+    t->digit_start[t->dnum] = nq;
+  }
   t->device = dev;
   int np_all = nq + np;
   int64_t n = t->n;
@@ -294,10 +342,15 @@ fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, 
   /* encoding tables */
   uint64_t m2 = 2 * (uint64_t)n;
   uint64_t *rot = base + lo.rot;
-  uint64_t g = 1;
+  uint64_t g = 1, step = 5;
+  if (galois_generator == 3) { /* e_j = 3^-j: steps of 3^-1 mod 2N (Newton's iteration for an inverse mod 2^64) */
+    uint64_t x = 3;
+    for (int i = 0; i < 6; ++i) x *= 2 - 3 * x;
+    step = x % m2;
+  }
   for (int64_t j = 0; j < n / 2; ++j) {
     rot[j] = g;
-    g = (g * 5) % m2;
+    g = (g * step) % m2;
   }
   double *ksi = (double *)(base + lo.ksi);
   for (uint64_t k = 0; k <= m2; ++k) {

@@ -12,13 +12,13 @@ static const char *const type_names[FH_VALUE_TYPE_COUNT] = {
     "Plaintext",    "Ciphertext",         "SecretKey",   "PublicKey",
     "KeySwitchKey", "RelinearizationKey", "RotationKey", "ConjugationKey",
 };
-static const char *const repr_names[] = {NULL, "slots", "rns"};
+static const char *const repr_names[] = {NULL, "slots", "rns", "integer_coefficients", "approximate_coefficients"};
 static const char *const domain_names[] = {NULL, "coefficient", "ntt"};
 static const char *const residue_names[] = {NULL, "standard", "montgomery"};
 static const char *const basis_names[] = {NULL, "Q", "QP"};
 
 const char *fh_value_type_name(fh_value_type t) { return (unsigned)t < FH_VALUE_TYPE_COUNT ? type_names[t] : NULL; }
-const char *fh_representation_name(fh_representation r) { return (unsigned)r < 3 ? repr_names[r] : NULL; }
+const char *fh_representation_name(fh_representation r) { return (unsigned)r < FH_REPR_COUNT ? repr_names[r] : NULL; }
 const char *fh_domain_name(fh_polynomial_domain d) { return (unsigned)d < 3 ? domain_names[d] : NULL; }
 const char *fh_residue_name(fh_residue_representation r) { return (unsigned)r < 3 ? residue_names[r] : NULL; }
 const char *fh_basis_name(fh_modulus_basis b) { return (unsigned)b < 3 ? basis_names[b] : NULL; }
@@ -44,7 +44,7 @@ fh_status fh_value_type_parse(const char *s, fh_value_type *out) {
 }
 fh_status fh_representation_parse(const char *s, fh_representation *out) {
   int32_t v = 0;
-  fh_status st = parse_name("representation", s, repr_names, 3, &v);
+  fh_status st = parse_name("representation", s, repr_names, FH_REPR_COUNT, &v);
   if (st == FH_OK) *out = (fh_representation)v;
   return st;
 }
@@ -167,13 +167,14 @@ static fh_status check_rns_state(const fh_ckks_context *ctx, const fh_value_stat
 }
 
 static fh_status check_no_rns_state(const fh_value_state *st) {
+  const char *r = repr_names[st->representation];
   if (st->polynomial_domain != FH_DOMAIN_NONE)
-    return fh_error_set(FH_ERR_STATE, "%s: a slots plaintext has no polynomial_domain", TN(st));
+    return fh_error_set(FH_ERR_STATE, "%s: a %s plaintext has no polynomial_domain", TN(st), r);
   if (st->residue_representation != FH_RESIDUE_NONE)
-    return fh_error_set(FH_ERR_STATE, "%s: a slots plaintext has no residue_representation", TN(st));
+    return fh_error_set(FH_ERR_STATE, "%s: a %s plaintext has no residue_representation", TN(st), r);
   if (st->modulus_basis != FH_BASIS_NONE)
-    return fh_error_set(FH_ERR_STATE, "%s: a slots plaintext has no modulus_basis", TN(st));
-  if (st->num_prime_ids != 0) return fh_error_set(FH_ERR_STATE, "%s: a slots plaintext has no prime_ids", TN(st));
+    return fh_error_set(FH_ERR_STATE, "%s: a %s plaintext has no modulus_basis", TN(st), r);
+  if (st->num_prime_ids != 0) return fh_error_set(FH_ERR_STATE, "%s: a %s plaintext has no prime_ids", TN(st), r);
   return FH_OK;
 }
 
@@ -221,9 +222,31 @@ static fh_status validate(const fh_ckks_context *ctx, fh_value_state *st, fh_ten
   char sh[160];
   switch (st->type) {
     case FH_PLAINTEXT:
-      if (st->representation != FH_REPR_SLOTS && st->representation != FH_REPR_RNS)
-        return fh_error_set(FH_ERR_VALUE, "Plaintext: representation must be \"slots\" or \"rns\"");
+      if (st->representation <= FH_REPR_NONE || st->representation >= FH_REPR_COUNT)
+        return fh_error_set(FH_ERR_VALUE,
+                            "Plaintext: representation must be \"slots\", \"rns\", \"integer_coefficients\" or "
+                            "\"approximate_coefficients\"");
       if ((s = check_level_scale(ctx, st))) return s;
+      if (st->representation == FH_REPR_INTEGER_COEFFICIENTS || st->representation == FH_REPR_APPROXIMATE_COEFFICIENTS) {
+        bool integer = st->representation == FH_REPR_INTEGER_COEFFICIENTS;
+        if ((s = check_no_rns_state(st))) return s;
+        if (t->dtype != (integer ? FH_INT64 : FH_FLOAT64))
+          return fh_error_set(FH_ERR_VALUE, "Plaintext (%s): data must be %s tensor, got %s", repr_names[st->representation],
+                              integer ? "an int64" : "a float64", fh_dtype_name((fh_dtype)t->dtype));
+        if (t->ndim < 1)
+          return fh_error_set(FH_ERR_VALUE, "Plaintext (%s): data must have layout [*batch, N], got a 0-dim tensor",
+                              repr_names[st->representation]);
+        for (int i = 0; i < t->ndim; ++i)
+          if (t->shape[i] < 1)
+            return fh_error_set(FH_ERR_VALUE, "Plaintext (%s): data extents must be >= 1 ([*batch, N]), got shape %s",
+                                repr_names[st->representation], format_shape(t, sh, sizeof sh));
+        if (t->shape[t->ndim - 1] != ctx->ring_degree)
+          return fh_error_set(FH_ERR_STATE,
+                              "Plaintext (%s): data has %lld coefficients but the context's ring_degree is %lld",
+                              repr_names[st->representation], (long long)t->shape[t->ndim - 1],
+                              (long long)ctx->ring_degree);
+        return FH_OK;
+      }
       if (slots) {
         if ((s = check_no_rns_state(st))) return s;
         if (t->dtype != FH_FLOAT64 && t->dtype != FH_COMPLEX128)
@@ -421,7 +444,7 @@ int fh_value_batch_shape(const fh_value *v, int64_t *shape) {
   switch (v->state.type) {
     case FH_PLAINTEXT:
       lo = 0;
-      hi = v->state.representation == FH_REPR_SLOTS ? t->ndim - 1 : t->ndim - 2;
+      hi = v->state.representation == FH_REPR_RNS ? t->ndim - 2 : t->ndim - 1;
       break;
     case FH_CIPHERTEXT: lo = 1; hi = t->ndim - 2; break;
     default: break;
@@ -462,7 +485,7 @@ static fh_meta_entry m_str(const char *k, const char *v) {
 int fh_value_state_metadata(const fh_value_state *st, fh_meta_entry *out) {
   int n = 0;
   bool pt = st->type == FH_PLAINTEXT, ct = st->type == FH_CIPHERTEXT;
-  bool rns = !(pt && st->representation == FH_REPR_SLOTS);
+  bool rns = fh_state_has_rows(st->type, st->representation);
   fh_meta_entry ids = {"prime_ids", FH_META_INT_LIST, 0, 0, NULL, st->prime_ids, st->num_prime_ids};
   if (pt || ct) out[n++] = m_int("level", st->level);
   if (rns) out[n++] = m_str("modulus_basis", fh_basis_name((fh_modulus_basis)st->modulus_basis));
@@ -550,9 +573,11 @@ fh_status fh_value_from_metadata(fh_ckks_context *ctx, fh_value_type type, const
   int nwant = fh_value_state_metadata(&st, want);
   for (int i = 0; i < n; ++i)
     if (!find_entry(want, nwant, entries[i].key))
-      return fh_error_set(FH_ERR_VALUE, "%s%s has no metadata field '%s'", tn,
-                          type == FH_PLAINTEXT ? (st.representation == FH_REPR_SLOTS ? " (slots)" : " (rns)") : "",
-                          entries[i].key);
+    {
+      char rep[48] = "";
+      if (type == FH_PLAINTEXT) snprintf(rep, sizeof rep, " (%s)", repr_names[st.representation]);
+      return fh_error_set(FH_ERR_VALUE, "%s%s has no metadata field '%s'", tn, rep, entries[i].key);
+    }
   if (!defaults)
     for (int i = 0; i < nwant; ++i)
       if (!find_entry(entries, n, want[i].key))
@@ -565,8 +590,8 @@ fh_status fh_value_from_metadata(fh_ckks_context *ctx, fh_value_type type, const
                         tensor_names[0] ? tensor_names[0] : "(null)");
   const fh_tensor *t = tensors ? tensors[0] : NULL;
   if (t == NULL) return fh_error_set(FH_ERR_VALUE, "%s: tensor '%s' is missing", tn, tname);
-  bool rns = !(type == FH_PLAINTEXT && st.representation == FH_REPR_SLOTS);
-  if (rns && ctx == NULL) return fh_error_set(FH_ERR_VALUE, "%s: a CKKS context is required (context= or a known context_id)", tn);
+  bool rns = fh_state_has_rows(type, st.representation);
+  if (!(type == FH_PLAINTEXT && st.representation == FH_REPR_SLOTS) && ctx == NULL) return fh_error_set(FH_ERR_VALUE, "%s: a CKKS context is required (context= or a known context_id)", tn);
   int64_t iv = 0;
   const char *sv = NULL;
   /* level */

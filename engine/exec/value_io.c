@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fh/safetensors.h"
+#include "value_io_030.h"
 
 #define FORMAT_NAME "fhelium"
 #define KEY_FORMAT "format"
@@ -143,6 +144,17 @@ static fh_status enc_context(enc *e, const fh_ckks_context *c) {
   for (int i = 0; p && i < c->num_p; ++i) json_array_append_new(p, json_integer((json_int_t)c->primes[c->num_q + i]));
   json_t *o = json_pack("{s:I, s:f, s:o, s:o}", "ring_degree", (json_int_t)c->ring_degree, "default_scale",
                         c->default_scale, "q_primes", q, "p_primes", p);
+  /* the non-default layout fields (their absence means the default) */
+  int bad = 0;
+  if (o && c->galois_generator != 5)
+    bad |= json_object_set_new(o, "galois_generator", json_integer(c->galois_generator));
+  if (o && c->max_level != c->num_q - 2) bad |= json_object_set_new(o, "max_level", json_integer(c->max_level));
+  if (o && c->key_digits != FH_DIGITS_P_COUNT)
+    bad |= json_object_set_new(o, "key_digits", json_string(fh_key_digits_name((fh_key_digits)c->key_digits)));
+  if (bad) {
+    json_decref(o);
+    o = NULL;
+  }
   if (o == NULL || json_object_set_new(e->contexts, c->id, o) != 0)
     return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
   return FH_OK;
@@ -284,6 +296,51 @@ static fh_status encode(const fh_tree_sig *sig, fh_tensor *const *leaves, bool a
   return st;
 }
 
+/* The single value of a tree for format fhelium-0.30 (a new reference). */
+static fh_status single_value(const fh_tree_sig *sig, fh_tensor *const *leaves, fh_value **out) {
+  if (sig == NULL) return fh_error_set(FH_ERR_VALUE, "value file: nothing to write");
+  if (sig->kind != FH_TREE_VALUE)
+    return fh_error_set(FH_ERR_VALUE,
+                        "format fhelium-0.30 holds exactly one value (a Plaintext, Ciphertext or key), got a %s",
+                        fh_tree_kind_name((fh_tree_kind)sig->kind));
+  return fh_value_sig_build(&sig->value, leaves, out);
+}
+
+static fh_status encode_030(const fh_tree_sig *sig, fh_tensor *const *leaves, bool allow_secret, fh__v030_file *f) {
+  fh_value *v = NULL;
+  fh_status st = single_value(sig, leaves, &v);
+  if (st != FH_OK) return st;
+  st = fh__v030_encode(v, allow_secret, f);
+  fh_value_release(v);
+  return st;
+}
+
+fh_status fh_tree_serialize_as(const fh_tree_sig *sig, fh_tensor *const *leaves, bool allow_secret,
+                               fh_file_format format, unsigned char **bytes, size_t *nbytes) {
+  if (format == FH_FORMAT_FHELIUM) return fh_tree_serialize(sig, leaves, allow_secret, bytes, nbytes);
+  if (format != FH_FORMAT_FHELIUM_030) return fh_error_set(FH_ERR_VALUE, "unknown value file format %d", (int)format);
+  fh__v030_file f;
+  fh_status st = encode_030(sig, leaves, allow_secret, &f);
+  if (st != FH_OK) return st;
+  size_t total = f.hlen;
+  for (int i = 0; i < f.npayloads; ++i) total += f.nbytes[i];
+  unsigned char *buf = malloc(total);
+  if (buf == NULL) {
+    fh__v030_file_free(&f);
+    return fh_error_set(FH_ERR_MEMORY, "out of memory serializing %zu bytes", total);
+  }
+  memcpy(buf, f.header, f.hlen);
+  size_t off = f.hlen;
+  for (int i = 0; i < f.npayloads; ++i) {
+    memcpy(buf + off, f.payload[i], f.nbytes[i]);
+    off += f.nbytes[i];
+  }
+  fh__v030_file_free(&f);
+  *bytes = buf;
+  *nbytes = total;
+  return FH_OK;
+}
+
 fh_status fh_tree_serialize(const fh_tree_sig *sig, fh_tensor *const *leaves, bool allow_secret, unsigned char **bytes,
                             size_t *nbytes) {
   enc e;
@@ -368,23 +425,26 @@ static fh_status check_target(const char *path, bool overwrite) {
   return IOERR("cannot replace '%s': it is %s, not a regular file", path, file_kind(sb.st_mode));
 }
 
-fh_status fh_tree_save(const fh_tree_sig *sig, fh_tensor *const *leaves, const char *path, bool overwrite,
-                       bool allow_secret) {
-  if (path == NULL || *path == '\0') return fh_error_set(FH_ERR_VALUE, "save: empty path");
-  enc e;
-  char *h = NULL;
-  size_t hl = 0;
-  fh_status st = encode(sig, leaves, allow_secret, &e, &h, &hl);
-  if (st != FH_OK) return st;
+/* What a save writes after the header: the tensors of an encoding (read
+ * one at a time) or buffers. */
+typedef struct parts {
+  int64_t n;
+  fh_tensor *const *tensors; /* or NULL */
+  const fh_st_entry *entries;
+  unsigned char *const *bufs;
+  const size_t *sizes;
+} parts;
+
+/* Write h then the parts atomically to path (see fh/value_io.h). Frees h. */
+static fh_status save_parts(const char *path, bool overwrite, char *h, size_t hl, const parts *pp) {
+  fh_status st;
   if ((st = check_target(path, overwrite)) != FH_OK) {
     free(h);
-    enc_free(&e);
     return st;
   }
   char *tmp = str_concat(path, ".tmp-XXXXXX");
   if (tmp == NULL) {
     free(h);
-    enc_free(&e);
     return fh_error_set(FH_ERR_MEMORY, "out of memory");
   }
   int fd = mkstemp(tmp); /* mode 0600 */
@@ -392,25 +452,27 @@ fh_status fh_tree_save(const fh_tree_sig *sig, fh_tensor *const *leaves, const c
     st = IOERR("cannot create a temporary file next to '%s': %s", path, strerror(errno));
     free(tmp);
     free(h);
-    enc_free(&e);
     return st;
   }
   if (fchmod(fd, 0600) != 0) st = IOERR("cannot chmod the temporary file '%s': %s", tmp, strerror(errno));
   if (st == FH_OK) st = write_all(fd, h, hl, path);
   free(h);
-  for (int64_t i = 0; i < e.n && st == FH_OK; ++i) {
-    size_t nb = e.entries[i].nbytes;
+  for (int64_t i = 0; i < pp->n && st == FH_OK; ++i) {
+    if (pp->tensors == NULL) {
+      st = write_all(fd, pp->bufs[i], pp->sizes[i], path);
+      continue;
+    }
+    size_t nb = pp->entries[i].nbytes;
     if (nb == 0) continue;
     void *buf = malloc(nb);
     if (buf == NULL) {
       st = fh_error_set(FH_ERR_MEMORY, "out of memory writing '%s'", path);
       break;
     }
-    st = fh_tensor_read(e.tensors[i], buf);
+    st = fh_tensor_read(pp->tensors[i], buf);
     if (st == FH_OK) st = write_all(fd, buf, nb, path);
     free(buf);
   }
-  enc_free(&e);
   if (st == FH_OK && fsync(fd) != 0) st = IOERR("cannot fsync '%s': %s", path, strerror(errno));
   if (close(fd) != 0 && st == FH_OK) st = IOERR("cannot close '%s': %s", path, strerror(errno));
   if (st == FH_OK) {
@@ -440,6 +502,36 @@ fh_status fh_tree_save(const fh_tree_sig *sig, fh_tensor *const *leaves, const c
   return st;
 }
 
+fh_status fh_tree_save(const fh_tree_sig *sig, fh_tensor *const *leaves, const char *path, bool overwrite,
+                       bool allow_secret) {
+  return fh_tree_save_as(sig, leaves, path, overwrite, allow_secret, FH_FORMAT_FHELIUM);
+}
+
+fh_status fh_tree_save_as(const fh_tree_sig *sig, fh_tensor *const *leaves, const char *path, bool overwrite,
+                          bool allow_secret, fh_file_format format) {
+  if (path == NULL || *path == '\0') return fh_error_set(FH_ERR_VALUE, "save: empty path");
+  fh_status st;
+  if (format == FH_FORMAT_FHELIUM_030) {
+    fh__v030_file f;
+    if ((st = encode_030(sig, leaves, allow_secret, &f)) != FH_OK) return st;
+    parts pp = {f.npayloads, NULL, NULL, f.payload, f.nbytes};
+    char *h = f.header;
+    f.header = NULL; /* save_parts frees it */
+    st = save_parts(path, overwrite, h, f.hlen, &pp);
+    fh__v030_file_free(&f);
+    return st;
+  }
+  if (format != FH_FORMAT_FHELIUM) return fh_error_set(FH_ERR_VALUE, "unknown value file format %d", (int)format);
+  enc e;
+  char *h = NULL;
+  size_t hl = 0;
+  if ((st = encode(sig, leaves, allow_secret, &e, &h, &hl)) != FH_OK) return st;
+  parts pp = {e.n, e.tensors, e.entries, NULL, NULL};
+  st = save_parts(path, overwrite, h, hl, &pp);
+  enc_free(&e);
+  return st;
+}
+
 /* ---- decoding ----------------------------------------------------------------- */
 typedef struct dec {
   const fh_st_header *h;
@@ -455,6 +547,7 @@ typedef struct dec {
   fh_tensor **leaves;
   int64_t nleaves, cap;
   fh_path path;
+  fh_ckks_context *hint; /* context= for FHElium 0.30 files (borrowed), or NULL */
 } dec;
 
 static const char *dpath(const dec *d, char *buf, size_t n) { return fh_path_format(&d->path, "value", buf, n); }
@@ -570,9 +663,17 @@ static fh_status dec_context(dec *d, const char *id, fh_ckks_context **out) {
   } else {
     json_t *jn = json_object_get(c, "ring_degree"), *js = json_object_get(c, "default_scale");
     json_t *jq = json_object_get(c, "q_primes"), *jp = json_object_get(c, "p_primes");
-    if (!json_is_object(c) || json_object_size(c) != 4 || !json_is_integer(jn) || !json_is_number(js) ||
-        !json_is_array(jq) || !json_is_array(jp))
-      BAD(d, "context '%.80s' must be {ring_degree, default_scale, q_primes, p_primes}", id);
+    /* optional, present when not the default (fh_ckks_context_spec) */
+    json_t *jg = json_object_get(c, "galois_generator"), *jl = json_object_get(c, "max_level");
+    json_t *jk = json_object_get(c, "key_digits");
+    size_t nkeys = 4 + (jg != NULL) + (jl != NULL) + (jk != NULL);
+    if (!json_is_object(c) || json_object_size(c) != nkeys || !json_is_integer(jn) || !json_is_number(js) ||
+        !json_is_array(jq) || !json_is_array(jp) || (jg && !json_is_integer(jg)) || (jl && !json_is_integer(jl)) ||
+        (jk && !jstr(jk)))
+      BAD(d,
+          "context '%.80s' must be {ring_degree, default_scale, q_primes, p_primes} and optionally galois_generator, "
+          "max_level, key_digits",
+          id);
     size_t nq = json_array_size(jq), np = json_array_size(jp);
     if (nq + np > FH_CKKS_MAX_PRIMES) BAD(d, "context '%.80s' has %zu primes (at most %d)", id, nq + np, FH_CKKS_MAX_PRIMES);
     uint64_t q[FH_CKKS_MAX_PRIMES], p[FH_CKKS_MAX_PRIMES];
@@ -582,8 +683,17 @@ static fh_status dec_context(dec *d, const char *id, fh_ckks_context **out) {
       if (i < nq) q[i] = (uint64_t)json_integer_value(v);
       else p[i - nq] = (uint64_t)json_integer_value(v);
     }
+    fh_key_digits kd = FH_DIGITS_DEFAULT;
+    if (jk && fh_key_digits_parse(json_string_value(jk), &kd) != FH_OK) {
+      fh_error_clear();
+      BAD(d, "context '%.80s': key_digits must be \"p_count\" or \"below_p\"", id);
+    }
+    json_int_t gen = jg ? json_integer_value(jg) : 5, lvl = jl ? json_integer_value(jl) : (json_int_t)nq - 2;
+    if (gen != 5 && gen != 3) BAD(d, "context '%.80s': galois_generator must be 5 or 3", id);
+    if (lvl != (json_int_t)nq - 2 && lvl != (json_int_t)nq - 1)
+      BAD(d, "context '%.80s': max_level must be #q_primes - 2 or #q_primes - 1", id);
     fh_ckks_context_spec s = {(int64_t)json_integer_value(jn), json_number_value(js), (int32_t)nq, (int32_t)np, q, p,
-                              false};
+                              false, (int32_t)gen, lvl == (json_int_t)nq - 1, kd};
     if (fh_ckks_context_new(&s, &ctx) != FH_OK) {
       char p_[600];
       fh_error_prefix("corrupt value file at %s: context '%.16s'", dpath(d, p_, sizeof p_), id);
@@ -807,7 +917,29 @@ static fh_status dec_plain(dec *d, fh_tree_sig **out) {
   return st;
 }
 
+static fh_status read_030(const void *rctx, uint64_t off, void *dst, size_t n) { return read_at(rctx, off, dst, n); }
+
+/* An FHElium 0.30 file: one value. */
+static fh_status decode_030(dec *d, fh_tree_sig **sig, fh_tensor ***leaves) {
+  fh_value *v = NULL;
+  fh_status st = fh__v030_decode(d->h, read_030, d, d->dev, d->hint, &v);
+  if (st != FH_OK) return st;
+  fh_tree_sig *root = NULL;
+  st = fh_tree_sig_value(v, &root);
+  for (int i = 0; st == FH_OK && i < v->ntensors; ++i) st = push_leaf(d, v->tensors[i]);
+  fh_value_release(v);
+  if (st != FH_OK) {
+    if (root) fh_tree_sig_release(root);
+    fh_value_io_free_leaves(d->leaves, d->nleaves);
+    return st;
+  }
+  *sig = root;
+  *leaves = d->leaves;
+  return FH_OK;
+}
+
 static fh_status decode(dec *d, fh_tree_sig **sig, fh_tensor ***leaves) {
+  if (fh__v030_is(d->h)) return decode_030(d, sig, leaves);
   fh_status st = FH_OK;
   json_t *tree = NULL;
   const char *fmt = fh_st_header_meta(d->h, KEY_FORMAT);
@@ -824,8 +956,17 @@ static fh_status decode(dec *d, fh_tree_sig **sig, fh_tensor ***leaves) {
   char expect[16];
   snprintf(expect, sizeof expect, "%d", FH_FILE_SCHEMA_VERSION);
   if (schema == NULL || strcmp(schema, expect) != 0) {
-    st = fh_error_set(FH_ERR_VALUE, "unsupported value file: fhelium.schema_version is %.16s%s%s (this fhelium reads %s)",
+    st = fh_error_set(FH_ERR_VALUE,
+                      "unsupported value file: fhelium.schema_version is %.16s%s%s (this fhelium reads %s, and "
+                      "FHElium 0.30's schema 2 with fhelium.format \"fhelium-value\")",
                       schema ? "\"" : "", schema ? schema : "missing", schema ? "\"" : "", expect);
+    goto done;
+  }
+  if (d->hint) {
+    st = fh_error_set(FH_ERR_VALUE,
+                      "context: this is an fhelium value file (schema %s), which records its contexts; context= is "
+                      "for FHElium 0.30 files",
+                      expect);
     goto done;
   }
   if (tree_s == NULL) {
@@ -883,6 +1024,11 @@ void fh_value_io_free_leaves(fh_tensor **leaves, int64_t n) {
 }
 
 fh_status fh_tree_deserialize(const void *bytes, size_t nbytes, fh_device dev, fh_tree_sig **sig, fh_tensor ***leaves) {
+  return fh_tree_deserialize_with(bytes, nbytes, dev, NULL, sig, leaves);
+}
+
+fh_status fh_tree_deserialize_with(const void *bytes, size_t nbytes, fh_device dev, fh_ckks_context *context,
+                                   fh_tree_sig **sig, fh_tensor ***leaves) {
   if (bytes == NULL && nbytes > 0) return fh_error_set(FH_ERR_VALUE, "deserialize: no input");
   uint64_t hl = 0;
   fh_status st = fh_st_header_length(bytes, nbytes, &hl);
@@ -896,12 +1042,18 @@ fh_status fh_tree_deserialize(const void *bytes, size_t nbytes, fh_device dev, f
   d.fd = -1;
   d.what = "the serialized bytes";
   d.dev = dev;
+  d.hint = context;
   st = decode(&d, sig, leaves);
   fh_st_header_free(&h);
   return st;
 }
 
 fh_status fh_tree_load(const char *path, fh_device dev, fh_tree_sig **sig, fh_tensor ***leaves) {
+  return fh_tree_load_with(path, dev, NULL, sig, leaves);
+}
+
+fh_status fh_tree_load_with(const char *path, fh_device dev, fh_ckks_context *context, fh_tree_sig **sig,
+                            fh_tensor ***leaves) {
   if (path == NULL) return fh_error_set(FH_ERR_VALUE, "load: no path");
   /* O_NONBLOCK: opening a FIFO must not wait for a writer (and O_NOCTTY: a
    * terminal never becomes ours); the type is checked before any read */
@@ -921,6 +1073,7 @@ fh_status fh_tree_load(const char *path, fh_device dev, fh_tree_sig **sig, fh_te
   d.fd = fd;
   d.what = path;
   d.dev = dev;
+  d.hint = context;
   unsigned char prefix[8] = {0};
   uint64_t size = st == FH_OK ? (uint64_t)sb.st_size : 0, hl = 0;
   d.size = size;

@@ -1,7 +1,12 @@
 /* libFuzzer target: the value-file loader (safetensors header reader,
- * fhelium metadata, contexts, value reconstruction) on arbitrary bytes.
+ * fhelium metadata, contexts, value reconstruction, and the reader of
+ * FHElium 0.30's files with its residue conversions) on arbitrary bytes.
  * Every input must either load or fail with an error; a loaded tree must
- * serialize again and load back to an equal signature.
+ * serialize again and load back to an equal signature. Each input is also
+ * loaded with context= a small context in FHElium 0.30's layout (the one of
+ * spec/fixtures/small_context.lua's context030, whose seeds
+ * make_fuzz_seeds.lua writes): an FHElium file that loads so must save in
+ * FHElium's format and load back bit-identical.
  *
  * The header reader (engine/tensor/safetensors.c) is checked against Jansson
  * with JSON_REJECT_DUPLICATES: a header it accepts must parse there to the
@@ -15,6 +20,7 @@
 
 #include "fh/safetensors.h"
 #include "fh/value_io.h"
+#include "fh/values.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
@@ -67,8 +73,71 @@ static void check_header(const unsigned char *data, size_t size) {
   fh_error_clear();
 }
 
+/* count primes = 1 mod 2n below 2^bits, descending (small_context.lua's M.primes) */
+static void small_primes(int64_t n, int bits, int count, uint64_t *out) {
+  uint64_t c = (1ULL << bits) + 1;
+  for (int k = 0; k < count;) {
+    c -= 2 * (uint64_t)n;
+    if (fh_is_prime_u64(c)) out[k++] = c;
+  }
+}
+
+static fh_ckks_context *context030(void) {
+  static fh_ckks_context *ctx;
+  if (ctx == NULL) {
+    uint64_t q[3], p[1];
+    small_primes(16, 30, 3, q);
+    small_primes(16, 31, 1, p);
+    fh_ckks_context_spec s = {16, (double)(1 << 20), 3, 1, q, p, false, 3, true, FH_DIGITS_BELOW_P};
+    if (fh_ckks_context_new(&s, &ctx) != FH_OK) abort();
+  }
+  return ctx;
+}
+
+static bool same_leaves(fh_tensor **a, fh_tensor **b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    size_t nb = fh_tensor_nbytes(a[i]);
+    if (nb != fh_tensor_nbytes(b[i]) || a[i]->dtype != b[i]->dtype) return false;
+    unsigned char *x = malloc(nb + 1), *y = malloc(nb + 1);
+    if (x == NULL || y == NULL) abort();
+    if (fh_tensor_read(a[i], x) != FH_OK || fh_tensor_read(b[i], y) != FH_OK) abort();
+    bool eq = memcmp(x, y, nb) == 0; /* bytes, so NaN payloads compare too */
+    free(x);
+    free(y);
+    if (!eq) return false;
+  }
+  return true;
+}
+
+/* With context= FHElium's layout: what loads as one value saves in FHElium's
+ * format (allow_secret) and loads back to the same value, bit for bit. */
+static void check_030(const unsigned char *data, size_t size) {
+  fh_tree_sig *sig = NULL;
+  fh_tensor **leaves = NULL;
+  if (fh_tree_deserialize_with(data, size, fh_cpu(), context030(), &sig, &leaves) != FH_OK) {
+    fh_error_clear();
+    return;
+  }
+  if (sig->kind == FH_TREE_VALUE) {
+    unsigned char *bytes = NULL;
+    size_t n = 0;
+    if (fh_tree_serialize_as(sig, leaves, true, FH_FORMAT_FHELIUM_030, &bytes, &n) != FH_OK) abort();
+    fh_tree_sig *sig2 = NULL;
+    fh_tensor **leaves2 = NULL;
+    if (fh_tree_deserialize_with(bytes, n, fh_cpu(), context030(), &sig2, &leaves2) != FH_OK) abort();
+    if (!fh_tree_sig_equal(sig, sig2) || !same_leaves(leaves, leaves2, sig->nleaves)) abort();
+    free(bytes);
+    fh_value_io_free_leaves(leaves2, sig2->nleaves);
+    fh_tree_sig_release(sig2);
+  }
+  fh_value_io_free_leaves(leaves, sig->nleaves);
+  fh_tree_sig_release(sig);
+  fh_error_clear();
+}
+
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
   check_header(data, size);
+  check_030(data, size);
   fh_tree_sig *sig = NULL;
   fh_tensor **leaves = NULL;
   if (fh_tree_deserialize(data, size, fh_cpu(), &sig, &leaves) == FH_OK) {

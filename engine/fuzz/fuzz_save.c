@@ -76,7 +76,7 @@ static void init_contexts(void) {
     uint64_t q[3], p[1];
     primes(16, 30, 3, i * 7, q);
     primes(16, 31, 1, 0, p);
-    fh_ckks_context_spec s = {16, (double)(1 << 20), 3, 1, q, p, false};
+    fh_ckks_context_spec s = {16, (double)(1 << 20), 3, 1, q, p, false, 0, false, 0};
     if (fh_ckks_context_new(&s, &g_ctx[i]) != FH_OK) abort();
   }
 }

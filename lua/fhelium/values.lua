@@ -7,10 +7,14 @@ local core = require "fhelium.core"
 
 local M = {}
 
---- fh.Preset.<member> = "<name>": FHElium's int64 presets, e.g.
---- fh.Preset.slots8192_scale40_levels7_int64 == "slots8192-scale40-levels7-int64".
+--- fh.Preset.<member> = "<name>": the levels presets, e.g.
+--- fh.Preset.slots8192_scale40_levels7_int64 == "slots8192-scale40-levels7-int64",
+--- and FHElium 0.30's presets under its names, e.g.
+--- fh.Preset.slots8192_scale40_depth7_int64 == "slots8192-scale40-depth7-int64".
 M.Preset = {}
-M.presets = core.ckks_presets() -- {name=, member=, ring_degree=, scale_bits=, levels=, num_p_primes=}
+-- {name=, member=, family= ("levels" | "fhelium-0.30"), ring_degree=, scale_bits=, levels= (scale primes),
+--  num_q_primes=, num_p_primes=, max_level=, galois_generator=, dtype= ("int64" | "int32": FHElium's residues)}
+M.presets = core.ckks_presets()
 for _, p in ipairs(M.presets) do M.Preset[p.member] = p.name end
 
 local function u64list(bytes)

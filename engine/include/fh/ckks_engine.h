@@ -20,13 +20,16 @@
  * are coefficient-domain values (standard residues); NTT-domain values hold
  * Montgomery residues. Scales match when |a - b| <= FH_CKKS_SCALE_RTOL *
  * max(a, b); results keep the first operand's scale. Slot rotation by r
- * moves slot j - r to slot j (torch.roll): the automorphism X -> X^(5^-r).
+ * moves slot j - r to slot j (torch.roll): the automorphism X -> X^(5^-r),
+ * or X -> X^(3^r) in a context with the generator-3 slot order (FHElium
+ * 0.30's, fh/ckks_context.h).
  *
  * Keys. The secret key is a uniform ternary polynomial s stored in the NTT
  * domain over every Q and P prime. The public key is (b, a) = (-a s + e, a)
  * over Q. Key-switching keys (relinearization: s^2 -> s; rotation by r:
- * s(X^(5^-r)) -> s; conjugation: s(X^-1) -> s) use hybrid key switching:
- * dnum = ceil(#Q / #P) digits of #P consecutive Q primes; digit j holds
+ * s(X^(5^-r)) -> s; conjugation: s(X^-1) -> s) use hybrid key switching
+ * with the context's digits (by default dnum = ceil(#Q / #P) digits of #P
+ * consecutive Q primes; FHElium 0.30's: products below P); digit j holds
  * (-a_j s + e_j + [q in digit j] P s', a_j) over Q*P, data
  * [dnum, 2, #Q + #P, N] in the NTT domain. Switching decomposes the input
  * by digit, extends each digit to the other active primes and P (fast base

@@ -295,15 +295,20 @@ typedef struct fh_ckks_automorph_args {
 } fh_ckks_automorph_args;
 
 /* ---- encoding and decoding (canonical embedding) -------------------------------
- * Slots: num_slots = N/2 complex values z_j = m(zeta^(5^j)), zeta =
- * exp(i pi / N). Encoding takes `nslots_in` <= N/2 input values per group
+ * Slots: num_slots = N/2 complex values z_j = m(zeta^(e_j)), zeta =
+ * exp(i pi / N), e_j = rot_group[j] (5^j mod 2N, or 3^-j mod 2N for the
+ * generator-3 slot order; fh/ckks_tables.h). The special FFT evaluates at
+ * fh_ckks_fft_exponent(e_j) (= e_j when e_j = 1 mod 4, else 2N - e_j) and
+ * slots with e_j = 3 mod 4 are conjugated (fh_ckks_slot_conjugated) after
+ * the evaluation and before the interpolation, so that every e_j is served.
+ * Encoding takes `nslots_in` <= N/2 input values per group
  * (complex pairs of doubles, or reals when !in_complex; missing slots are
  * zero), computes the real polynomial m with m(zeta^(5^j)) = z_j by the
  * inverse special FFT, multiplies by `scale`, rounds to the nearest integer
  * and reduces into each row's prime (exactly, for any finite magnitude).
  * Coefficient i of m is Re(w_i) and coefficient i + N/2 is Im(w_i), where
  * w is the special-FFT vector. `work` is scratch of N doubles per group.
- * rot_group[j] = 5^j mod 2N (N/2 entries); ksi[2k], ksi[2k+1] = cos, sin of
+ * rot_group[j] = e_j (N/2 entries); ksi[2k], ksi[2k+1] = cos, sin of
  * 2 pi k / 2N for k <= 2N. */
 typedef struct fh_ckks_encode_args {
   uint64_t *out;
@@ -320,6 +325,11 @@ typedef struct fh_ckks_encode_args {
   const double *ksi;
   int32_t prime[FH_CKKS_MAX_PRIMES];
 } fh_ckks_encode_args;
+
+/* The special FFT's evaluation exponent for slot exponent e (m2 = 2N), and
+ * whether that slot is the conjugate of the FFT's value (see above). */
+FH_HD uint64_t fh_ckks_fft_exponent(uint64_t e, uint64_t m2) { return (e & 3) == 3 ? m2 - e : e; }
+FH_HD int fh_ckks_slot_conjugated(uint64_t e) { return (e & 3) == 3; }
 
 /* Decoding: the rows of each group must be the context's last nlimbs Q
  * primes in order (prime[l] == nq - nlimbs + l, the active rows of a level):
@@ -341,6 +351,10 @@ typedef struct fh_ckks_decode_args {
   int32_t nlimbs, log_n;
   int32_t nq; /* number of Q primes in the context (row length of the Garner table) */
   double scale;
+  /* non-NULL: the coefficients are given as N float64 values per group
+   * (group stride in_gs) instead of residues (`in`, nlimbs, prime and garner
+   * unused), e.g. an approximate_coefficients plaintext */
+  const double *in_real;
   const fh_ckks_prime *primes;
   const uint64_t *rot_group;
   const double *ksi;

@@ -57,6 +57,10 @@ fh_status fh_ckks_check_message(const fh_ckks_tables *tb, const fh_tensor *msg, 
  * result [*, N/2] complex128 (or float64 real parts). */
 fh_status fh_ckks_poly_decode(fh_ckks_tables *tb, fh_tensor *coeffs, double scale, bool complex_out,
                               fh_tensor **result);
+/* Decode float64 coefficients [*, N] (the polynomial itself, e.g. an
+ * approximate_coefficients plaintext): result [*, N/2] as above. */
+fh_status fh_ckks_poly_decode_real(fh_ckks_tables *tb, fh_tensor *coeffs, double scale, bool complex_out,
+                                   fh_tensor **result);
 
 /* Tensor product of a and b [2, *, nids, N] (NTT domain, Montgomery):
  * result [3, *, nids, N] = (a0 b0, a0 b1 + a1 b0, a1 b1). */

@@ -11,9 +11,18 @@
  * q = 1 mod 2N with q < 2^62.
  *
  * Hybrid key switching. The Q primes are split into dnum digits of
- * `alpha` consecutive primes (alpha = np, dnum = ceil(nq / np)); digit j
- * holds q_{j*alpha} .. q_{min((j+1)*alpha, nq) - 1}. At level l only the
+ * consecutive primes, digit j holding q_{digit_start[j]} ..
+ * q_{digit_start[j+1] - 1} (the context's split, fh/ckks_context.h; by
+ * default np primes per digit, dnum = ceil(nq / np)). At level l only the
  * digits' active primes (those >= l) count.
+ *
+ * Slot order. rot_group[j] is the exponent e_j of slot j, z_j =
+ * m(zeta^(e_j)): 5^j mod 2N for generator 5, 3^-j mod 2N for generator 3
+ * (fh/ckks_context.h). The special FFT needs exponents = 1 mod 4; a slot with
+ * e_j = 3 mod 4 is evaluated at 2N - e_j (= h^j for h = -3^-1 mod 2N, a
+ * generator of the exponents = 1 mod 4) and conjugated (m has real
+ * coefficients, so m(zeta^-e) is the conjugate of m(zeta^e)): the encode and
+ * decode kernels, CPU and CUDA, do both through fh_ckks_slot_exponent.
  *
  * Ownership: fh_ckks_tables_new returns a new reference (refcounted;
  * fh_ckks_tables_release). The storage stays alive while any tape or
@@ -37,13 +46,26 @@ fh_status fh_ckks_find_primes(int bits, int log_n, int count, const uint64_t *ex
  * ValueError when q is not such a prime. */
 fh_status fh_ckks_min_root(uint64_t q, int log_n, uint64_t *out);
 
+/* FHElium 0.30's NTT evaluation order for the prime q (N = 2^log_n), as
+ * derived from its value files and proved with the fixture's secret key
+ * (spec/fhelium030_spec.lua): FHElium's forward transform uses the root
+ * psi_F = c^((q-1)/2N) for the smallest c >= 2 with psi_F^N = -1, and its
+ * slot i holds a(psi_F^(2 bitrev(i) + 1)); ours (fh/ckks_kernels.h) holds
+ * a(psi^(2 bitrev(j) + 1)) for our root psi (fh_ckks_min_root). perm[i]
+ * (N entries) receives j, our slot at FHElium's slot i's point
+ * (psi_F = psi^t for an odd t, j = bitrev((t (2 bitrev(i) + 1) mod 2N - 1) / 2)).
+ * ValueError when q is not a prime = 1 mod 2N below 2^62. */
+fh_status fh_ckks_fhelium_ntt_order(uint64_t q, int log_n, uint64_t psi, uint32_t *perm);
+
 /* ---- tables ----------------------------------------------------------------- */
 typedef struct fh_ckks_tables {
   fh_refcount rc;
   int32_t log_n;
   int64_t n;
   int32_t nq, np;
-  int32_t alpha, dnum; /* key-switching digits (0 when np == 0) */
+  int32_t dnum;                                /* key-switching digits (0 when np == 0) */
+  int32_t digit_start[FH_CKKS_MAX_PRIMES + 1]; /* digit j: Q rows [digit_start[j], digit_start[j+1]) */
+  int32_t galois_generator;                    /* 5 or 3: the slot order of rot_group */
   uint64_t primes[FH_CKKS_MAX_PRIMES];
   fh_ckks_prime host[FH_CKKS_MAX_PRIMES]; /* host copy of the per-prime constants */
   fh_device device;
@@ -51,7 +73,7 @@ typedef struct fh_ckks_tables {
   /* device addresses inside data */
   const fh_ckks_prime *primes_dev;
   const uint64_t *ntt;       /* [nprimes][4][N] */
-  const uint64_t *rot_group; /* [N/2] */
+  const uint64_t *rot_group; /* [N/2] slot exponents (see above) */
   const double *ksi;         /* [2N+1][2] */
   /* Garner table [nq][nq] over the reversed chain r_k = q_{nq-1-k}:
    * [i][m] = prod_{k<m} r_k mod r_i (m < i), [i][i] = (prod_{k<i} r_k)^-1 mod r_i */
@@ -74,6 +96,19 @@ typedef struct fh_ckks_tables {
  * `dev`. Validates the primes (distinct, prime, = 1 mod 2N, < 2^62) and
  * sizes (ValueError). New reference. */
 fh_status fh_ckks_tables_new(int log_n, const uint64_t *primes, int nq, int np, fh_device dev, fh_ckks_tables **out);
+/* The same with the slot-order generator (5 or 3) and the digit split
+ * digit_start[0..ndigits] (0 = digit_start[0] < ... < digit_start[ndigits]
+ * = nq); generator 0 and ndigits 0 mean the defaults (5, np primes per
+ * digit). ValueError for anything else. */
+fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, int np, int galois_generator,
+                                    int ndigits, const int32_t *digit_start, fh_device dev, fh_ckks_tables **out);
+/* The first digit with a Q row at or above `level` (the digits of a level
+ * are j0 .. dnum-1). */
+static inline int fh_ckks_tables_first_digit(const fh_ckks_tables *t, int level) {
+  int j = 0;
+  while (j + 1 < t->dnum && t->digit_start[j + 1] <= level) ++j;
+  return j;
+}
 void fh_ckks_tables_retain(fh_ckks_tables *t);
 void fh_ckks_tables_release(fh_ckks_tables *t);
 /* The storage holding the tables (borrowed), for launch `uses`. */

@@ -58,15 +58,37 @@ extern "C" {
 
 #define FH_FILE_SCHEMA_VERSION 1
 
+/* What a save writes: fhelium's own files (above), or FHElium 0.30's
+ * ("fhelium-value", file schema 2 / value schema 4: one value per file,
+ * engine/exec/value_io_030.h), which FHElium 0.30 loads. Loading reads
+ * both, telling them apart by their metadata. */
+typedef enum fh_file_format { FH_FORMAT_FHELIUM = 0, FH_FORMAT_FHELIUM_030 } fh_file_format;
+
 /* `leaves` are the tree's tensors in leaf order (sig->nleaves of them). */
 fh_status fh_tree_serialize(const fh_tree_sig *sig, fh_tensor *const *leaves, bool allow_secret, unsigned char **bytes,
                             size_t *nbytes);
 fh_status fh_tree_save(const fh_tree_sig *sig, fh_tensor *const *leaves, const char *path, bool overwrite,
                        bool allow_secret);
+/* The same in `format`; FH_FORMAT_FHELIUM_030 needs a tree that is one
+ * value (ValueError otherwise) whose context FHElium 0.30 can have:
+ * galois_generator 3, max_level #Q - 1, key_digits below_p, primes below
+ * 2^60 (2^30 for its int32 presets); a slots plaintext needs none. */
+fh_status fh_tree_serialize_as(const fh_tree_sig *sig, fh_tensor *const *leaves, bool allow_secret,
+                               fh_file_format format, unsigned char **bytes, size_t *nbytes);
+fh_status fh_tree_save_as(const fh_tree_sig *sig, fh_tensor *const *leaves, const char *path, bool overwrite,
+                          bool allow_secret, fh_file_format format);
 
 /* Tensors are created on `dev`. */
 fh_status fh_tree_deserialize(const void *bytes, size_t nbytes, fh_device dev, fh_tree_sig **sig, fh_tensor ***leaves);
 fh_status fh_tree_load(const char *path, fh_device dev, fh_tree_sig **sig, fh_tensor ***leaves);
+/* The same with the context of an FHElium 0.30 file's value (its files carry
+ * none; without one, the value's FHElium 0.30 preset is found from its
+ * ring degree, residue dtype and prime ids, see value_io_030.h). NULL: none
+ * given; given for an fhelium file it is a ValueError. */
+fh_status fh_tree_deserialize_with(const void *bytes, size_t nbytes, fh_device dev, fh_ckks_context *context,
+                                   fh_tree_sig **sig, fh_tensor ***leaves);
+fh_status fh_tree_load_with(const char *path, fh_device dev, fh_ckks_context *context, fh_tree_sig **sig,
+                            fh_tensor ***leaves);
 void fh_value_io_free_leaves(fh_tensor **leaves, int64_t n);
 
 #ifdef __cplusplus

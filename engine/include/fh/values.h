@@ -8,8 +8,10 @@
  *   type                    Plaintext, Ciphertext, SecretKey, PublicKey,
  *                           KeySwitchKey, RelinearizationKey, RotationKey,
  *                           ConjugationKey
- *   representation          plaintexts only: "slots" (message tensor) or
- *                           "rns" (data tensor)
+ *   representation          plaintexts only: "slots" (message tensor),
+ *                           "rns" (data tensor), or FHElium's coefficient
+ *                           forms "integer_coefficients" (int64 data) and
+ *                           "approximate_coefficients" (float64 data)
  *   level, scale            plaintexts and ciphertexts: 0 <= level <=
  *                           max_level, scale positive and finite
  *   prime_ids               RNS values: one id per limb row, in order; always
@@ -34,6 +36,10 @@
  *   Plaintext slots   message float64/complex128: 0-dim (one value in every
  *                     slot) or [*batch, slot] with 1 <= slot <= num_slots
  *   Plaintext rns     data [*batch, limb, N]
+ *   Plaintext integer_coefficients / approximate_coefficients
+ *                     data int64 / float64 [*batch, N]: the polynomial's
+ *                     coefficients themselves (no prime rows; level and
+ *                     scale as for every plaintext, a context required)
  *   Ciphertext        data [component, *batch, limb, N], component 2 or 3
  *   SecretKey         data [limb, N]
  *   PublicKey         data [2, limb, N]
@@ -76,7 +82,14 @@ typedef enum fh_value_type {
   FH_VALUE_TYPE_COUNT
 } fh_value_type;
 
-typedef enum fh_representation { FH_REPR_NONE = 0, FH_REPR_SLOTS, FH_REPR_RNS } fh_representation;
+typedef enum fh_representation {
+  FH_REPR_NONE = 0,
+  FH_REPR_SLOTS,
+  FH_REPR_RNS,
+  FH_REPR_INTEGER_COEFFICIENTS,    /* FHElium's: int64 round(scale * m) coefficients */
+  FH_REPR_APPROXIMATE_COEFFICIENTS /* FHElium's: float64 coefficients (e.g. a decrypted phase) */
+} fh_representation;
+#define FH_REPR_COUNT 5
 typedef enum fh_polynomial_domain { FH_DOMAIN_NONE = 0, FH_DOMAIN_COEFFICIENT, FH_DOMAIN_NTT } fh_polynomial_domain;
 typedef enum fh_residue_representation {
   FH_RESIDUE_NONE = 0,
@@ -97,6 +110,11 @@ const char *fh_residue_name(fh_residue_representation r);
 fh_status fh_residue_parse(const char *s, fh_residue_representation *out);
 const char *fh_basis_name(fh_modulus_basis b);
 fh_status fh_basis_parse(const char *s, fh_modulus_basis *out);
+
+/* An RNS value (prime rows: every value but slots and coefficient plaintexts). */
+static inline bool fh_state_has_rows(int32_t type, int32_t representation) {
+  return type != 0 /* FH_PLAINTEXT */ || representation == FH_REPR_RNS;
+}
 
 /* Exact state. Fields that do not apply to a type hold their NONE / 0
  * value (level -1 and scale 0 for keys; a key's level is recorded
@@ -170,7 +188,8 @@ const char *fh_value_tensor_name(const fh_value *v, int i);
 const char *fh_value_context_id(const fh_value *v);
 bool fh_value_is_secret(const fh_value *v); /* SecretKey */
 /* Ciphertexts: data.shape[1 : ndim-2]; RNS plaintexts: [0 : ndim-2];
- * slots plaintexts: [0 : ndim-1] (empty for a scalar). Returns the count. */
+ * slots and coefficient plaintexts: [0 : ndim-1] (empty for a scalar).
+ * Returns the count. */
 int fh_value_batch_shape(const fh_value *v, int64_t *shape);
 /* Same type, context, state, tensor shapes, dtypes and elements (devices
  * and strides may differ). Reads the data (synchronizes). */
@@ -195,7 +214,8 @@ typedef struct fh_meta_entry {
 /* The metadata of a value's type, sorted by key (the deterministic order of
  * envelopes and signatures). Strings and lists borrow from `st`. Returns
  * the count (<= FH_META_MAX). Fields per type:
- *   Plaintext slots: level, representation, scale
+ *   Plaintext slots, integer_coefficients, approximate_coefficients:
+ *                    level, representation, scale
  *   Plaintext rns:   level, modulus_basis, polynomial_domain, prime_ids,
  *                    representation, residue_representation, scale
  *   Ciphertext:      level, modulus_basis, num_components, polynomial_domain,
