@@ -43,11 +43,19 @@ function M.main(args)
       rest[#rest + 1] = a
     end
   end
-  if help then io.stdout:write(usage) end
   local have_runner, runner = pcall(require, "busted.runner")
   if not have_runner then
     return fail("busted is not installed or not on package.path (Debian: apt-get install lua-busted):\n" ..
       tostring(runner))
+  end
+  if help then
+    -- busted's own --help is an error (exit 1); here it is the answer
+    local cli = require("busted.modules.cli")({ standalone = false, output = "fhelium.test_output" })
+    cli:set_name("fhelium test")
+    local _, text = cli:parse({ "--help" })
+    text = tostring(text):gsub("^fhelium test: error: ", ""):gsub(";%s*re%-run with %-%-help for usage%.%s*$", "")
+    io.stdout:write(usage, text, "\n")
+    return 0
   end
   local fh = require "fhelium"
   if gpu and not fh.cuda.is_available() then

@@ -96,7 +96,20 @@ local function num(x)
 end
 M._num = num
 
-local function elem_text(x)
+-- a float32 element as the shortest text that reads back as the same float32
+local f32 = require("ffi").new("float[1]")
+local function num32(x)
+  if type(x) ~= "number" or x ~= x or math.abs(x) == math.huge then return num(x) end
+  for p = 6, 9 do
+    local s = ("%." .. p .. "g"):format(x)
+    f32[0] = tonumber(s)
+    if f32[0] == x then return s end
+  end
+  return num(x)
+end
+
+local function elem_text(x, dtype)
+  if dtype == "float32" then return num32(x) end
   if type(x) == "table" then -- complex {re, im}
     local re, im = x[1], x[2]
     local sign = (im < 0 or (im == 0 and 1 / im < 0)) and "-" or "+"
@@ -283,10 +296,15 @@ function M.check_tensor_near(actual, expected, opts)
   local report, maxdiff = compare_elements(flatten(actual), flatten(exp), atol, rtol, equal_nan, complex)
   local n = actual:numel()
   if report then
-    return false, ("%s: %d of %d element%s outside %s; the worst at %s: actual %s, expected %s, |diff| %s " ..
-      "(allowed %s)"):format(NEAR, report.bad, report.total, report.total == 1 and " is" or "s are",
-      tolerance_text(atol, rtol), index_text(report.index, actual.shape), elem_text(report.actual),
-      elem_text(report.expected), num(report.diff), num(report.allowed)), ""
+    local hint = ""
+    if has_nan(report.expected, complex) and has_nan(report.actual, complex) then
+      hint = " (NaN matches NaN only with equal_nan = true)"
+    end
+    return false, ("%s: %d of %d element%s %s outside %s; the worst at %s: actual %s, expected %s, |diff| %s " ..
+      "(allowed %s)%s"):format(NEAR, report.bad, report.total, report.total == 1 and "" or "s",
+      report.bad == 1 and "is" or "are", tolerance_text(atol, rtol), index_text(report.index, actual.shape),
+      elem_text(report.actual, actual.dtype), elem_text(report.expected, actual.dtype), num(report.diff),
+      num(report.allowed), hint), ""
   end
   return true, "", ("%s: expected the tensors not to be near, but all %d element%s within %s (max |diff| %s)")
     :format(NEAR, n, n == 1 and " is" or "s are", tolerance_text(atol, rtol), num(maxdiff))
@@ -374,8 +392,9 @@ function M.check_decrypts_to(engine, ct, sk, message, opts)
   local report, maxerr = compare_elements(flatten(got), flatten(want), atol, rtol, false, complex)
   local total = want:numel()
   if report then
-    return false, ("%s: %d of %d slot%s off by more than %s; the worst, %s, decrypts to %s, expected %s (|error| %s)")
-      :format(DEC, report.bad, report.total, report.total == 1 and " is" or "s are", tolerance_text(atol, rtol),
+    return false, ("%s: %d of %d slot%s %s off by more than %s; the worst, %s, decrypts to %s, expected %s " ..
+      "(|error| %s)"):format(DEC, report.bad, report.total, report.total == 1 and "" or "s",
+        report.bad == 1 and "is" or "are", tolerance_text(atol, rtol),
         slot_text(report.index, want.shape), elem_text(report.actual), elem_text(report.expected),
         num(report.diff)), ""
   end
@@ -465,10 +484,10 @@ local function first_difference(a, b, path)
     for _, k in ipairs(na.keys) do sa[k] = true end
     for _, k in ipairs(nb.keys) do sb[k] = true end
     for _, k in ipairs(na.keys) do
-      if not sb[k] then return path, "keys", ("has key %q"):format(k), ("has no key %q"):format(k) end
+      if not sb[k] then return path, ("key %q"):format(k), "present", "missing" end
     end
     for _, k in ipairs(nb.keys) do
-      if not sa[k] then return path, "keys", ("has no key %q"):format(k), ("has key %q"):format(k) end
+      if not sa[k] then return path, ("key %q"):format(k), "missing", "present" end
     end
     for i, k in ipairs(na.keys) do
       local p, f, va, vb = first_difference(ca[i], cb[i], path .. key_path(k))
@@ -503,7 +522,8 @@ function M.check_same_signature(a, b)
   if path then
     return false, ("%s: the signatures differ at %s, field %s: %s in a, %s in b"):format(SIG, path, field, va, vb), ""
   end
-  if sa ~= sb then -- a difference the walk does not name
+  local ra, rb = node(sa), node(sb)
+  if ra ~= rb then -- a difference the walk does not name
     return false, ("%s: the signatures differ: a is %s, b is %s"):format(SIG, tostring(sa), tostring(sb)), ""
   end
   return true, "", ("%s: expected different signatures, both are %s"):format(SIG, tostring(sa))
@@ -538,7 +558,8 @@ function M.check_raises_kind(kind, fn, needle)
   if needle and not err.message:find(needle, 1, true) then
     return false, ("%s: expected %s, got %s"):format(RAISES, what, tostring(err)), ""
   end
-  return true, "", ("%s: expected no %s, got %s"):format(RAISES, what, tostring(err)), err
+  local no = needle and ("no %s whose message contains '%s'"):format(kind, needle) or ("no %s"):format(kind)
+  return true, "", ("%s: expected %s, got %s"):format(RAISES, no, tostring(err)), err
 end
 
 -- ---- registering the assertions with luassert --------------------------------------
