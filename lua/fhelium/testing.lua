@@ -94,7 +94,7 @@ local function num(x)
   end
   return ("%.17g"):format(x)
 end
-M._num = num
+
 
 -- a float32 element as the shortest text that reads back as the same float32
 local f32 = require("ffi").new("float[1]")
@@ -269,7 +269,7 @@ end
 
 --- The check behind assert.tensor_near: ok, message when not near, message
 --- when near.
-function M.check_tensor_near(actual, expected, opts)
+local function check_tensor_near(actual, expected, opts)
   opts = check_opts(NEAR, 3, opts, { "atol", "rtol", "equal_nan" })
   if not fh.is_tensor(actual) then
     return false, ("%s: argument 1 (actual) expected a Tensor, got %s"):format(NEAR, typename(actual)), ""
@@ -329,7 +329,7 @@ end
 
 --- The check behind assert.decrypts_to: ok, message when it does not
 --- decrypt to `message`, message when it does.
-function M.check_decrypts_to(engine, ct, sk, message, opts)
+local function check_decrypts_to(engine, ct, sk, message, opts)
   opts = check_opts(DEC, 5, opts, { "atol", "rtol", "complex" })
   if getmetatable(engine) == nil or getmetatable(engine).methods ~= core.CkksEngine_methods then
     raise("TypeError", "%s: argument 1 (engine) expected a CkksEngine, got %s", DEC, typename(engine))
@@ -513,7 +513,7 @@ end
 
 --- The check behind assert.same_signature: ok, message when the signatures
 --- differ, message when they are the same.
-function M.check_same_signature(a, b)
+local function check_same_signature(a, b)
   local sa, ea = signature_of(a, 1, "a")
   if not sa then return false, ea, "" end
   local sb, eb = signature_of(b, 2, "b")
@@ -535,7 +535,7 @@ local RAISES = "assert.raises_kind"
 
 --- The check behind assert.raises_kind: ok, message when fn does not raise
 --- such an error, message when it does, and the error.
-function M.check_raises_kind(kind, fn, needle)
+local function check_raises_kind(kind, fn, needle)
   if type(kind) ~= "string" or errors.parents[kind] == nil and kind ~= "FHEliumError" then
     raise("ValueError", "%s: argument 1 (kind) expected one of %s, got %s", RAISES, table.concat(errors.kinds, ", "),
       type(kind) == "string" and ("'" .. kind .. "'") or typename(kind))
@@ -578,10 +578,10 @@ if have_luassert then
       return ok
     end, "assertion.fhelium.message", "assertion.fhelium.message")
   end
-  register("tensor_near", M.check_tensor_near)
-  register("decrypts_to", M.check_decrypts_to)
-  register("same_signature", M.check_same_signature)
-  register("raises_kind", M.check_raises_kind)
+  register("tensor_near", check_tensor_near)
+  register("decrypts_to", check_decrypts_to)
+  register("same_signature", check_same_signature)
+  register("raises_kind", check_raises_kind)
 end
 
 -- ---- specs that need a GPU ----------------------------------------------------------
