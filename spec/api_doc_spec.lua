@@ -33,7 +33,8 @@ local function check_all(what, names)
 end
 
 describe("docs/api.md", function()
-  it("names every function of fh, fh.cuda, fh.rns, fh.errors, fh.pretty and fhelium.execution", function()
+  it("names every function of fh, fh.cuda, fh.rns, fh.errors, fh.pretty, fhelium.execution and fhelium.testing",
+    function()
     check_all("fh fields", public_keys(fh))
     check_all("fh.cuda functions", public_keys(fh.cuda))
     check_all("fh.rns functions", public_keys(fh.rns))
@@ -41,6 +42,7 @@ describe("docs/api.md", function()
     check_all("fh.pretty fields", public_keys(fh.pretty))
     check_all("fhelium.execution fields", public_keys(ex))
     check_all("fh.info() fields", public_keys(fh.info()))
+    check_all("fhelium.testing fields", public_keys(require "fhelium.testing"))
   end)
 
   it("names every error kind", function()

@@ -224,8 +224,7 @@ describe("fh.cuda events", function()
 end)
 
 describe("fh.cuda streams of another device", function()
-  local two_it = gpu_it
-  if ndev < 2 then two_it = function(name) return H.skip_it(name, "needs 2 CUDA devices") end end
+  local function two_it(name, fn) return H.gpus_it(2, name, fn) end
 
   two_it("are a ValueError for copies, events and operations on this device", function()
     local s1 = fh.cuda.Stream { device = 1 }

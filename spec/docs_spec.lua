@@ -3,6 +3,8 @@
 -- info string says when it is not meant to run on its own:
 --   ```lua norun   a fragment or an API summary (names left undefined, `...`)
 --   ```lua gpu     needs a CUDA device: skipped without one
+--   ```lua spec    a busted spec file: run with `fhelium test`, which must
+--                  report no failure
 -- Other ``` blocks (sh, REPL transcripts, plain text) are not Lua and are not
 -- run. A failure names the file and the line of the block (and maps the
 -- script's line numbers in the error back to the document).
@@ -48,7 +50,7 @@ function M.blocks(text)
   return r
 end
 
-local known_info = { norun = true, gpu = true }
+local known_info = { norun = true, gpu = true, spec = true }
 
 local files = { "README.md" }
 do
@@ -72,13 +74,13 @@ describe("the ```lua blocks of the documentation", function()
     assert.same({ 9, "x\ny\n", { norun = true, gpu = true } }, { b[2].line, b[2].code, b[2].info })
   end)
 
-  local counts = { run = 0, norun = 0, gpu = 0 }
+  local counts = { run = 0, norun = 0, gpu = 0, spec = 0 }
   for _, file in ipairs(files) do
     for _, b in ipairs(M.blocks(read(file))) do
       local where = ("%s:%d"):format(file, b.line)
       for w in pairs(b.info) do
         it(where .. " has a known info string", function()
-          assert(known_info[w], ("%s: unknown info word '%s' after ```lua (known: norun, gpu)"):format(where, w))
+          assert(known_info[w], ("%s: unknown info word '%s' after ```lua (known: norun, gpu, spec)"):format(where, w))
         end)
       end
       if b.info.norun then
@@ -86,6 +88,21 @@ describe("the ```lua blocks of the documentation", function()
       elseif b.info.gpu and not H.has_gpu then
         counts.gpu = counts.gpu + 1
         H.skip_it(where .. " runs", "needs a CUDA device (a ```lua gpu block)")
+      elseif b.info.spec then
+        counts.spec = counts.spec + 1
+        it(where .. " passes with `fhelium test`", function()
+          local path = cli.tempfile(b.code, "_spec.lua")
+          local r = cli.run({ "test", path }, { cwd = cli.root, env = { CI = "true", FHELIUM_REQUIRE_GPU = false } })
+          os.remove(path)
+          local lines = cli.lines(r.stdout)
+          local last = lines[#lines] or ""
+          if r.code ~= 0 or not last:match("^%d+ passed, 0 failed, %d+ skipped$") then
+            local out = (r.stdout .. r.stderr):gsub(path:gsub("%p", "%%%0") .. ":(%d+)", function(l)
+              return ("%s:%d"):format(file, b.line + tonumber(l) - 1)
+            end)
+            error(("%s: the spec block fails under `fhelium test` (exit %d):\n%s"):format(where, r.code, out), 0)
+          end
+        end)
       else
         counts.run = counts.run + 1
         it(where .. " runs", function()
@@ -105,9 +122,10 @@ describe("the ```lua blocks of the documentation", function()
   end
 
   it("are counted: runnable, norun (fragments, API summaries) and gpu", function()
-    io.stderr:write(("[docs: %d lua blocks run, %d marked norun, %d gpu blocks %s]\n"):format(counts.run,
-      counts.norun, counts.gpu, H.has_gpu and "run" or "skipped (no CUDA device)"))
+    io.stderr:write(("[docs: %d lua blocks run, %d specs run, %d marked norun, %d gpu blocks %s]\n"):format(
+      counts.run, counts.spec, counts.norun, counts.gpu, H.has_gpu and "run" or "skipped (no CUDA device)"))
     assert.is_true(counts.run >= 4, "expected runnable blocks in README.md and docs/*.md")
+    assert.is_true(counts.spec >= 1, "expected a complete user spec (a ```lua spec block) in docs/testing.md")
   end)
 end)
 

@@ -1,4 +1,4 @@
--- The skip report of spec/support/summary_output.lua: every skipped spec is
+-- The skip report of fhelium.test_output (lua/fhelium/test_output.lua): every skipped spec is
 -- named by its own spec file and line (not spec/helpers.lua), grouped by
 -- reason with a count, listed one by one with FHELIUM_TEST_VERBOSE=1, and
 -- the last line stays "N passed, N failed, N skipped".
@@ -17,7 +17,7 @@ local function run_fixture(env)
   -- a nested busted loads fhelium like this one: under the sanitizers it
   -- needs the same preloaded runtime (cli.sh drops LD_PRELOAD otherwise)
   env.LD_PRELOAD = os.getenv("LD_PRELOAD") or false
-  return cli.sh(runner .. " --output=spec/support/summary_output.lua spec/fixtures/skips_fixture.lua",
+  return cli.sh(runner .. " --output=fhelium.test_output spec/fixtures/skips_fixture.lua",
     { cwd = cli.root, env = env, merged = true })
 end
 

@@ -9,10 +9,13 @@
  *   fhelium                     the REPL (on a terminal: line editing; with
  *                               stdin piped: reads the pipe, no prompts)
  *   fhelium -                   run stdin as a script
+ *   fhelium test [busted args]  busted under this build (fhelium.test_command);
+ *                               a script named `test`: fhelium ./test
  *   fhelium --version | --info | --help
  *
  * Exit status: 0 on success; 1 when a chunk, a script or (with stdin piped)
- * any REPL entry raised an error; 2 for a usage error.
+ * any REPL entry raised an error, or a spec of `fhelium test` failed; 2 for
+ * a usage error.
  *
  * Errors print as "fhelium: <text>" on stderr. fhelium error objects print
  * as "<kind>: <message>" plus the script line that raised them; string
@@ -498,6 +501,9 @@ static void usage(FILE *f) {
         "  --version   print the version\n"
         "  --info      print build options, CUDA availability and devices\n"
         "  --help      this text\n"
+        "       fhelium test [--gpu] [--verbose-skips] [busted args...]\n"
+        "  run busted specs under this build (`fhelium test --help`); a script\n"
+        "  named test runs as `fhelium ./test`\n"
         "With no script and no -e, the REPL starts: with line editing on a terminal,\n"
         "without prompts when stdin is piped (then the exit status is 1 if any entry\n"
         "raised an error).\n",
@@ -557,6 +563,25 @@ static int run_info(lua_State *L) {
   return report(L, st);
 }
 
+/* fhelium test [args]: require("fhelium.test_command").main({args...}),
+ * whose result is the exit status. */
+static int run_test(lua_State *L, int argc, char **argv) {
+  int st = dorequire(L, "fhelium.test_command");
+  if (st) return report(L, st) ? 1 : 0;
+  lua_getfield(L, -1, "main");
+  lua_remove(L, -2);
+  lua_createtable(L, argc, 0);
+  for (int k = 0; k < argc; ++k) {
+    lua_pushstring(L, argv[k]);
+    lua_rawseti(L, -2, k + 1);
+  }
+  st = docall(L, 1, 1);
+  if (st) return report(L, st) ? 1 : 0;
+  int code = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 1;
+  lua_pop(L, 1);
+  return code;
+}
+
 int main(int argc, char **argv) {
   lua_State *L = luaL_newstate();
   if (L == NULL) {
@@ -568,6 +593,13 @@ int main(int argc, char **argv) {
   lua_gc(L, LUA_GCRESTART, -1);
   luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_ON);
   setup_paths(L);
+
+  if (argc >= 2 && strcmp(argv[1], "test") == 0) {
+    int code = run_test(L, argc - 2, argv + 2);
+    fflush(stdout);
+    lua_close(L);
+    return code;
+  }
 
   int interactive = 0, ran = 0, i;
   for (i = 1; i < argc; ++i) {

@@ -1,18 +1,24 @@
--- busted output handler: the usual terminal report, then the skipped specs
--- (busted's pendings: gpu specs without a GPU, specs that need a tool that
--- is missing...) grouped by reason, then the plain closing line
--- "N passed, N failed, N skipped" (CI parses it; it stays the last line).
+-- fhelium.test_output: the busted output handler of `fhelium test` and
+-- scripts/test (busted --output=fhelium.test_output): the usual terminal
+-- report, then the skipped specs (busted's pendings: gpu specs without a
+-- GPU, specs that need a tool that is missing...) grouped by reason, then
+-- the plain closing line "N passed, N failed, N skipped" (CI parses it; it
+-- stays the last line).
 --
 -- Each skip is named by the spec file and line that declared it (the `it`
--- that called `pending`, or the line that called H.skip_it / H.gpu_it,
--- never spec/helpers.lua). By default one line per reason with its count;
--- FHELIUM_TEST_VERBOSE=1 (or `scripts/test --verbose-skips`) lists every
--- skip under its reason as file:line and name.
+-- that called `pending`, or the line that called testing.skip_it /
+-- testing.gpu_it, never a helper module). By default one line per reason
+-- with its count; FHELIUM_TEST_VERBOSE=1 (or `--verbose-skips`, which sets
+-- M.verbose) lists every skip under its reason as file:line and name.
 --
 -- The reason of a skip: the text inside "(skipped: ...)" at the end of its
--- name (H.skip_it writes it so), else the message given to `pending` inside
--- a running spec, else "no reason given".
+-- name (testing.skip_it writes it so), else the message given to `pending`
+-- inside a running spec, else "no reason given".
 local M = {}
+
+--- List every skip with its file and line (`fhelium test --verbose-skips`);
+--- FHELIUM_TEST_VERBOSE=1 does the same.
+M.verbose = false
 
 --- Reason, name and location ("file:line") of one pending as busted's base
 --- handler records it ({name=, message=, trace=, element={trace=}}).
@@ -58,16 +64,22 @@ function M.report(pendings, verbose)
       for _, it in ipairs(g.items) do lines[#lines + 1] = ("      %s  %s"):format(it.where, it.name) end
     end
   end
-  if not verbose then lines[#lines + 1] = "  (FHELIUM_TEST_VERBOSE=1 lists each skipped spec with its file and line)" end
+  if not verbose then
+    lines[#lines + 1] = "  (--verbose-skips or FHELIUM_TEST_VERBOSE=1 lists each skipped spec with its file and line)"
+  end
   return lines
 end
 
 local function handler_factory(options)
   local busted = require "busted"
+  -- fhelium.testing, loaded before busted started, follows it from now on
+  local testing = package.loaded["fhelium.testing"]
+  if type(testing) == "table" and testing._attach then testing._attach() end
   local istty = os.getenv("TERM") and os.getenv("TERM") ~= "dumb" and os.getenv("CI") == nil
   local base = istty and "utfTerminal" or "plainTerminal"
   local handler = require("busted.outputHandlers." .. base)(options)
-  local verbose = (os.getenv("FHELIUM_TEST_VERBOSE") or "") ~= "" and os.getenv("FHELIUM_TEST_VERBOSE") ~= "0"
+  local env = os.getenv("FHELIUM_TEST_VERBOSE") or ""
+  local verbose = M.verbose or (env ~= "" and env ~= "0")
   local subscribe = handler.subscribe
   handler.subscribe = function(self, opts)
     subscribe(self, opts)
@@ -94,5 +106,5 @@ local function handler_factory(options)
 end
 
 -- busted loads an output handler with require-like semantics and calls the
--- result; the module table is callable so spec files can reach M.report.
+-- result; the module table is callable so that specs can reach M.report.
 return setmetatable(M, { __call = function(_, options) return handler_factory(options) end })
