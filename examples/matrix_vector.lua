@@ -96,37 +96,8 @@ print(("%s: %d launches captured in %.1f ms (warmup %.1f ms, first replay %.1f m
   engine.device == "cpu" and "HostGraphProgram" or "CudaGraphProgram", st.node_count, st.capture_seconds * 1e3,
   st.warmup_seconds * 1e3, st.first_replay_seconds * 1e3))
 
--- ---- the error bound (docs/ckks.md, "Noise and tolerances") -------------------------
--- Variances of the decoded error of one output slot, in message units: a
--- polynomial whose N coefficients have variance V decodes to slots of
--- variance N V / scale^2. Bounds on the data: |M[j][k]| <= 1, |v[k]| <= 1.
-local function error_bound(ctx, nrot, nprod)
-  local N, scale, sigma = ctx.ring_degree, ctx.default_scale, 3.2
-  local q, p = ctx.q_primes, ctx.p_primes
-  -- fresh encryption: u e + e0 + e1 s (u, s ternary: variance 2/3) and the
-  -- rounding of the encoded message
-  local v_fresh = sigma ^ 2 * (4 * N / 3 + 1) + 1 / 12
-  -- one key switch at level 0 (hybrid, digits of #P consecutive Q primes):
-  -- sum over digits of alpha_j Q_j^2 / (12 P^2) N sigma^2 (fast base
-  -- conversion: alpha_j primes in the digit), plus the mod-down rounding
-  local logP = 0
-  for i = 1, #p do logP = logP + math.log(tonumber(p[i])) end
-  local ks = 0
-  for d = 1, #q, #p do
-    local logQ, alpha = 0, 0
-    for i = d, math.min(d + #p - 1, #q) do logQ, alpha = logQ + math.log(tonumber(q[i])), alpha + 1 end
-    ks = ks + alpha * math.exp(2 * (logQ - logP)) / 12
-  end
-  local v_ks = ks * N * sigma ^ 2 + (1 + 2 * N / 3) / 12
-  -- after the plaintext products the rescale divides by q_0 with rounding
-  local scale_out = scale * scale / tonumber(q[1])
-  local var_ct = N * (v_fresh + (nrot > 0 and v_ks or 0)) / scale ^ 2 -- a (rotated) input
-  local var_pt = N / 12 / scale ^ 2                                    -- an encoded diagonal
-  local var_rs = N * (1 + 2 * N / 3) / 12 / scale_out ^ 2              -- the rescale
-  local var = nprod * (var_ct + var_pt) + var_rs
-  return 6 * math.sqrt(var), math.sqrt(var)
-end
-local BOUND, SIGMA = error_bound(engine.context, size - 1, size)
+-- ---- the error bound (docs/ckks.md, "Noise and tolerances"; examples/matvec.lua) ----
+local BOUND, SIGMA = matvec.error_bound(engine.context, size)
 print(("error bound %.3e: 6 sigma of the decoded error (sigma %.3e) for N %d, scale 2^%g, %d rotation%s, %d product%s")
   :format(BOUND, SIGMA, engine.context.ring_degree, math.log(engine.context.default_scale) / math.log(2), size - 1,
     size == 2 and "" or "s", size, size == 1 and "" or "s"))

@@ -90,4 +90,46 @@ function M.max_error(engine, sk, ct, want, size)
   return err
 end
 
+--- The tolerance of the program's decrypted output, and sigma: 6 standard
+--- deviations of the decoded error of one output slot (docs/ckks.md, "Noise
+--- and tolerances"), from the fresh encryption noise, the key switching of
+--- the size - 1 rotations, the rounding of the size encoded diagonals and of
+--- the rescale, given N, the scale and the primes of `ctx`.
+-- Variances of the decoded error of one output slot, in message units: a
+-- polynomial whose N coefficients have variance V decodes to slots of
+-- variance N V / scale^2. Bounds on the data: |M[j][k]| <= 1, |v[k]| <= 1.
+function M.error_bound(ctx, size)
+  local nrot, nprod = size - 1, size
+  local N, scale, sigma = ctx.ring_degree, ctx.default_scale, 3.2
+  local q, p = ctx.q_primes, ctx.p_primes
+  -- fresh encryption: u e + e0 + e1 s (u, s ternary: variance 2/3) and the
+  -- rounding of the encoded message
+  local v_fresh = sigma ^ 2 * (4 * N / 3 + 1) + 1 / 12
+  -- one key switch at level 0 (hybrid, digits of consecutive Q primes: #P
+  -- of them, or as many as stay below P for key_digits "below_p"): sum over
+  -- digits of alpha_j Q_j^2 / (12 P^2) N sigma^2 (fast base conversion:
+  -- alpha_j primes in the digit), plus the mod-down rounding
+  local logP = 0
+  for i = 1, #p do logP = logP + math.log(tonumber(p[i])) end
+  local ks, ndigits, i = 0, 0, 1
+  while i <= #q do
+    local logQ, alpha = 0, 0
+    repeat
+      logQ, alpha, i = logQ + math.log(tonumber(q[i])), alpha + 1, i + 1
+    until i > #q or (ctx.key_digits == "below_p" and logQ + math.log(tonumber(q[i])) >= logP)
+      or (ctx.key_digits ~= "below_p" and alpha == #p)
+    ks, ndigits = ks + alpha * math.exp(2 * (logQ - logP)) / 12, ndigits + 1
+  end
+  assert(ndigits == ctx.num_key_digits, ("error_bound: %d digits, the context has %d"):format(ndigits,
+    ctx.num_key_digits))
+  local v_ks = ks * N * sigma ^ 2 + (1 + 2 * N / 3) / 12
+  -- after the plaintext products the rescale divides by q_0 with rounding
+  local scale_out = scale * scale / tonumber(q[1])
+  local var_ct = N * (v_fresh + (nrot > 0 and v_ks or 0)) / scale ^ 2 -- a (rotated) input
+  local var_pt = N / 12 / scale ^ 2                                    -- an encoded diagonal
+  local var_rs = N * (1 + 2 * N / 3) / 12 / scale_out ^ 2              -- the rescale
+  local var = nprod * (var_ct + var_pt) + var_rs
+  return 6 * math.sqrt(var), math.sqrt(var)
+end
+
 return M

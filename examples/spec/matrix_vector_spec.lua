@@ -47,7 +47,7 @@ local function check_replays(device)
     local replayed = prog:replay({ ct }, { synchronize = true })
     assert.same_signature(eager, replayed)
     assert.tensor_near(replayed.data, eager.data) -- uint64: exact, the same launches on the same data
-    assert.decrypts_to(engine, replayed, keys.sk, product(M, v), { atol = 1e-6 })
+    assert.decrypts_to(engine, replayed, keys.sk, product(M, v), { atol = matvec.error_bound(engine.context, SIZE) })
   end
 end
 
@@ -59,7 +59,7 @@ describe("the matrix-vector program", function()
     for j = 1, SIZE do M[j] = random_vector(g) end
     local v = random_vector(g)
     local y = matvec_program(engine, M)(encrypt_vector(engine, keys.pk, v))
-    assert.decrypts_to(engine, y, keys.sk, product(M, v), { atol = 1e-6 })
+    assert.decrypts_to(engine, y, keys.sk, product(M, v), { atol = matvec.error_bound(engine.context, SIZE) })
     assert.equal(1, y.level) -- one rescale
   end)
 
