@@ -708,6 +708,8 @@ static int l_info(lua_State *L) {
   lua_setfield(L, -2, "openmp");
   lua_pushinteger(L, fh_num_threads());
   lua_setfield(L, -2, "num_threads");
+  lua_pushstring(L, fh_cpu_simd());
+  lua_setfield(L, -2, "cpu_simd");
   lua_pushnumber(L, (lua_Number)fh_cpu_allocated_bytes());
   lua_setfield(L, -2, "cpu_allocated_bytes");
   return 1;
@@ -716,6 +718,20 @@ static int l_info(lua_State *L) {
 /* fh.num_threads() / fh.set_num_threads(n): the CPU kernels' host threads (fh/core.h). */
 static int l_num_threads(lua_State *L) {
   lua_pushinteger(L, fh_num_threads());
+  return 1;
+}
+/* fh.cpu_simd(): the CPU kernels' vector instructions (fh/core.h); fh._set_cpu_simd(on), for
+ * the specs that compare the vector kernels with the scalar ones (not API) */
+static int l_cpu_simd(lua_State *L) {
+  lua_pushstring(L, fh_cpu_simd());
+  return 1;
+}
+static int l_set_cpu_simd(lua_State *L) {
+  if (lua_type(L, 1) != LUA_TBOOLEAN)
+    return fh__lua_raise(L, FH_ERR_TYPE, "fh._set_cpu_simd: argument 1 (on) expected a boolean, got %s",
+                         fh__lua_typename(L, 1));
+  fh_set_cpu_simd(lua_toboolean(L, 1));
+  lua_pushstring(L, fh_cpu_simd());
   return 1;
 }
 static int l_set_num_threads(lua_State *L) {
@@ -738,7 +754,8 @@ __attribute__((visibility("default"))) int luaopen_fhelium_core(lua_State *L) {
   fh__lua_open_ckks(L);
   fh__lua_open_trace(L);
   static const luaL_Reg fns[] = {
-      {"info", l_info}, {"num_threads", l_num_threads}, {"set_num_threads", l_set_num_threads}, {NULL, NULL}};
+      {"info", l_info}, {"num_threads", l_num_threads}, {"set_num_threads", l_set_num_threads},
+      {"cpu_simd", l_cpu_simd},   {"_set_cpu_simd", l_set_cpu_simd}, {NULL, NULL}};
   fh__lua_setfuncs_named(L, fns, "fh.");
   lua_pushvalue(L, -1);
   lua_setfield(L, LUA_REGISTRYINDEX, "fhelium.core.module");

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckks_ntt_ifma.h"
 #include "fh/ckks_kernels.h"
+#include "fh/core.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -194,11 +196,13 @@ static void ntt_inverse_row(uint64_t *a, const uint64_t *in, int log_n, const fh
 static fh_status run_ntt(const void *argp, bool forward) {
   const fh_ckks_ntt_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
+  const bool ifma = fh_cpu_simd()[0] == 'a'; /* "avx512ifma" */
   FH_FOR_ROWS(a->ngroups, a->nlimbs, n) {
       int p = a->prime[l];
       uint64_t *out = a->out + g * a->out_gs + (int64_t)l * n;
       const uint64_t *in = a->in + g * a->in_gs + (int64_t)l * n;
       const uint64_t *tw = a->ntt + (int64_t)p * 4 * n;
+      if (ifma && fh__ckks_ntt_row_ifma(out, in, a->log_n, &a->primes[p], tw, forward)) continue;
       if (forward) ntt_forward_row(out, in, a->log_n, &a->primes[p], tw);
       else ntt_inverse_row(out, in, a->log_n, &a->primes[p], tw);
     }

@@ -124,6 +124,30 @@ fh_status fh_set_num_threads(int n) {
   return FH_OK;
 }
 
+/* 1: vector kernels on, 0: off, -1: not decided yet */
+static atomic_int cpu_simd = -1;
+
+static bool cpu_has_ifma(void) {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512ifma");
+#else
+  return false;
+#endif
+}
+
+const char *fh_cpu_simd(void) {
+  int s = atomic_load(&cpu_simd);
+  if (s < 0) {
+    const char *env = getenv("FHELIUM_CPU_SIMD");
+    s = (env != NULL && strcmp(env, "0") == 0) ? 0 : cpu_has_ifma();
+    atomic_store(&cpu_simd, s);
+  }
+  return s ? "avx512ifma" : "none";
+}
+
+void fh_set_cpu_simd(bool on) { atomic_store(&cpu_simd, on && cpu_has_ifma() ? 1 : 0); }
+
 bool fh_built_with_openmp(void) {
 #ifdef _OPENMP
   return true;

@@ -13,6 +13,8 @@ fh.errors = require "fhelium.errors"
 -- host threads of the CPU kernels (FHELIUM_NUM_THREADS; results never depend on them)
 fh.num_threads = core.num_threads
 fh.set_num_threads = core.set_num_threads
+fh.cpu_simd = core.cpu_simd
+fh._set_cpu_simd = core._set_cpu_simd
 
 -- tensors -----------------------------------------------------------------
 local tensor = require "fhelium.tensor"

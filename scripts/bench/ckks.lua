@@ -30,6 +30,7 @@
 local fh = require "fhelium"
 local ex = require "fhelium.execution"
 local lib = dofile((arg[0]:match("^(.*)/") or ".") .. "/lib.lua")
+local matvec_lib = dofile((arg[0]:match("^(.*)/") or ".") .. "/../../examples/matvec.lua")
 local now = lib.now
 
 local opts = { device = "cpu", ["min-time"] = "0.3", matvec = "8,64,256", threads = "1" }
@@ -199,26 +200,11 @@ local function matvec(slots, sizes)
   local pk = e:create_public_key(sk)
   for size in sizes:gmatch("%d+") do
     size = tonumber(size)
-    for k = 1, size - 1 do e:create_rotation_key(sk, -k) end
+    -- examples/matrix_vector.lua's program (examples/matvec.lua: hoisted rotations)
+    matvec_lib.create_keys(e, sk, size)
     local g = fh.Generator(size)
-    local diag = {}
-    for k = 0, size - 1 do
-      diag[k] = e:prepare_plaintext_for_multiplication(e:encode(fh.rand({ size }, { generator = g,
-        dtype = "float64" }) - 0.5))
-    end
-    local steps = {}
-    for k = 1, size - 1 do steps[k] = -k end
-    local function program(ct) -- examples/matrix_vector.lua's program (hoisted rotations)
-      local rot = size > 1 and e:rotate_many(ct, steps) or {}
-      local acc
-      for k = 0, size - 1 do
-        local term = e:multiply_plaintext(k == 0 and ct or rot[k], diag[k])
-        acc = acc and e:add(acc, term) or term
-      end
-      return e:rescale_to_next_level(acc)
-    end
-    local v = e:coefficient_domain_to_ntt_domain(e:encrypt_message(fh.rand({ 2 * size }, { generator = g,
-      dtype = "float64" }), pk))
+    local program = matvec_lib.program(e, matvec_lib.matrix(g, size), size)
+    local v = matvec_lib.encrypt_vector(e, pk, matvec_lib.uniform(g, size), size)
     local eager = timed(function() return program(v) end)
     local rep = replayed(program, { v })
     mv[#mv + 1] = { size = size, eager = eager, replay = rep, slots = slots }

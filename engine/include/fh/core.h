@@ -123,6 +123,15 @@ int fh_num_threads(void);
 fh_status fh_set_num_threads(int n);
 bool fh_built_with_openmp(void);
 
+/* Vector instructions of the CPU kernels: "avx512ifma" when the build's compiler
+ * has them (x86-64 gcc or clang), the CPU supports AVX-512F and IFMA, and
+ * FHELIUM_CPU_SIMD is not "0" at the first call; otherwise "none". Results never
+ * depend on it (the vector kernels give the scalar ones' words). A static string.
+ * fh_set_cpu_simd(false) turns them off, true back on where supported (for the
+ * specs that compare both); it affects launches that start afterwards. */
+const char *fh_cpu_simd(void);
+void fh_set_cpu_simd(bool on);
+
 /* Build information. */
 const char *fh_version(void);
 bool fh_built_with_cuda(void);

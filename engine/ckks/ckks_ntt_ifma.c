@@ -1,0 +1,233 @@
+/* The CPU NTT of one row with AVX-512 IFMA (52-bit multiply-add), for primes
+ * q < 2^50: eight butterflies per instruction sequence instead of one. The
+ * transforms are the scalar ones of ckks_kernels_cpu.c (the same stages, the
+ * same twiddles, the same lazy ranges) and end, like them, fully reduced to
+ * [0, q), so they give the scalar kernels' words exactly (spec/ckks_poly_spec.lua
+ * compares both on every preset's primes).
+ *
+ * Shoup multiplication in 52 bits. For w < q and w' = floor(w 2^52 / q),
+ * which is the 64-bit companion floor(w 2^64 / q) shifted right by 12
+ * (floor(floor(x) / k) = floor(x / k)), and any x < 2^52:
+ *   Q = floor(x w' / 2^52),  r = x w - Q q  (mod 2^52)
+ * is x w mod q + {0 or q}: the same "lazy" [0, 2q) as the 64-bit form. The
+ * values stay below 4q < 2^52, so every product's operands fit the 52-bit
+ * multiplier. r costs two IFMA multiplies and the low half of Q q as a third
+ * (added to x w's low half with -q mod 2^52, then masked).
+ *
+ * Layout: the stages whose butterflies are at least 8 words apart work on
+ * whole vectors of 8 consecutive words; the three stages with spans 4, 2 and
+ * 1 (the last three forward, the first three inverse) work on 16-word
+ * chunks in registers, gathering each stage's x and y words from the
+ * chunk's two vectors with one two-source permutation each. */
+#include "ckks_ntt_ifma.h"
+
+#if FH_CKKS_HAVE_IFMA
+#include <immintrin.h>
+
+#define FH_IFMA __attribute__((target("avx512f,avx512ifma")))
+
+typedef struct {
+  __m512i q, q2, negq, mask;
+} vmod;
+
+FH_IFMA static inline vmod vmod_of(uint64_t q) {
+  vmod m;
+  m.q = _mm512_set1_epi64((long long)q);
+  m.q2 = _mm512_set1_epi64((long long)(2 * q));
+  m.negq = _mm512_set1_epi64((long long)(((uint64_t)1 << 52) - q));
+  m.mask = _mm512_set1_epi64((long long)(((uint64_t)1 << 52) - 1));
+  return m;
+}
+
+/* x w mod q + {0, q} for x < 2^52 (w52 = w's 64-bit Shoup companion >> 12) */
+FH_IFMA static inline __m512i vshoup_lazy(__m512i x, __m512i w, __m512i w52, const vmod *m) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i qt = _mm512_madd52hi_epu64(zero, x, w52);
+  __m512i lo = _mm512_madd52lo_epu64(zero, x, w);
+  return _mm512_and_si512(_mm512_madd52lo_epu64(lo, qt, m->negq), m->mask);
+}
+
+/* x - c where x >= c, else x (unsigned: x - c wraps above x when x < c) */
+FH_IFMA static inline __m512i vsub_if_ge(__m512i x, __m512i c) { return _mm512_min_epu64(x, _mm512_sub_epi64(x, c)); }
+
+/* Cooley-Tukey butterfly: x, y in [0, 4q) -> x + wy, x - wy + 2q in [0, 4q) */
+#define CT_V(X, Y, W, W52)                                          \
+  do {                                                              \
+    __m512i u_ = vsub_if_ge((X), m.q2);                             \
+    __m512i v_ = vshoup_lazy((Y), (W), (W52), &m);                  \
+    (X) = _mm512_add_epi64(u_, v_);                                 \
+    (Y) = _mm512_add_epi64(_mm512_sub_epi64(u_, v_), m.q2);         \
+  } while (0)
+
+/* Gentleman-Sande butterfly: x, y in [0, 2q) -> x + y (mod 2q), w (x - y + 2q) lazily */
+#define GS_V(X, Y, W, W52)                                                                 \
+  do {                                                                                     \
+    __m512i u_ = (X), v_ = (Y);                                                            \
+    (X) = vsub_if_ge(_mm512_add_epi64(u_, v_), m.q2);                                      \
+    (Y) = vshoup_lazy(_mm512_add_epi64(_mm512_sub_epi64(u_, v_), m.q2), (W), (W52), &m);   \
+  } while (0)
+
+#define LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define STORE(p, v) _mm512_storeu_si512((void *)(p), (v))
+#define IDX(a, b, c, d, e, f, g, h) _mm512_set_epi64(h, g, f, e, d, c, b, a)
+
+/* The x and y lanes of the stages with spans 4, 2, 1 over a chunk's vectors A
+ * (words 0..7) and B (8..15), and the permutations that put them back. */
+FH_IFMA static inline void span_perms(int span, __m512i *ix, __m512i *iy, __m512i *ia, __m512i *ib) {
+  if (span == 4) {
+    *ix = IDX(0, 1, 2, 3, 8, 9, 10, 11);
+    *iy = IDX(4, 5, 6, 7, 12, 13, 14, 15);
+    *ia = IDX(0, 1, 2, 3, 8, 9, 10, 11);
+    *ib = IDX(4, 5, 6, 7, 12, 13, 14, 15);
+  } else if (span == 2) {
+    *ix = IDX(0, 1, 4, 5, 8, 9, 12, 13);
+    *iy = IDX(2, 3, 6, 7, 10, 11, 14, 15);
+    *ia = IDX(0, 1, 8, 9, 2, 3, 10, 11);
+    *ib = IDX(4, 5, 12, 13, 6, 7, 14, 15);
+  } else {
+    *ix = IDX(0, 2, 4, 6, 8, 10, 12, 14);
+    *iy = IDX(1, 3, 5, 7, 9, 11, 13, 15);
+    *ia = IDX(0, 8, 1, 9, 2, 10, 3, 11);
+    *ib = IDX(4, 12, 5, 13, 6, 14, 7, 15);
+  }
+}
+
+/* The twiddles of chunk k at a stage of `span` whose group i uses w[base + i]:
+ * span 4: groups 2k, 2k+1 (4 lanes each); span 2: 4k..4k+3 (2 lanes each);
+ * span 1: 8k..8k+7. */
+FH_IFMA static inline void span_twiddles(int span, const uint64_t *w, const uint64_t *ws, int64_t base, int64_t k,
+                                         __m512i *W, __m512i *W52) {
+  __m512i tw, tws;
+  if (span == 4) {
+    const __m512i spread = IDX(0, 0, 0, 0, 1, 1, 1, 1);
+    tw = _mm512_permutexvar_epi64(spread, _mm512_castsi128_si512(_mm_loadu_si128((const void *)(w + base + 2 * k))));
+    tws = _mm512_permutexvar_epi64(spread,
+                                   _mm512_castsi128_si512(_mm_loadu_si128((const void *)(ws + base + 2 * k))));
+  } else if (span == 2) {
+    const __m512i spread = IDX(0, 0, 1, 1, 2, 2, 3, 3);
+    tw = _mm512_permutexvar_epi64(spread, _mm512_castsi256_si512(_mm256_loadu_si256((const void *)(w + base + 4 * k))));
+    tws = _mm512_permutexvar_epi64(spread,
+                                   _mm512_castsi256_si512(_mm256_loadu_si256((const void *)(ws + base + 4 * k))));
+  } else {
+    tw = LOAD(w + base + 8 * k);
+    tws = LOAD(ws + base + 8 * k);
+  }
+  *W = tw;
+  *W52 = _mm512_srli_epi64(tws, 12);
+}
+
+FH_IFMA static void forward(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw) {
+  const int64_t n = (int64_t)1 << log_n;
+  const vmod m = vmod_of(p->q);
+  const uint64_t *w = tw, *ws = tw + n;
+  /* stage 1 (span n/2) fused with the conversion to Montgomery form */
+  {
+    const int64_t t = n >> 1;
+    const __m512i r = _mm512_set1_epi64((long long)p->r1), r52 = _mm512_set1_epi64((long long)(p->r1_shoup >> 12));
+    const __m512i w1 = _mm512_set1_epi64((long long)p->w1r), w152 = _mm512_set1_epi64((long long)(p->w1r_shoup >> 12));
+    for (int64_t j = 0; j < t; j += 8) {
+      __m512i x = vshoup_lazy(LOAD(in + j), r, r52, &m);
+      __m512i y = vshoup_lazy(LOAD(in + j + t), w1, w152, &m);
+      STORE(a + j, _mm512_add_epi64(x, y));
+      STORE(a + j + t, _mm512_add_epi64(_mm512_sub_epi64(x, y), m.q2));
+    }
+  }
+  /* stages with spans n/4 .. 8 (m groups of span t) on whole vectors */
+  int64_t groups = 2, t = n >> 2;
+  for (; t >= 8; groups <<= 1, t >>= 1) {
+    for (int64_t i = 0; i < groups; ++i) {
+      const __m512i W = _mm512_set1_epi64((long long)w[groups + i]);
+      const __m512i W52 = _mm512_set1_epi64((long long)(ws[groups + i] >> 12));
+      uint64_t *x = a + 2 * i * t, *y = x + t;
+      for (int64_t j = 0; j < t; j += 8) {
+        __m512i X = LOAD(x + j), Y = LOAD(y + j);
+        CT_V(X, Y, W, W52);
+        STORE(x + j, X);
+        STORE(y + j, Y);
+      }
+    }
+  }
+  /* spans 4, 2, 1 (groups n/8, n/4, n/2) on 16-word chunks, then [0, 4q) -> [0, q) */
+  for (int64_t k = 0; k < n / 16; ++k) {
+    __m512i A = LOAD(a + 16 * k), B = LOAD(a + 16 * k + 8);
+    for (int span = 4; span >= 1; span >>= 1) {
+      __m512i ix, iy, ia, ib, W, W52;
+      span_perms(span, &ix, &iy, &ia, &ib);
+      span_twiddles(span, w, ws, n / (2 * span), k, &W, &W52);
+      __m512i X = _mm512_permutex2var_epi64(A, ix, B), Y = _mm512_permutex2var_epi64(A, iy, B);
+      CT_V(X, Y, W, W52);
+      A = _mm512_permutex2var_epi64(X, ia, Y);
+      B = _mm512_permutex2var_epi64(X, ib, Y);
+    }
+    A = vsub_if_ge(vsub_if_ge(A, m.q2), m.q);
+    B = vsub_if_ge(vsub_if_ge(B, m.q2), m.q);
+    STORE(a + 16 * k, A);
+    STORE(a + 16 * k + 8, B);
+  }
+}
+
+FH_IFMA static void inverse(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw) {
+  const int64_t n = (int64_t)1 << log_n;
+  const vmod m = vmod_of(p->q);
+  const uint64_t *w = tw + 2 * n, *ws = tw + 3 * n;
+  /* spans 1, 2, 4 (groups n/2, n/4, n/8) on 16-word chunks */
+  for (int64_t k = 0; k < n / 16; ++k) {
+    __m512i A = LOAD(in + 16 * k), B = LOAD(in + 16 * k + 8);
+    for (int span = 1; span <= 4; span <<= 1) {
+      __m512i ix, iy, ia, ib, W, W52;
+      span_perms(span, &ix, &iy, &ia, &ib);
+      span_twiddles(span, w, ws, n / (2 * span), k, &W, &W52);
+      __m512i X = _mm512_permutex2var_epi64(A, ix, B), Y = _mm512_permutex2var_epi64(A, iy, B);
+      GS_V(X, Y, W, W52);
+      A = _mm512_permutex2var_epi64(X, ia, Y);
+      B = _mm512_permutex2var_epi64(X, ib, Y);
+    }
+    STORE(a + 16 * k, A);
+    STORE(a + 16 * k + 8, B);
+  }
+  /* spans 8 .. n/4 on whole vectors */
+  int64_t groups = n / 16, t = 8;
+  for (; groups > 1; groups >>= 1, t <<= 1) {
+    for (int64_t i = 0; i < groups; ++i) {
+      const __m512i W = _mm512_set1_epi64((long long)w[groups + i]);
+      const __m512i W52 = _mm512_set1_epi64((long long)(ws[groups + i] >> 12));
+      uint64_t *x = a + 2 * i * t, *y = x + t;
+      for (int64_t j = 0; j < t; j += 8) {
+        __m512i X = LOAD(x + j), Y = LOAD(y + j);
+        GS_V(X, Y, W, W52);
+        STORE(x + j, X);
+        STORE(y + j, Y);
+      }
+    }
+  }
+  /* the last stage (span n/2) fused with the N^-1 R^-1 scaling, fully reduced */
+  {
+    const __m512i s0 = _mm512_set1_epi64((long long)p->ninv_rinv);
+    const __m512i s052 = _mm512_set1_epi64((long long)(p->ninv_rinv_shoup >> 12));
+    const __m512i s1 = _mm512_set1_epi64((long long)p->iw1s);
+    const __m512i s152 = _mm512_set1_epi64((long long)(p->iw1s_shoup >> 12));
+    uint64_t *x = a, *y = a + t;
+    for (int64_t j = 0; j < t; j += 8) {
+      __m512i u = LOAD(x + j), v = LOAD(y + j);
+      STORE(x + j, vsub_if_ge(vshoup_lazy(_mm512_add_epi64(u, v), s0, s052, &m), m.q));
+      STORE(y + j, vsub_if_ge(vshoup_lazy(_mm512_add_epi64(_mm512_sub_epi64(u, v), m.q2), s1, s152, &m), m.q));
+    }
+  }
+}
+
+bool fh__ckks_ntt_row_ifma(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
+                           bool fwd) {
+  if (log_n < 4 || p->q >= ((uint64_t)1 << 50)) return false;
+  if (fwd) forward(a, in, log_n, p, tw);
+  else inverse(a, in, log_n, p, tw);
+  return true;
+}
+
+#else /* no AVX-512 IFMA in this compiler or target */
+
+bool fh__ckks_ntt_row_ifma(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
+                           bool fwd) {
+  (void)a, (void)in, (void)log_n, (void)p, (void)tw, (void)fwd;
+  return false;
+}
+#endif

@@ -1,0 +1,22 @@
+/* The AVX-512 IFMA NTT rows of the CPU kernels (ckks_ntt_ifma.c), internal to
+ * the ckks layer. fh__ckks_ntt_row_ifma transforms one row like
+ * ckks_kernels_cpu.c's scalar rows (forward: standard residues -> Montgomery
+ * evaluations; inverse: back; `a` may equal `in`) and returns true, or
+ * returns false without touching anything when it does not apply (a prime
+ * >= 2^50, N < 16, or a build without IFMA). The caller checks fh_cpu_simd()
+ * (fh/core.h) first: the CPU must support the instructions. */
+#ifndef FH_CKKS_NTT_IFMA_H
+#define FH_CKKS_NTT_IFMA_H
+
+#include "fh/ckks_kernels.h"
+
+#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8))
+#define FH_CKKS_HAVE_IFMA 1
+#else
+#define FH_CKKS_HAVE_IFMA 0
+#endif
+
+bool fh__ckks_ntt_row_ifma(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
+                           bool fwd);
+
+#endif
