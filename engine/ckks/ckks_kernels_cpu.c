@@ -326,6 +326,10 @@ static fh_status cpu_bconv(const void *argp) {
     const fh_modulus *m = &a->primes[a->dst_prime[t]].bar;
     smt[t] = center && ns > 0 ? fh_mod_mul(mat[(int64_t)t * ns], a->primes[a->src_prime[0]].q % m->q, m) : 0;
   }
+  /* one source prime with Shat^-1 = 1 and Shat = 1 (a mod-up digit of one prime, a rescale, a
+   * mod-down from one P prime): the scaled residues are the inputs themselves */
+  bool direct = ns == 1 && shat_inv[0] == 1;
+  for (int t = 0; t < ndst && direct; ++t) direct = mat[t] == 1;
   if (a->copy_src)
     for (int64_t g = 0; g < a->ngroups; ++g)
       for (int i = 0; i < ns; ++i)
@@ -345,12 +349,12 @@ static fh_status cpu_bconv(const void *argp) {
     const uint64_t *in = a->in + g * a->in_gs;
     uint64_t *out = a->out + g * a->out_gs;
     const int64_t bl = n - j0 < BCONV_BLOCK ? n - j0 : BCONV_BLOCK;
-    for (int i = 0; i < ns; ++i) {
+    for (int i = 0; i < ns && !direct; ++i) {
       const uint64_t *x = in + (int64_t)a->src_row[i] * n + j0;
       const uint64_t q = a->primes[a->src_prime[i]].q, w = shat_inv[2 * i], ws = shat_inv[2 * i + 1];
       for (int64_t j = 0; j < bl; ++j) y[i][j] = fh_shoup_mul(x[j], w, ws, q);
     }
-    if (center) {
+    if (center && !direct) {
       for (int64_t j = 0; j < bl; ++j) v[j] = 0;
       for (int i = 0; i < ns; ++i) {
         const uint64_t half = a->primes[a->src_prime[i]].q >> 1; /* (s_i - 1) / 2: s_i is odd */
@@ -363,14 +367,22 @@ static fh_status cpu_bconv(const void *argp) {
       uint64_t *restrict o = out + (int64_t)a->dst_row[t] * n + j0;
       const uint64_t st = smt[t];
       if (ns == 1 && row[0] == 1) {
-        /* one source prime (a rescale, a mod-down from one P prime): y mod t, minus S mod t
-         * where the centred lift is negative */
-        const uint64_t s0 = a->primes[a->src_prime[0]].q;
-        for (int64_t j = 0; j < bl; ++j) {
-          const uint64_t x = y[0][j];
-          uint64_t r = x < m.q ? x : fh_barrett128(x, 0, &m);
-          if (center && x > (s0 >> 1)) r = fh_mod_sub(r, st, m.q);
-          o[j] = r;
+        /* one source prime (a rescale, a mod-down from one P prime): y mod t (Shoup's
+         * product by 1: any 64-bit y), minus S mod t where the centred lift is negative */
+        const uint64_t s0 = a->primes[a->src_prime[0]].q, half = s0 >> 1;
+        const uint64_t one_s = fh_shoup_precompute(1, m.q), tq = m.q;
+        const uint64_t *yx = direct ? in + (int64_t)a->src_row[0] * n + j0 : y[0];
+        if (s0 < tq) {
+          for (int64_t j = 0; j < bl; ++j) {
+            const uint64_t x = yx[j];
+            o[j] = center && x > half ? fh_mod_sub(x, st, tq) : x;
+          }
+        } else {
+          for (int64_t j = 0; j < bl; ++j) {
+            const uint64_t x = yx[j];
+            const uint64_t r = fh_shoup_mul(x, 1, one_s, tq);
+            o[j] = center && x > half ? fh_mod_sub(r, st, tq) : r;
+          }
         }
         continue;
       }
