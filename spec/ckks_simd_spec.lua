@@ -1,6 +1,6 @@
 -- The CPU kernels' vector path (AVX-512 IFMA, fh.cpu_simd()) gives the scalar
--- kernels' words: NTTs of every prime size on both sides of its 2^50 limit, at
--- every N from 2^4, and whole CKKS operations. Where the CPU lacks the
+-- kernels' words: NTTs and key-switching inner products for primes on both
+-- sides of its 2^50 limit, at N from 2^3, and whole CKKS operations. Where the CPU lacks the
 -- instructions the comparison cannot be made and the specs say so.
 local fh = require "fhelium"
 local H = require "spec.helpers"
@@ -75,6 +75,44 @@ describe("CPU vector kernels", function()
       local tv, ts = both(function() return C.intt(tb, C.ntt(tb, top, ids), ids) end)
       assert.is_true(fh.equal(tv, ts))
       assert.is_true(fh.equal(tv, top))
+    end
+  end)
+
+  simd_it("give the scalar key-switching inner product for 1 to 17 digits and 30- to 61-bit primes", function()
+    for _, log_n in ipairs { 3, 5, 12 } do
+      local primes = {}
+      for _, bits in ipairs { 30, 40, 49, 50, 60 } do
+        for _, p in ipairs(C.find_primes(bits, log_n, 1):tolist()) do primes[#primes + 1] = p end
+      end
+      local n = 2 ^ log_n
+      local tb = C.tables(log_n, u64(primes), #primes - 1)
+      local ids, rows = {}, {}
+      for i = 1, #primes do ids[i], rows[i] = i - 1, i - 1 end
+      for _, D in ipairs { 1, 3, 8, 9, 17 } do
+        -- digits [G=2][D][limbs][N], key [D][2][limbs][N]: uniform, and every word q - 1 (the largest sums)
+        for _, extreme in ipairs { false, true } do
+          local digits = fh.empty({ 2, D, #primes, n }, { dtype = "uint64" })
+          local key = fh.empty({ D, 2, #primes, n }, { dtype = "uint64" })
+          local k = 0
+          for a = 1, 2 do
+            for b = 1, D do
+              for i, q in ipairs(primes) do
+                k = k + 1
+                local dr, kr = digits:select(1, a):select(1, b):select(1, i), key:select(1, b):select(1, a):select(1, i)
+                if extreme then
+                  dr:fill_(q - 1)
+                  kr:fill_(q - 1)
+                else
+                  dr:copy_(C.sample("uniform", n, { q = q, seed = seed + 1000 * D + k }))
+                  kr:copy_(C.sample("uniform", n, { q = q, seed = seed + 1000 * D + k + 500 }))
+                end
+              end
+            end
+          end
+          local v, sc = both(function() return C.ks_inner(tb, digits, key, ids, rows) end)
+          assert.is_true(fh.equal(v, sc), ("N = 2^%d, %d digits%s"):format(log_n, D, extreme and ", q - 1" or ""))
+        end
+      end
     end
   end)
 

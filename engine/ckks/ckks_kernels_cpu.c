@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckks_ntt_ifma.h"
+#include "ckks_kernels_ifma.h"
 #include "fh/ckks_kernels.h"
 #include "fh/core.h"
 #ifdef _OPENMP
@@ -409,6 +409,7 @@ static fh_status cpu_ks_inner(const void *argp) {
   const fh_ckks_ks_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
   const int nd = a->ndigits;
+  const bool ifma = fh_cpu_simd()[0] == 'a'; /* "avx512ifma" */
   /* row pointers up front: the stores below would otherwise make the compiler reload
    * every field of *a in the inner loop (uint64_t and int64_t may alias) */
   FH_FOR_ROWS(a->ngroups, a->nlimbs, n) {
@@ -419,6 +420,7 @@ static fh_status cpu_ks_inner(const void *argp) {
       for (int c = 0; c < 2; ++c) {
         uint64_t *restrict o = a->out + g * a->out_gs + c * a->out_cs + (int64_t)l * n;
         for (int d = 0; d < nd; ++d) key[d] = a->key + d * a->key_ds + c * a->key_cs + (int64_t)a->key_row[l] * n;
+        if (ifma && nd > 0 && fh__ckks_ks_inner_row_ifma(o, dig, key, nd, a->log_n, pr)) continue;
         /* sum of 4 products < 4 q^2 < q 2^64 (q < 2^62): one Montgomery reduction per 4
          * digits, partial results added mod q; the chunk's rows in locals, so the inner
          * loop is two loads, a multiply and an add per product */

@@ -1,12 +1,12 @@
-/* The AVX-512 IFMA NTT rows of the CPU kernels (ckks_ntt_ifma.c), internal to
+/* The AVX-512 IFMA kernels of the CPU (ckks_kernels_ifma.c), internal to
  * the ckks layer. fh__ckks_ntt_row_ifma transforms one row like
  * ckks_kernels_cpu.c's scalar rows (forward: standard residues -> Montgomery
  * evaluations; inverse: back; `a` may equal `in`) and returns true, or
  * returns false without touching anything when it does not apply (a prime
  * >= 2^50, N < 16, or a build without IFMA). The caller checks fh_cpu_simd()
  * (fh/core.h) first: the CPU must support the instructions. */
-#ifndef FH_CKKS_NTT_IFMA_H
-#define FH_CKKS_NTT_IFMA_H
+#ifndef FH_CKKS_KERNELS_IFMA_H
+#define FH_CKKS_KERNELS_IFMA_H
 
 #include "fh/ckks_kernels.h"
 
@@ -16,6 +16,11 @@
 #define FH_CKKS_HAVE_IFMA 0
 #endif
 
+/* The key-switching inner product of one output row (fh_ckks_ks_args): o[j] =
+ * sum_d dig[d][j] key[d][j] R^-1 mod q over nd digits, as the scalar kernel;
+ * false (nothing written) when it does not apply (q >= 2^50, N < 8, no IFMA). */
+bool fh__ckks_ks_inner_row_ifma(uint64_t *o, const uint64_t *const *dig, const uint64_t *const *key, int nd, int log_n,
+                                const fh_ckks_prime *p);
 bool fh__ckks_ntt_row_ifma(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
                            bool fwd);
 

@@ -1,5 +1,7 @@
-/* The CPU NTT of one row with AVX-512 IFMA (52-bit multiply-add), for primes
- * q < 2^50: eight butterflies per instruction sequence instead of one. The
+/* CPU kernels with AVX-512 IFMA (52-bit multiply-add) for primes q < 2^50:
+ * the NTT rows and the key-switching inner product, eight lanes at a time.
+ *
+ * NTT: eight butterflies per instruction sequence instead of one. The
  * transforms are the scalar ones of ckks_kernels_cpu.c (the same stages, the
  * same twiddles, the same lazy ranges) and end, like them, fully reduced to
  * [0, q), so they give the scalar kernels' words exactly (spec/ckks_poly_spec.lua
@@ -18,8 +20,15 @@
  * whole vectors of 8 consecutive words; the three stages with spans 4, 2 and
  * 1 (the last three forward, the first three inverse) work on 16-word
  * chunks in registers, gathering each stage's x and y words from the
- * chunk's two vectors with one two-source permutation each. */
-#include "ckks_ntt_ifma.h"
+ * chunk's two vectors with one two-source permutation each.
+ *
+ * Key-switching inner product: out = sum_d x_d k_d R^-1 mod q (R = 2^64, the
+ * keys in Montgomery form), fully reduced like the scalar kernel's. Per
+ * chunk of up to 8 digits the products (< 2^100) are summed as low and high
+ * 52-bit halves, V = H 2^52 + L; one Montgomery step in radix 2^52 gives
+ * W = V 2^-52 mod q (W < 2^52), and Shoup's product by 2^-12 mod q the
+ * remaining factor. */
+#include "ckks_kernels_ifma.h"
 
 #if FH_CKKS_HAVE_IFMA
 #include <immintrin.h>
@@ -215,6 +224,54 @@ FH_IFMA static void inverse(uint64_t *a, const uint64_t *in, int log_n, const fh
   }
 }
 
+/* 2^-12 mod q (halving 12 times: x/2 = x even ? x/2 : (x + q)/2) */
+static uint64_t inv_2_12(uint64_t q) {
+  uint64_t c = 1;
+  for (int i = 0; i < 12; ++i) c = (c & 1) ? (c >> 1) + (q >> 1) + 1 : c >> 1; /* (c + q) / 2, q odd */
+  return c;
+}
+
+FH_IFMA static void ks_inner(uint64_t *restrict o, const uint64_t *const *dig, const uint64_t *const *key, int nd,
+                             int64_t n, const fh_ckks_prime *p) {
+  const uint64_t q = p->q, mask52 = ((uint64_t)1 << 52) - 1;
+  const vmod m = vmod_of(q);
+  const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi64(1);
+  const __m512i nqinv = _mm512_set1_epi64((long long)((((uint64_t)1 << 52) - (p->qinv & mask52)) & mask52));
+  const uint64_t c = inv_2_12(q);
+  const __m512i cv = _mm512_set1_epi64((long long)c);
+  const __m512i c52 = _mm512_set1_epi64((long long)(fh_shoup_precompute(c, q) >> 12));
+  for (int64_t j = 0; j < n; j += 8) {
+    __m512i out = zero;
+    for (int d0 = 0; d0 < nd; d0 += 8) {
+      const int d1 = d0 + 8 < nd ? d0 + 8 : nd;
+      /* V = H 2^52 + L = sum of the chunk's products (each < 2^100) */
+      __m512i L = zero, H = zero;
+      for (int d = d0; d < d1; ++d) {
+        const __m512i x = LOAD(dig[d] + j), k = LOAD(key[d] + j);
+        L = _mm512_madd52lo_epu64(L, x, k);
+        H = _mm512_madd52hi_epu64(H, x, k);
+      }
+      H = _mm512_add_epi64(H, _mm512_srli_epi64(L, 52));
+      L = _mm512_and_si512(L, m.mask);
+      /* W = (V + mq) / 2^52 = V 2^-52 mod q, for m = -L q^-1 mod 2^52: L + lo52(mq) is 0 or 2^52 */
+      const __m512i mm = _mm512_madd52lo_epu64(zero, L, nqinv);
+      __m512i W = _mm512_madd52hi_epu64(H, mm, m.q);
+      W = _mm512_mask_add_epi64(W, _mm512_cmpneq_epu64_mask(L, zero), W, one);
+      /* W < 8 2^48 + q + 1 < 2^52: times 2^-12 gives V 2^-64 mod q */
+      __m512i r = vsub_if_ge(vshoup_lazy(W, cv, c52, &m), m.q);
+      out = vsub_if_ge(_mm512_add_epi64(out, r), m.q);
+    }
+    STORE(o + j, out);
+  }
+}
+
+bool fh__ckks_ks_inner_row_ifma(uint64_t *o, const uint64_t *const *dig, const uint64_t *const *key, int nd, int log_n,
+                                const fh_ckks_prime *p) {
+  if (log_n < 3 || p->q >= ((uint64_t)1 << 50)) return false;
+  ks_inner(o, dig, key, nd, (int64_t)1 << log_n, p);
+  return true;
+}
+
 bool fh__ckks_ntt_row_ifma(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
                            bool fwd) {
   if (log_n < 4 || p->q >= ((uint64_t)1 << 50)) return false;
@@ -224,6 +281,12 @@ bool fh__ckks_ntt_row_ifma(uint64_t *a, const uint64_t *in, int log_n, const fh_
 }
 
 #else /* no AVX-512 IFMA in this compiler or target */
+
+bool fh__ckks_ks_inner_row_ifma(uint64_t *o, const uint64_t *const *dig, const uint64_t *const *key, int nd, int log_n,
+                                const fh_ckks_prime *p) {
+  (void)o, (void)dig, (void)key, (void)nd, (void)log_n, (void)p;
+  return false;
+}
 
 bool fh__ckks_ntt_row_ifma(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
                            bool fwd) {
