@@ -1,7 +1,8 @@
 -- The CPU kernels' vector path (AVX-512 IFMA, fh.cpu_simd()) gives the scalar
--- kernels' words: NTTs and key-switching inner products for primes on both
--- sides of its 2^50 limit, at N from 2^3, and whole CKKS operations. Where the CPU lacks the
--- instructions the comparison cannot be made and the specs say so.
+-- kernels' words: NTTs, key-switching inner products and one-prime base
+-- conversions for primes on both sides of its 2^50 limit, at N from 2^3, and
+-- whole CKKS operations. Where the CPU lacks the instructions the comparison
+-- cannot be made and the specs say so.
 local fh = require "fhelium"
 local H = require "spec.helpers"
 local C = fh.core._ckks
@@ -111,6 +112,29 @@ describe("CPU vector kernels", function()
           end
           local v, sc = both(function() return C.ks_inner(tb, digits, key, ids, rows) end)
           assert.is_true(fh.equal(v, sc), ("N = 2^%d, %d digits%s"):format(log_n, D, extreme and ", q - 1" or ""))
+        end
+      end
+    end
+  end)
+
+  simd_it("give the scalar base conversion from one source prime, centred or not, into smaller and larger primes", function()
+    for _, log_n in ipairs { 3, 5, 11 } do
+      local primes = {}
+      for _, bits in ipairs { 30, 40, 49, 50, 51, 60 } do
+        for _, p in ipairs(C.find_primes(bits, log_n, 1):tolist()) do primes[#primes + 1] = p end
+      end
+      local n = 2 ^ log_n
+      local tb = C.tables(log_n, u64(primes), #primes)
+      for src = 1, #primes do
+        local x = fh.empty({ 3, 1, n }, { dtype = "uint64" })
+        x:select(1, 1):select(1, 1):copy_(C.sample("uniform", n, { q = primes[src], seed = seed + 7 * src + log_n }))
+        x:select(1, 2):select(1, 1):fill_(primes[src] - 1)
+        x:select(1, 3):select(1, 1):fill_(math.floor(tonumber(primes[src]) / 2)) -- near the centring threshold
+        local dst = {}
+        for t = 1, #primes do if t ~= src then dst[#dst + 1] = t - 1 end end
+        for _, center in ipairs { true, false } do
+          local v, sc = both(function() return C.bconv(tb, x, { src - 1 }, dst, center) end)
+          assert.is_true(fh.equal(v, sc), ("N = 2^%d, source prime %d, centre %s"):format(log_n, src, tostring(center)))
         end
       end
     end

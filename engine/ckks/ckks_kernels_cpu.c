@@ -314,6 +314,7 @@ static fh_status cpu_bconv(const void *argp) {
   const bool center = a->center;
   const uint64_t *shat_inv = a->consts, *mat = a->consts + 2 * ns;
   const int64_t nblk = (n + BCONV_BLOCK - 1) / BCONV_BLOCK, work = a->ngroups * n * (ndst > 0 ? ndst : 1);
+  const bool ifma = fh_cpu_simd()[0] == 'a'; /* "avx512ifma" */
   /* every thread's scaled residues, allocated before anything is written */
   const int nthreads = work >= FH_PAR_MIN ? fh_num_threads() : 1;
   const size_t per = (size_t)(ns > 0 ? ns : 1) * BCONV_BLOCK;
@@ -372,6 +373,7 @@ static fh_status cpu_bconv(const void *argp) {
         const uint64_t s0 = a->primes[a->src_prime[0]].q, half = s0 >> 1;
         const uint64_t one_s = fh_shoup_precompute(1, m.q), tq = m.q;
         const uint64_t *yx = direct ? in + (int64_t)a->src_row[0] * n + j0 : y[0];
+        if (ifma && fh__ckks_bconv1_row_ifma(o, yx, bl, s0, center, st, tq)) continue;
         if (s0 < tq) {
           for (int64_t j = 0; j < bl; ++j) {
             const uint64_t x = yx[j];

@@ -1,5 +1,6 @@
 /* CPU kernels with AVX-512 IFMA (52-bit multiply-add) for primes q < 2^50:
- * the NTT rows and the key-switching inner product, eight lanes at a time.
+ * the NTT rows, the key-switching inner product and the base conversion from
+ * one source prime, eight lanes at a time.
  *
  * NTT: eight butterflies per instruction sequence instead of one. The
  * transforms are the scalar ones of ckks_kernels_cpu.c (the same stages, the
@@ -272,6 +273,40 @@ bool fh__ckks_ks_inner_row_ifma(uint64_t *o, const uint64_t *const *dig, const u
   return true;
 }
 
+FH_IFMA static void bconv1(uint64_t *restrict o, const uint64_t *restrict x, int64_t n, uint64_t s0, bool center,
+                           uint64_t st, uint64_t tq) {
+  const vmod m = vmod_of(tq);
+  const __m512i half = _mm512_set1_epi64((long long)(s0 >> 1)), stv = _mm512_set1_epi64((long long)st);
+  const __m512i one = _mm512_set1_epi64(1);
+  const __m512i one52 = _mm512_set1_epi64((long long)(fh_shoup_precompute(1, tq) >> 12));
+  const bool reduce = s0 > tq;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m512i xv = LOAD(x + j);
+    __m512i r = reduce ? vsub_if_ge(vshoup_lazy(xv, one, one52, &m), m.q) : xv;
+    if (center) {
+      /* r - st mod t where the centred lift is negative */
+      const __mmask8 neg = _mm512_cmpgt_epu64_mask(xv, half);
+      const __m512i d = _mm512_sub_epi64(r, stv);
+      const __m512i dm = _mm512_mask_add_epi64(d, _mm512_cmplt_epu64_mask(r, stv), d, m.q);
+      r = _mm512_mask_mov_epi64(r, neg, dm);
+    }
+    STORE(o + j, r);
+  }
+  for (; j < n; ++j) { /* a block's tail */
+    uint64_t r = reduce ? fh_shoup_mul(x[j], 1, fh_shoup_precompute(1, tq), tq) : x[j];
+    if (center && x[j] > (s0 >> 1)) r = r >= st ? r - st : r - st + tq;
+    o[j] = r;
+  }
+}
+
+bool fh__ckks_bconv1_row_ifma(uint64_t *o, const uint64_t *x, int64_t n, uint64_t s0, bool center, uint64_t st,
+                              uint64_t tq) {
+  if (tq >= ((uint64_t)1 << 50) || s0 >= ((uint64_t)1 << 52)) return false;
+  bconv1(o, x, n, s0, center, st, tq);
+  return true;
+}
+
 bool fh__ckks_ntt_row_ifma(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
                            bool fwd) {
   if (log_n < 4 || p->q >= ((uint64_t)1 << 50)) return false;
@@ -281,6 +316,12 @@ bool fh__ckks_ntt_row_ifma(uint64_t *a, const uint64_t *in, int log_n, const fh_
 }
 
 #else /* no AVX-512 IFMA in this compiler or target */
+
+bool fh__ckks_bconv1_row_ifma(uint64_t *o, const uint64_t *x, int64_t n, uint64_t s0, bool center, uint64_t st,
+                              uint64_t tq) {
+  (void)o, (void)x, (void)n, (void)s0, (void)center, (void)st, (void)tq;
+  return false;
+}
 
 bool fh__ckks_ks_inner_row_ifma(uint64_t *o, const uint64_t *const *dig, const uint64_t *const *key, int nd, int log_n,
                                 const fh_ckks_prime *p) {

@@ -21,6 +21,12 @@
  * false (nothing written) when it does not apply (q >= 2^50, N < 8, no IFMA). */
 bool fh__ckks_ks_inner_row_ifma(uint64_t *o, const uint64_t *const *dig, const uint64_t *const *key, int nd, int log_n,
                                 const fh_ckks_prime *p);
+/* The base conversion of one block of n words from one source prime s0 (Shat = 1) into the
+ * target prime tq: o[j] = x[j] mod tq, minus st (S mod tq) where the centred lift of x[j] is
+ * negative (center), as the scalar kernel; false (nothing written) when tq >= 2^50 or
+ * s0 >= 2^52. */
+bool fh__ckks_bconv1_row_ifma(uint64_t *o, const uint64_t *x, int64_t n, uint64_t s0, bool center, uint64_t st,
+                              uint64_t tq);
 bool fh__ckks_ntt_row_ifma(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
                            bool fwd);
 
