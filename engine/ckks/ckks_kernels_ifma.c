@@ -34,7 +34,9 @@
 #if FH_CKKS_HAVE_IFMA
 #include <immintrin.h>
 
-#define FH_IFMA __attribute__((target("avx512f,avx512ifma")))
+#define FH_IFMA __attribute__((target("avx512f,avx512dq,avx512ifma")))
+/* specialised per `wide` (a constant at every call) */
+#define FH_IFMA_INLINE FH_IFMA static inline __attribute__((always_inline))
 
 typedef struct {
   __m512i q, q2, negq, mask;
@@ -57,6 +59,26 @@ FH_IFMA static inline __m512i vshoup_lazy(__m512i x, __m512i w, __m512i w52, con
   return _mm512_and_si512(_mm512_madd52lo_epu64(lo, qt, m->negq), m->mask);
 }
 
+/* The high 64 bits of the 128-bit products a b (four 32 x 32 -> 64 products) */
+FH_IFMA static inline __m512i vmulhi64(__m512i a, __m512i b) {
+  const __m512i m32 = _mm512_set1_epi64(0xffffffffLL);
+  const __m512i ah = _mm512_srli_epi64(a, 32), bh = _mm512_srli_epi64(b, 32);
+  const __m512i ll = _mm512_mul_epu32(a, b), lh = _mm512_mul_epu32(a, bh);
+  const __m512i hl = _mm512_mul_epu32(ah, b), hh = _mm512_mul_epu32(ah, bh);
+  const __m512i t = _mm512_add_epi64(lh, _mm512_srli_epi64(ll, 32));       /* < 2^64 */
+  const __m512i u = _mm512_add_epi64(hl, _mm512_and_si512(t, m32));       /* < 2^64 */
+  return _mm512_add_epi64(_mm512_add_epi64(hh, _mm512_srli_epi64(t, 32)), _mm512_srli_epi64(u, 32));
+}
+
+/* Shoup's lazy product in either width: wide (any q < 2^62, any x): 64-bit companion wc,
+ * x w - mulhi(x, wc) q mod 2^64; otherwise the 52-bit form above (wc = companion >> 12) */
+FH_IFMA_INLINE __m512i vshoup(__m512i x, __m512i w, __m512i wc, const vmod *m, bool wide) {
+  if (!wide) return vshoup_lazy(x, w, wc, m);
+  return _mm512_sub_epi64(_mm512_mullo_epi64(x, w), _mm512_mullo_epi64(vmulhi64(x, wc), m->q));
+}
+/* a twiddle's companion for vshoup */
+static inline uint64_t comp(uint64_t ws, bool wide) { return wide ? ws : ws >> 12; }
+
 /* x - c where x >= c, else x (unsigned: x - c wraps above x when x < c) */
 FH_IFMA static inline __m512i vsub_if_ge(__m512i x, __m512i c) { return _mm512_min_epu64(x, _mm512_sub_epi64(x, c)); }
 
@@ -64,7 +86,7 @@ FH_IFMA static inline __m512i vsub_if_ge(__m512i x, __m512i c) { return _mm512_m
 #define CT_V(X, Y, W, W52)                                          \
   do {                                                              \
     __m512i u_ = vsub_if_ge((X), m.q2);                             \
-    __m512i v_ = vshoup_lazy((Y), (W), (W52), &m);                  \
+    __m512i v_ = vshoup((Y), (W), (W52), &m, wide);                  \
     (X) = _mm512_add_epi64(u_, v_);                                 \
     (Y) = _mm512_add_epi64(_mm512_sub_epi64(u_, v_), m.q2);         \
   } while (0)
@@ -74,7 +96,7 @@ FH_IFMA static inline __m512i vsub_if_ge(__m512i x, __m512i c) { return _mm512_m
   do {                                                                                     \
     __m512i u_ = (X), v_ = (Y);                                                            \
     (X) = vsub_if_ge(_mm512_add_epi64(u_, v_), m.q2);                                      \
-    (Y) = vshoup_lazy(_mm512_add_epi64(_mm512_sub_epi64(u_, v_), m.q2), (W), (W52), &m);   \
+    (Y) = vshoup(_mm512_add_epi64(_mm512_sub_epi64(u_, v_), m.q2), (W), (W52), &m, wide);   \
   } while (0)
 
 #define LOAD(p) _mm512_loadu_si512((const void *)(p))
@@ -105,8 +127,8 @@ FH_IFMA static inline void span_perms(int span, __m512i *ix, __m512i *iy, __m512
 /* The twiddles of chunk k at a stage of `span` whose group i uses w[base + i]:
  * span 4: groups 2k, 2k+1 (4 lanes each); span 2: 4k..4k+3 (2 lanes each);
  * span 1: 8k..8k+7. */
-FH_IFMA static inline void span_twiddles(int span, const uint64_t *w, const uint64_t *ws, int64_t base, int64_t k,
-                                         __m512i *W, __m512i *W52) {
+FH_IFMA_INLINE void span_twiddles(int span, const uint64_t *w, const uint64_t *ws, int64_t base, int64_t k,
+                                   __m512i *W, __m512i *W52, bool wide) {
   __m512i tw, tws;
   if (span == 4) {
     const __m512i spread = IDX(0, 0, 0, 0, 1, 1, 1, 1);
@@ -123,21 +145,22 @@ FH_IFMA static inline void span_twiddles(int span, const uint64_t *w, const uint
     tws = LOAD(ws + base + 8 * k);
   }
   *W = tw;
-  *W52 = _mm512_srli_epi64(tws, 12);
+  *W52 = wide ? tws : _mm512_srli_epi64(tws, 12);
 }
 
-FH_IFMA static void forward(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw) {
+FH_IFMA_INLINE void forward(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
+                            bool wide) {
   const int64_t n = (int64_t)1 << log_n;
   const vmod m = vmod_of(p->q);
   const uint64_t *w = tw, *ws = tw + n;
   /* stage 1 (span n/2) fused with the conversion to Montgomery form */
   {
     const int64_t t = n >> 1;
-    const __m512i r = _mm512_set1_epi64((long long)p->r1), r52 = _mm512_set1_epi64((long long)(p->r1_shoup >> 12));
-    const __m512i w1 = _mm512_set1_epi64((long long)p->w1r), w152 = _mm512_set1_epi64((long long)(p->w1r_shoup >> 12));
+    const __m512i r = _mm512_set1_epi64((long long)p->r1), r52 = _mm512_set1_epi64((long long)comp(p->r1_shoup, wide));
+    const __m512i w1 = _mm512_set1_epi64((long long)p->w1r), w152 = _mm512_set1_epi64((long long)comp(p->w1r_shoup, wide));
     for (int64_t j = 0; j < t; j += 8) {
-      __m512i x = vshoup_lazy(LOAD(in + j), r, r52, &m);
-      __m512i y = vshoup_lazy(LOAD(in + j + t), w1, w152, &m);
+      __m512i x = vshoup(LOAD(in + j), r, r52, &m, wide);
+      __m512i y = vshoup(LOAD(in + j + t), w1, w152, &m, wide);
       STORE(a + j, _mm512_add_epi64(x, y));
       STORE(a + j + t, _mm512_add_epi64(_mm512_sub_epi64(x, y), m.q2));
     }
@@ -147,7 +170,7 @@ FH_IFMA static void forward(uint64_t *a, const uint64_t *in, int log_n, const fh
   for (; t >= 8; groups <<= 1, t >>= 1) {
     for (int64_t i = 0; i < groups; ++i) {
       const __m512i W = _mm512_set1_epi64((long long)w[groups + i]);
-      const __m512i W52 = _mm512_set1_epi64((long long)(ws[groups + i] >> 12));
+      const __m512i W52 = _mm512_set1_epi64((long long)comp(ws[groups + i], wide));
       uint64_t *x = a + 2 * i * t, *y = x + t;
       for (int64_t j = 0; j < t; j += 8) {
         __m512i X = LOAD(x + j), Y = LOAD(y + j);
@@ -163,7 +186,7 @@ FH_IFMA static void forward(uint64_t *a, const uint64_t *in, int log_n, const fh
     for (int span = 4; span >= 1; span >>= 1) {
       __m512i ix, iy, ia, ib, W, W52;
       span_perms(span, &ix, &iy, &ia, &ib);
-      span_twiddles(span, w, ws, n / (2 * span), k, &W, &W52);
+      span_twiddles(span, w, ws, n / (2 * span), k, &W, &W52, wide);
       __m512i X = _mm512_permutex2var_epi64(A, ix, B), Y = _mm512_permutex2var_epi64(A, iy, B);
       CT_V(X, Y, W, W52);
       A = _mm512_permutex2var_epi64(X, ia, Y);
@@ -176,7 +199,8 @@ FH_IFMA static void forward(uint64_t *a, const uint64_t *in, int log_n, const fh
   }
 }
 
-FH_IFMA static void inverse(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw) {
+FH_IFMA_INLINE void inverse(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
+                            bool wide) {
   const int64_t n = (int64_t)1 << log_n;
   const vmod m = vmod_of(p->q);
   const uint64_t *w = tw + 2 * n, *ws = tw + 3 * n;
@@ -186,7 +210,7 @@ FH_IFMA static void inverse(uint64_t *a, const uint64_t *in, int log_n, const fh
     for (int span = 1; span <= 4; span <<= 1) {
       __m512i ix, iy, ia, ib, W, W52;
       span_perms(span, &ix, &iy, &ia, &ib);
-      span_twiddles(span, w, ws, n / (2 * span), k, &W, &W52);
+      span_twiddles(span, w, ws, n / (2 * span), k, &W, &W52, wide);
       __m512i X = _mm512_permutex2var_epi64(A, ix, B), Y = _mm512_permutex2var_epi64(A, iy, B);
       GS_V(X, Y, W, W52);
       A = _mm512_permutex2var_epi64(X, ia, Y);
@@ -200,7 +224,7 @@ FH_IFMA static void inverse(uint64_t *a, const uint64_t *in, int log_n, const fh
   for (; groups > 1; groups >>= 1, t <<= 1) {
     for (int64_t i = 0; i < groups; ++i) {
       const __m512i W = _mm512_set1_epi64((long long)w[groups + i]);
-      const __m512i W52 = _mm512_set1_epi64((long long)(ws[groups + i] >> 12));
+      const __m512i W52 = _mm512_set1_epi64((long long)comp(ws[groups + i], wide));
       uint64_t *x = a + 2 * i * t, *y = x + t;
       for (int64_t j = 0; j < t; j += 8) {
         __m512i X = LOAD(x + j), Y = LOAD(y + j);
@@ -213,16 +237,29 @@ FH_IFMA static void inverse(uint64_t *a, const uint64_t *in, int log_n, const fh
   /* the last stage (span n/2) fused with the N^-1 R^-1 scaling, fully reduced */
   {
     const __m512i s0 = _mm512_set1_epi64((long long)p->ninv_rinv);
-    const __m512i s052 = _mm512_set1_epi64((long long)(p->ninv_rinv_shoup >> 12));
+    const __m512i s052 = _mm512_set1_epi64((long long)comp(p->ninv_rinv_shoup, wide));
     const __m512i s1 = _mm512_set1_epi64((long long)p->iw1s);
-    const __m512i s152 = _mm512_set1_epi64((long long)(p->iw1s_shoup >> 12));
+    const __m512i s152 = _mm512_set1_epi64((long long)comp(p->iw1s_shoup, wide));
     uint64_t *x = a, *y = a + t;
     for (int64_t j = 0; j < t; j += 8) {
       __m512i u = LOAD(x + j), v = LOAD(y + j);
-      STORE(x + j, vsub_if_ge(vshoup_lazy(_mm512_add_epi64(u, v), s0, s052, &m), m.q));
-      STORE(y + j, vsub_if_ge(vshoup_lazy(_mm512_add_epi64(_mm512_sub_epi64(u, v), m.q2), s1, s152, &m), m.q));
+      STORE(x + j, vsub_if_ge(vshoup(_mm512_add_epi64(u, v), s0, s052, &m, wide), m.q));
+      STORE(y + j, vsub_if_ge(vshoup(_mm512_add_epi64(_mm512_sub_epi64(u, v), m.q2), s1, s152, &m, wide), m.q));
     }
   }
+}
+
+FH_IFMA static void forward52(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw) {
+  forward(a, in, log_n, p, tw, false);
+}
+FH_IFMA static void inverse52(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw) {
+  inverse(a, in, log_n, p, tw, false);
+}
+FH_IFMA static void forward64(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw) {
+  forward(a, in, log_n, p, tw, true);
+}
+FH_IFMA static void inverse64(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw) {
+  inverse(a, in, log_n, p, tw, true);
 }
 
 /* 2^-12 mod q (halving 12 times: x/2 = x even ? x/2 : (x + q)/2) */
@@ -273,17 +310,18 @@ bool fh__ckks_ks_inner_row_ifma(uint64_t *o, const uint64_t *const *dig, const u
   return true;
 }
 
-FH_IFMA static void bconv1(uint64_t *restrict o, const uint64_t *restrict x, int64_t n, uint64_t s0, bool center,
-                           uint64_t st, uint64_t tq) {
+FH_IFMA_INLINE void bconv1(uint64_t *restrict o, const uint64_t *restrict x, int64_t n, uint64_t s0, bool center,
+                           uint64_t st, uint64_t tq, bool wide) {
   const vmod m = vmod_of(tq);
   const __m512i half = _mm512_set1_epi64((long long)(s0 >> 1)), stv = _mm512_set1_epi64((long long)st);
   const __m512i one = _mm512_set1_epi64(1);
-  const __m512i one52 = _mm512_set1_epi64((long long)(fh_shoup_precompute(1, tq) >> 12));
+  const uint64_t one_s = fh_shoup_precompute(1, tq);
+  const __m512i onec = _mm512_set1_epi64((long long)comp(one_s, wide));
   const bool reduce = s0 > tq;
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
     const __m512i xv = LOAD(x + j);
-    __m512i r = reduce ? vsub_if_ge(vshoup_lazy(xv, one, one52, &m), m.q) : xv;
+    __m512i r = reduce ? vsub_if_ge(vshoup(xv, one, onec, &m, wide), m.q) : xv;
     if (center) {
       /* r - st mod t where the centred lift is negative */
       const __mmask8 neg = _mm512_cmpgt_epu64_mask(xv, half);
@@ -294,24 +332,37 @@ FH_IFMA static void bconv1(uint64_t *restrict o, const uint64_t *restrict x, int
     STORE(o + j, r);
   }
   for (; j < n; ++j) { /* a block's tail */
-    uint64_t r = reduce ? fh_shoup_mul(x[j], 1, fh_shoup_precompute(1, tq), tq) : x[j];
+    uint64_t r = reduce ? fh_shoup_mul(x[j], 1, one_s, tq) : x[j];
     if (center && x[j] > (s0 >> 1)) r = r >= st ? r - st : r - st + tq;
     o[j] = r;
   }
 }
+FH_IFMA static void bconv1_52(uint64_t *o, const uint64_t *x, int64_t n, uint64_t s0, bool center, uint64_t st,
+                              uint64_t tq) {
+  bconv1(o, x, n, s0, center, st, tq, false);
+}
+FH_IFMA static void bconv1_64(uint64_t *o, const uint64_t *x, int64_t n, uint64_t s0, bool center, uint64_t st,
+                              uint64_t tq) {
+  bconv1(o, x, n, s0, center, st, tq, true);
+}
 
 bool fh__ckks_bconv1_row_ifma(uint64_t *o, const uint64_t *x, int64_t n, uint64_t s0, bool center, uint64_t st,
                               uint64_t tq) {
-  if (tq >= ((uint64_t)1 << 50) || s0 >= ((uint64_t)1 << 52)) return false;
-  bconv1(o, x, n, s0, center, st, tq);
+  if (tq < ((uint64_t)1 << 50) && s0 < ((uint64_t)1 << 52)) bconv1_52(o, x, n, s0, center, st, tq);
+  else bconv1_64(o, x, n, s0, center, st, tq);
   return true;
 }
 
 bool fh__ckks_ntt_row_ifma(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
                            bool fwd) {
-  if (log_n < 4 || p->q >= ((uint64_t)1 << 50)) return false;
-  if (fwd) forward(a, in, log_n, p, tw);
-  else inverse(a, in, log_n, p, tw);
+  if (log_n < 4) return false;
+  if (p->q < ((uint64_t)1 << 50)) {
+    if (fwd) forward52(a, in, log_n, p, tw);
+    else inverse52(a, in, log_n, p, tw);
+  } else {
+    if (fwd) forward64(a, in, log_n, p, tw);
+    else inverse64(a, in, log_n, p, tw);
+  }
   return true;
 }
 
