@@ -721,6 +721,7 @@ __attribute__((visibility("default"))) int luaopen_fhelium_core(lua_State *L) {
   fh__lua_open_signature(L);
   fh__lua_open_exec(L);
   fh__lua_open_ckks(L);
+  fh__lua_open_dist(L);
   static const luaL_Reg fns[] = {{"info", l_info}, {NULL, NULL}};
   fh__lua_setfuncs_named(L, fns, "fh.");
   lua_pushvalue(L, -1);
