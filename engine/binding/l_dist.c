@@ -585,6 +585,12 @@ static int l_dist_recv_bytes(lua_State *L) {
   return 1;
 }
 
+/* core._dist_force_split(on): test aid (fh__dist_force_split) */
+static int l_dist_force_split(lua_State *L) {
+  fh__dist_force_split(lua_toboolean(L, 1));
+  return 0;
+}
+
 void fh__lua_open_dist(lua_State *L) {
   static const luaL_Reg pmeta[] = {{"__gc", plan_gc}, {NULL, NULL}};
   fh__lua_newclass(L, FH_DIST_PLAN_MT, NULL, pmeta);
@@ -604,6 +610,7 @@ void fh__lua_open_dist(lua_State *L) {
                                  {"dist_broadcast_bytes", l_dist_broadcast_bytes},
                                  {"dist_send_bytes", l_dist_send_bytes},
                                  {"dist_recv_bytes", l_dist_recv_bytes},
+                                 {"_dist_force_split", l_dist_force_split},
                                  {NULL, NULL}};
   fh__lua_setfuncs(L, fns);
   fh__lua_name(l_dist_init, "fh.distributed.init");

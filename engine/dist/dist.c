@@ -327,8 +327,12 @@ static int dist_type(fh_dtype d, uint64_t *factor) {
 
 static bool is_mod(const fh_dist_moduli *mods, int i) { return mods && mods[i].nmoduli > 0; }
 
+static bool g_force_split;
+void fh__dist_force_split(bool on) { g_force_split = on; }
+
 /* The modular sum of W ranks cannot overflow uint64 when W (q - 1) < 2^64. */
 static bool mod_needs_split(const fh_dist_moduli *m) {
+  if (g_force_split) return true;
   uint64_t qmax = 0;
   for (int j = 0; j < m->nmoduli; ++j)
     if (m->moduli[j] > qmax) qmax = m->moduli[j];

@@ -249,6 +249,10 @@ function M.recv(like, src, opts)
   return deserialize(core.dist_recv_bytes(name, src), opts)
 end
 
+--- Test aid (not API): dist._force_split(true) makes every modular sum take
+--- the split path (low and high halves summed apart), as with W (q - 1) >= 2^64.
+M._force_split = core._dist_force_split
+
 -- rank, world_size, local_rank, local_size, device, host, launched: fields
 -- of the job, answered after init (a StateError before).
 local fields = { rank = true, world_size = true, local_rank = true, local_size = true, device = true, host = true,

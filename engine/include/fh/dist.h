@@ -172,6 +172,10 @@ fh_status fh_dist_broadcast_bytes(int root, void **data, size_t *len);
 fh_status fh_dist_send_bytes(int peer, const void *data, size_t len);
 fh_status fh_dist_recv_bytes(int peer, void **data, size_t *len);
 
+/* Test aid (not API): with `on`, every modular sum takes the split path,
+ * as it does when W (q - 1) >= 2^64, so that specs check it with few ranks. */
+void fh__dist_force_split(bool on);
+
 /* ---- kernels (the launch boundary) --------------------------------------------- */
 typedef enum fh_dist_kernel_id {
   FH_K_DIST_COLLECTIVE = FH_K_CKKS_END, /* fh_dist_coll_args: CPU MPI, CUDA NCCL */
