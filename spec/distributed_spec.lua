@@ -315,3 +315,56 @@ describe("scripts/launch", function()
     end
   end)
 end)
+
+describe("examples/distributed_matrix_vector.lua", function()
+  local function check_output(r, n, runs)
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.truthy(r.stdout:find(("size 8, %d rank%s, device cpu"):format(n, n == 1 and "" or "s"), 1, true), r.stdout)
+    local nrun = 0
+    for line in r.stdout:gmatch("run %d+: [^\n]*") do
+      nrun = nrun + 1
+      assert.truthy(line:find("bit%-identical to the one%-rank program: yes: ok$"), line)
+    end
+    assert.equal(runs, nrun, r.stdout)
+    -- one row per rank: its block of diagonals (together 0..7, in order) and its times
+    local next_diag, rows = 0, 0
+    for rank, a, b in r.stdout:gmatch("\n(%d+)%s+(%d+)%.%.(%d+)%s+[%d.]+%s+[%d.]+") do
+      assert.equal(rows, tonumber(rank))
+      assert.equal(next_diag, tonumber(a))
+      next_diag, rows = tonumber(b) + 1, rows + 1
+    end
+    assert.equal(n, rows, r.stdout)
+    assert.equal(8, next_diag)
+    assert.truthy(r.stdout:find(("scaling: one rank [%%d.]+ ms, %d ranks [%%d.]+ ms .-: speedup [%%d.]+x"):format(n)),
+      r.stdout)
+    assert.truthy(r.stdout:find("): PASS\n", 1, true), r.stdout)
+  end
+
+  for _, c in ipairs { { 2, 2 }, { 3, 1 } } do
+    mpi_it(("on %d CPU ranks: each rank's captured partial sum, one modular all-reduce, rank 0's checks pass"):format(
+      c[1]), function()
+      local r = launch({ "-n", tostring(c[1]), "--device", "cpu", "examples/distributed_matrix_vector.lua", "--runs",
+        tostring(c[2]) }, { cwd = cli.root })
+      check_output(r, c[1], c[2])
+    end)
+  end
+
+  mpi_it("exits 1 when rank 0's check fails (--inject-error)", function()
+    local r = launch({ "-n", "2", "--device", "cpu", "examples/distributed_matrix_vector.lua", "--runs", "1",
+      "--inject-error", "0.5" }, { cwd = cli.root })
+    assert.equal(1, r.code, r.stdout .. r.stderr)
+    assert.truthy(r.stdout:find("run 1: error 5%.%d+e%-01 .-: FAILED"), r.stdout)
+    assert.truthy(r.stdout:find("): FAIL\n", 1, true), r.stdout)
+  end)
+
+  for _, n in ipairs { 2, 4 } do
+    multi_gpu_it(n, ("on %d GPU ranks (CudaGraphProgram per rank), size 64: bit-identical to the one-rank program"):format(
+      n), function()
+      local r = launch({ "-n", tostring(n), "--device", "cuda", "examples/distributed_matrix_vector.lua", "--size",
+        "64", "--runs", "2" }, { cwd = cli.root })
+      assert.equal(0, r.code, r.stdout .. r.stderr)
+      assert.truthy(r.stdout:find("CudaGraphProgram", 1, true), r.stdout)
+      assert.truthy(r.stdout:find("): PASS\n", 1, true), r.stdout)
+    end)
+  end
+end)
