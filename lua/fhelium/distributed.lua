@@ -258,6 +258,8 @@ M._force_split = core._dist_force_split
 local fields = { rank = true, world_size = true, local_rank = true, local_size = true, device = true, host = true,
   launched = true }
 setmetatable(M, {
+  -- the computed fields, for the REPL's completion (which reads raw keys and this list)
+  fields = { "rank", "world_size", "local_rank", "local_size", "device", "host", "launched" },
   __index = function(_, k)
     if fields[k] then
       local info = core.dist_info()
@@ -268,7 +270,6 @@ setmetatable(M, {
     end
   end,
 })
-M.fields = { "rank", "world_size", "local_rank", "local_size", "device", "host", "launched" }
 
 package.loaded["fhelium.distributed"] = M
 return M
