@@ -58,7 +58,24 @@ describe("fh.distributed in one process (a job of one rank, no launcher)", funct
     H.expect_error("TypeError", "^fh%.distributed%.init: option device expected a string", dist.init, { device = 1 })
     H.expect_error("ValueError", "^fh%.distributed%.init: unknown option 'devcie'", dist.init, { devcie = "cpu" })
     H.expect_error("TypeError", "argument 1 %(options%) expected a table", dist.init, "cpu")
+    if not fh.cuda.is_available() then
+      -- a failed init changes nothing: init() below still works
+      H.expect_error("CudaError", info.built_with_nccl and
+        '^fh%.distributed%.init: device "cuda": rank 0 has no CUDA device: ' or
+        '^fh%.distributed%.init: device "cuda": fhelium was built without NCCL', dist.init, { device = "cuda" })
+    end
     assert.is_false(dist.is_initialized())
+  end)
+
+  it("init() takes the device kind from FHELIUM_DIST_DEVICE (scripts/launch sets it) and checks it", function()
+    local r = cli.run({ "-e", 'local d = require("fhelium").distributed.init() print(d.device)' },
+      { env = { FHELIUM_DIST_DEVICE = "cpu" } })
+    assert.equal(0, r.code, r.stderr)
+    assert.equal("cpu\n", r.stdout)
+    r = cli.run({ "-e", 'require("fhelium").distributed.init()' }, { env = { FHELIUM_DIST_DEVICE = "gpu" } })
+    assert.equal(1, r.code)
+    assert.truthy(r.stderr:find('ValueError: fh.distributed.init: FHELIUM_DIST_DEVICE is \'gpu\' (expected "cpu", ' ..
+      '"cuda" or "auto")', 1, true), r.stderr)
   end)
 
   it("init() makes this process rank 0 of 1 on its device", function()
@@ -249,6 +266,37 @@ describe("fh.distributed over NCCL (one rank per GPU)", function()
         end
       end)
   end
+end)
+
+describe("fh.distributed.init on GPU ranks", function()
+  H.gpu_it("refuses, on every rank, kinds that differ between ranks and more ranks on a host than GPUs", function()
+    local n = fh.cuda.device_count() + 1
+    local script = cli.tempfile([[
+      local fh = require "fhelium"
+      local dist = fh.distributed
+      local rank = tonumber(os.getenv("OMPI_COMM_WORLD_RANK"))
+      local ok, e = pcall(dist.init, { device = rank == 0 and "cuda" or "cpu" })
+      print(("mixed %d %s %s"):format(rank, tostring(ok), ok and "" or e.kind .. ": " .. e.message))
+      ok, e = pcall(dist.init, { device = "cuda" })
+      print(("cuda %d %s %s"):format(rank, tostring(ok), ok and "" or e.kind .. ": " .. e.message))
+      dist.init({ device = "cpu" })
+      local x = fh.ones({ 1 }, { device = "cuda:0" })
+      ok, e = pcall(dist.all_reduce, x)
+      print(("tensor %d %s %s"):format(rank, tostring(ok), ok and "" or e.kind .. ": " .. e.message))
+    ]], ".lua")
+    local r = launch({ "-n", tostring(n), "--device", "cpu", script }, { cwd = cli.root })
+    os.remove(script)
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    for rank = 0, n - 1 do
+      assert.truthy(r.stdout:find(("mixed %d false ExecutionInputError: fh.distributed.init: the ranks' arguments differ"):format(
+        rank), 1, true), r.stdout)
+      local own = rank == n - 1 and ("CudaError: fh.distributed.init: device \"cuda\": rank %d is local rank %d of host")
+        :format(rank, rank) or ("CudaError: fh.distributed.init: rank %d failed"):format(n - 1)
+      assert.truthy(r.stdout:find(("cuda %d false %s"):format(rank, own), 1, true), r.stdout)
+      assert.truthy(r.stdout:find(("tensor %d false StateError: fh.distributed.all_reduce: tensor 1 is on cuda:0, but this "
+        .. "job was initialised for CPU ranks"):format(rank), 1, true), r.stdout)
+    end
+  end)
 end)
 
 describe("a rank that fails ends the job", function()

@@ -298,6 +298,11 @@ case("errors", function()
       expect_error("ExecutionInputError", "differ", dist.recv, on(fh.ones({ 3 })), 0)
     end
   end
+  -- a CUDA tensor on another GPU than the rank's (every rank, so every rank raises its own error)
+  if DEV ~= "cpu" and fh.cuda.device_count() > 1 then
+    local other_gpu = ("cuda:%d"):format((dist.local_rank + 1) % fh.cuda.device_count())
+    expect_error("ValueError", "this rank's GPU is " .. DEV, dist.all_reduce, fh.ones({ 1 }, { device = other_gpu }))
+  end
   -- after all that, the ranks are still in step
   local s = dist.all_reduce(on(fh.ones({ 1 }, { dtype = "int64" })))
   check(s:cpu():item() == W, "in step after the errors")
