@@ -95,9 +95,8 @@ static const char *strip_name(const char *what, const char *msg) {
 }
 
 fh_status fh_dist_agree(const char *what, fh_status local, const char *desc, size_t desc_len, int peer) {
-  if (!g_init && g_info.world_size <= 1 && peer < 0) return local;
   int W = g_info.world_size, me = g_info.rank;
-  if (W <= 1 && peer < 0) return local;
+  if (W <= 1) return local; /* a job of one rank (or before init): nobody to tell */
   /* keep this rank's own error: the exchanges below may record others */
   char own[FH_ERROR_MESSAGE_MAX + 1] = "";
   if (local != FH_OK) snprintf(own, sizeof own, "%s", fh_error_message());
