@@ -39,6 +39,7 @@
 #include <lualib.h>
 
 #include "binding.h"
+#include "fh/dist.h"
 
 #ifdef FH_HAVE_EDITLINE
 #include <editline/readline.h>
@@ -447,10 +448,22 @@ static int msghandler(lua_State *L) {
 }
 
 /* Prints the error text at the top of the stack (after a failed call). */
+/* In a job of several ranks (fh.distributed.init under mpirun) the error
+ * names the rank, and the job ends at once (MPI_Abort): the other ranks may
+ * be waiting for this one in a collective and would otherwise wait forever. */
 static int report(lua_State *L, int status) {
   if (status == 0) return 0;
   const char *msg = lua_tostring(L, -1);
   fflush(stdout); /* keep the order of output and error when both go to one file */
+  const fh_dist_info *job = fh_dist_info_get();
+  if (fh_dist_initialized() && job->world_size > 1) {
+    fprintf(stderr, "fhelium: rank %d of %d (%s): %s\n", (int)job->rank, (int)job->world_size, job->host,
+            msg ? msg : "(error object is not a string)");
+    fprintf(stderr, "fhelium: rank %d failed: ending every rank of the job (MPI_Abort), so that none waits for it\n",
+            (int)job->rank);
+    fflush(stderr);
+    fh_dist_abort(1);
+  }
   fprintf(stderr, "fhelium: %s\n", msg ? msg : "(error object is not a string)");
   fflush(stderr);
   lua_pop(L, 1);

@@ -185,6 +185,7 @@ void fh__lua_open_signature(lua_State *L);
 void fh__lua_open_exec(lua_State *L); /* l_exec.c: buffers, copy handles, programs */
 void fh__lua_open_ckks(lua_State *L); /* l_ckks.c */
 void fh__lua_open_trace(lua_State *L); /* l_trace.c: fh.trace's engine side */
+void fh__lua_open_dist(lua_State *L); /* l_dist.c: fhelium.distributed */
 /* Set the functions of `l` into the table at -1 (LuaJIT's luaL_register
  * with a NULL name, spelled out); names nothing. */
 void fh__lua_setfuncs(lua_State *L, const luaL_Reg *l);

@@ -752,6 +752,7 @@ __attribute__((visibility("default"))) int luaopen_fhelium_core(lua_State *L) {
   fh__lua_open_signature(L);
   fh__lua_open_exec(L);
   fh__lua_open_ckks(L);
+  fh__lua_open_dist(L);
   fh__lua_open_trace(L);
   static const luaL_Reg fns[] = {
       {"info", l_info}, {"num_threads", l_num_threads}, {"set_num_threads", l_set_num_threads},

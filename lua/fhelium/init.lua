@@ -51,6 +51,9 @@ fh.pretty = require "fhelium.pretty"
 -- fh.partial(fn, ...): bind static arguments (used to capture programs)
 fh.partial = require "fhelium.partial"
 
+-- many processes: MPI and NCCL (lua/fhelium/distributed.lua)
+fh.distributed = require "fhelium.distributed"
+
 -- build and runtime information
 function fh.info() return core.info() end
 
