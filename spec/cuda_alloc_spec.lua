@@ -224,6 +224,40 @@ describe("capture-private pools", function()
     assert.equal(ptr, z:data_ptr())
   end)
 
+  gpu_it("take the device cache's idle blocks into a new capture's pool (no cudaMalloc)", function()
+    U.collect()
+    local n = 7 * MiB + 5
+    local ok, y = fh.cuda._capture(function() return fh.full({ n }, 1, { device = "cuda" }) end, 2)
+    assert.is_true(ok, tostring(y))
+    local ptr = y:data_ptr()
+    y = nil
+    U.collect()
+    fh.cuda.synchronize()
+    -- the first pool is gone: its block is an idle block of the device cache
+    local before = fh.cuda.memory_stats(0)
+    local ok2, y2 = fh.cuda._capture(function() return fh.full({ n }, 2, { device = "cuda" }) end, 2)
+    assert.is_true(ok2, tostring(y2))
+    local after = fh.cuda.memory_stats(0)
+    assert.equal(ptr, y2:data_ptr())
+    assert.equal(before.cuda_allocs, after.cuda_allocs)
+    assert.is_true(after.pool_reserved > before.pool_reserved)
+    assert.equal(2 * n, fh.sum(y2):item())
+  end)
+
+  gpu_it("never give a pool a cached block that is free for one stream only", function()
+    U.collect()
+    local s = fh.cuda.Stream {}
+    local n = 9 * MiB + 7
+    local t = fh.cuda.with_stream(s, function() return fh.full({ n }, 1, { device = "cuda" }) end)
+    local ptr = t:data_ptr()
+    t = nil -- free for stream s only: work queued on s may still use it
+    U.collect()
+    local ok, y = fh.cuda._capture(function() return fh.full({ n }, 2, { device = "cuda" }) end, 2)
+    assert.is_true(ok, tostring(y))
+    assert.are_not.equal(ptr, y:data_ptr())
+    s:synchronize()
+  end)
+
   gpu_it("report an error inside the captured function and end the capture cleanly", function()
     local ok, err = fh.cuda._capture(function() fh.errors.raise("ValueError", "inside") end)
     assert.is_false(ok)

@@ -32,6 +32,12 @@ local function mpi_it(name, fn)
   return getfenv(2).it(name, fn)
 end
 
+-- a gpu spec that starts ranks with scripts/launch
+local function gpu_mpi_it(name, fn)
+  if not info.built_with_mpi then return H.skip_it(name .. " #gpu", "needs MPI: this build has none (libopenmpi-dev)") end
+  return H.gpu_it(name, fn)
+end
+
 local function launch(args, opts)
   local words = { "timeout", tostring(TIMEOUT), cli.quote(cli.root .. "/scripts/launch") }
   for _, a in ipairs(args) do words[#words + 1] = cli.quote(a) end
@@ -269,7 +275,7 @@ describe("fh.distributed over NCCL (one rank per GPU)", function()
 end)
 
 describe("fh.distributed.init on GPU ranks", function()
-  H.gpu_it("refuses, on every rank, kinds that differ between ranks and more ranks on a host than GPUs", function()
+  gpu_mpi_it("refuses, on every rank, kinds that differ between ranks and more ranks on a host than GPUs", function()
     local n = fh.cuda.device_count() + 1
     local script = cli.tempfile([[
       local fh = require "fhelium"

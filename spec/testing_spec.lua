@@ -472,6 +472,30 @@ describe("fhelium test", function()
     assert.truthy(r.stdout:find("FHELIUM @" .. cli.root .. "/lua/fhelium/init.lua\n", 1, true), r.stdout)
   end)
 
+  it("finds busted beside the busted command on PATH when package.path lacks it", function()
+    -- a prefix of our own: bin/busted and share/lua/5.1 holding (links to)
+    -- every Lua module of the busted in use; package.path names none of it
+    local runner = package.searchpath("busted.runner", package.path)
+    assert.truthy(runner, "busted.runner is on this spec's package.path")
+    local share = runner:match("^(.*)/busted/runner%.lua$")
+    local prefix = os.tmpname()
+    os.remove(prefix)
+    finally(function() cli.sh("rm -rf " .. cli.quote(prefix)) end)
+    local q = cli.quote
+    assert.equal(0, cli.sh(("mkdir -p %s/bin %s/share/lua/5.1 && printf '#!/bin/sh\\n' > %s/bin/busted && "
+      .. "chmod +x %s/bin/busted && for m in %s/*; do ln -s \"$m\" %s/share/lua/5.1/; done")
+      :format(q(prefix), q(prefix), q(prefix), q(prefix), q(share), q(prefix))).code)
+    local env = { LUA_PATH = "./?.lua", PATH = prefix .. "/bin:" .. (os.getenv("PATH") or "") }
+    local r = fhelium_test({ "test", cli.root .. "/" .. FIXTURE }, env, prefix)
+    assert.equal(0, r.code, r.stdout .. r.stderr)
+    assert.truthy(r.last:find("^%d passed, 0 failed, %d skipped$"), r.last)
+    -- without the command on PATH the same run cannot find busted
+    env.PATH = prefix .. "/share"
+    r = fhelium_test({ "test", cli.root .. "/" .. FIXTURE }, env, prefix)
+    assert.equal(1, r.code, r.stdout .. r.stderr)
+    assert.truthy(r.stderr:find("busted is not installed or not on package.path", 1, true), r.stderr)
+  end)
+
   it("prints one seed per spec and label, and replays FHELIUM_SEED", function()
     local r = fhelium_test({ "test", FIXTURE })
     local s1, s2 = r.stdout:match("SEED1 (%d+)"), r.stdout:match("SEED2 (%d+)")
@@ -524,7 +548,9 @@ describe("fhelium test", function()
   end)
 
   it("says when busted cannot be found, keeping the last line", function()
-    local r = fhelium_test({ "test", FIXTURE }, { LUA_PATH = "/nonexistent/?.lua", LUA_CPATH = "/nonexistent/?.so" })
+    -- (and no busted command on PATH, beside which it would look too)
+    local r = fhelium_test({ "test", FIXTURE }, { LUA_PATH = "/nonexistent/?.lua", LUA_CPATH = "/nonexistent/?.so",
+      PATH = "/nonexistent" })
     assert.equal(1, r.code)
     assert.equal("0 passed, 1 failed, 0 skipped", r.last)
     assert.truthy(r.stderr:find("^fhelium test: busted is not installed or not on package.path %(Debian: apt%-get " ..

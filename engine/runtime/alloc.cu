@@ -439,7 +439,7 @@ static void stats_on_alloc(arena *a, fh__block *b) {
 }
 
 static fh_status oom_error(arena *a, size_t n, size_t size) {
-  char h1[32], h2[32], h3[32], h4[32], h5[32];
+  char h1[32], h2[32], h3[32], h4[32], h5[32], h6[32];
   a->st.ooms++;
   if (a->pinned)
     return fh_error_set(FH_ERR_MEMORY,
@@ -452,10 +452,14 @@ static fh_status oom_error(arena *a, size_t n, size_t size) {
   (void)cudaGetLastError();
   return fh_error_set(FH_ERR_MEMORY,
                       "CUDA out of memory on cuda:%d: tried to allocate %s (class %s); %s allocated and %s reserved by "
-                      "fhelium, %s free of the device's %s (cudaErrorMemoryAllocation)",
+                      "fhelium, %s free of the device's %s (cudaErrorMemoryAllocation)%s",
                       a->dev, human((double)n, h1, 32), human((double)size, h2, 32),
                       human((double)a->st.allocated, h3, 32), human((double)a->st.reserved, h4, 32),
-                      human((double)fr, h5, 32), human((double)tot, h1, 32));
+                      human((double)fr, h5, 32), human((double)tot, h6, 32),
+                      fh__cuda_captures_active() && a->st.reserved > a->st.allocated
+                          ? "; cached memory cannot be given back to CUDA during a capture: close the programs "
+                            "you no longer need, or call fh.cuda.empty_cache(), before capturing"
+                          : "");
 }
 
 /* cudaMalloc / cudaHostAlloc with one retry after emptying the arena's
@@ -478,6 +482,25 @@ static fh_status raw_alloc_locked(arena *a, size_t n, size_t size, void **ptr) {
   }
 }
 
+/* A capture-private pool takes an idle block of the device cache (rule 5):
+ * home_id 0 means every event recorded on it has completed and no stream
+ * may still use it, so the pool may own it from now on. The cache cannot be
+ * released during a capture (cudaFree is forbidden there), so without this
+ * a capture after a closed program would find the device full of its idle
+ * blocks. */
+static void adopt_idle_locked(arena *a, fh_mempool *p, int cls, fh__block **out) {
+  for (fh__block *b = a->bins[cls]; b; b = b->next) {
+    if (b->home_id != 0) continue;
+    bin_remove(a->bins, b);
+    b->pool = p;
+    p->reserved += b->size;
+    p->blocks++;
+    a->st.pool_reserved += b->size;
+    *out = b;
+    return;
+  }
+}
+
 static fh_status arena_alloc(arena *a, size_t n, fh_stream *stream, fh__block **out) {
   if (n > MAX_REQUEST) {
     pthread_mutex_lock(&a->mu);
@@ -496,6 +519,7 @@ static fh_status arena_alloc(arena *a, size_t n, fh_stream *stream, fh__block **
   }
   fh_mempool *p = a->active;
   fh__block *b = p ? bin_take(p->bins, cls, 0) : bin_take(a->bins, cls, stream ? stream->id : 0);
+  if (b == NULL && p != NULL) adopt_idle_locked(a, p, cls, &b);
   if (b != NULL) {
     a->st.cached_blocks--;
     a->st.reuses++;

@@ -30,6 +30,32 @@ local function fail(msg)
   return 1
 end
 
+local function is_file(path)
+  local f = io.open(path, "r")
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- busted installed under a prefix that is not on package.path (luarocks
+-- --local, a kit unpacked elsewhere): its command is PREFIX/bin/busted and
+-- its modules are under PREFIX/share/lua/5.1 and PREFIX/lib/.../lua/5.1.
+-- Adds those to package.path and package.cpath and returns PREFIX, or nil.
+local function busted_prefix()
+  for dir in (os.getenv("PATH") or ""):gmatch("[^:]+") do
+    local prefix = dir:match("^(.*)/bin/?$")
+    if prefix and is_file(dir .. "/busted") and is_file(prefix .. "/share/lua/5.1/busted/runner.lua") then
+      local share = prefix .. "/share/lua/5.1"
+      package.path = ("%s/?.lua;%s/?/init.lua;%s"):format(share, share, package.path)
+      for _, lib in ipairs { prefix .. "/lib/x86_64-linux-gnu/lua/5.1", prefix .. "/lib/aarch64-linux-gnu/lua/5.1",
+        prefix .. "/lib/lua/5.1" } do
+        package.cpath = ("%s/?.so;%s"):format(lib, package.cpath)
+      end
+      return prefix
+    end
+  end
+  return nil
+end
+
 --- main(args) -> exit status. args: the words after `fhelium test`.
 function M.main(args)
   local rest, gpu, verbose, help = {}, false, false, false
@@ -44,6 +70,14 @@ function M.main(args)
     end
   end
   local have_runner, runner = pcall(require, "busted.runner")
+  if not have_runner then
+    local prefix = busted_prefix()
+    if prefix then
+      have_runner, runner = pcall(require, "busted.runner")
+      if not have_runner then runner = ("%s\n(also tried %s/share/lua/5.1, beside the busted command on PATH)"):format(
+        tostring(runner), prefix) end
+    end
+  end
   if not have_runner then
     return fail("busted is not installed or not on package.path (Debian: apt-get install lua-busted):\n" ..
       tostring(runner))

@@ -35,8 +35,14 @@
  *
  * 5. Capture-private pools (fh_mempool). Between fh_mempool_begin(p) and
  *    fh_mempool_end(p), every allocation on p's device comes from p: from p's
- *    idle blocks of the class, else a new cudaMalloc (legal during capture),
- *    never from the device cache. While any pool is active (on any device),
+ *    idle blocks of the class, else an idle block of the class from the
+ *    device cache (one no stream may still use: its events completed and it
+ *    is free for no particular stream; the pool owns it from then on), else
+ *    a new cudaMalloc (legal during capture); never a device-cache block
+ *    that is free only for one stream (work on that stream may still use
+ *    it). The device cache cannot be given back to CUDA during a capture,
+ *    so an out-of-memory there is final (the message says to close
+ *    programs or empty the cache before capturing). While any pool is active (on any device),
  *    every free of a block (device or pinned) is deferred: it makes no CUDA
  *    call at all (no cudaFree, no event record on a capturing stream, no
  *    event query, which capture forbids), and no pending event is polled.
