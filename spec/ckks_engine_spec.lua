@@ -359,6 +359,12 @@ describe("ckks evaluator (custom N=2^10)", function()
         assert.equal(dom, rs.polynomial_domain)
         assert.equal(r.scale / tonumber(e.context.q_primes[level + 1]), rs.scale)
         close(e:decrypt_message(rs, sk, { is_real = true }), a * b)
+        -- the two domains' rescales are the same exact rounding, word for word
+        -- (the coefficient one is one pass; the NTT one a centred conversion)
+        local other = dom == "coefficient" and e:ntt_domain_to_coefficient_domain(
+          e:rescale_to_next_level(e:coefficient_domain_to_ntt_domain(r)))
+          or e:coefficient_domain_to_ntt_domain(e:rescale_to_next_level(e:ntt_domain_to_coefficient_domain(r)))
+        assert.is_true(fh.equal(rs.data, other.data), ("level %d: the domains' rescales differ"):format(level))
       end
     end)
   end

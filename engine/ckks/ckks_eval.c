@@ -279,22 +279,42 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
   fh__ckks_active_primes(e, level, p);
   fh_tensor *ts[4] = {NULL, NULL, NULL, NULL};
   int64_t wshape[2] = {G, n}, tshape[3] = {G, lo, n};
-  if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = fh__ckks_temp(&L, 2, wshape, &ts[1])) == FH_OK &&
-      (st = fh__ckks_temp(&L, 3, tshape, &ts[2])) == FH_OK &&
+  if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (!ntt || (st = fh__ckks_temp(&L, 2, wshape, &ts[1])) == FH_OK) &&
+      (!ntt || (st = fh__ckks_temp(&L, 3, tshape, &ts[2])) == FH_OK) &&
       (st = fh__ckks_alloc_poly(e, &L, g.comps, &g, lo, &ts[3])) == FH_OK) {
     const uint64_t *c = fh__ckks_ptr(ts[0]);
-    uint64_t *w = fh__ckks_ptr(ts[1]), *t = fh__ckks_ptr(ts[2]), *o = fh__ckks_ptr(ts[3]);
+    uint64_t *w = ntt ? fh__ckks_ptr(ts[1]) : NULL, *t = ntt ? fh__ckks_ptr(ts[2]) : NULL, *o = fh__ckks_ptr(ts[3]);
     const uint64_t *src = c;
     int64_t src_gs = (int64_t)la * n;
-    /* the dropped row in coefficients (an INTT in the NTT domain) */
-    if (ntt) {
+    if (!ntt) {
+      /* coefficients: one pass, out_i = (c_i - [c_level]_{q_i}) q_level^-1, the
+       * dropped row centred and reduced per coefficient (no temporary) */
+      fh_ckks_ew_args f;
+      fh__ckks_ew_init(&L, &f, FH_CKKS_EW_RESCALE, G, p + 1, lo);
+      f.out = o;
+      f.out_gs = (int64_t)lo * n;
+      f.a = c + n;
+      f.a_gs = (int64_t)la * n;
+      f.b = c;
+      f.b_gs = (int64_t)la * n;
+      const uint64_t qd = tb->host[level].q;
+      f.drop_half = qd / 2;
+      for (int i = 0; i < lo; ++i) {
+        fh__ckks_ew_set_const(&L, &f, i, tb->rescale_inv[(size_t)level * nq + level + 1 + i]);
+        f.k[i] = qd % tb->host[level + 1 + i].q;
+      }
+      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
+    }
+    /* NTT domain: the dropped row in coefficients (an INTT), its centred
+     * conversion to the other primes, their NTT, then the subtract-and-scale */
+    if (st == FH_OK && ntt) {
       st = fh__ckks_ntt(&L, false, w, n, c, src_gs, G, p, 1);
       src = w;
       src_gs = n;
     }
     /* t_i = its centred representative (-q_level/2, q_level/2] modulo the remaining
      * primes: a centred base conversion from one prime (the table's ones) */
-    if (st == FH_OK) {
+    if (st == FH_OK && ntt) {
       fh_ckks_bconv_args b;
       memset(&b, 0, sizeof b);
       b.out = t;
@@ -316,7 +336,7 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
       st = fh__ckks_submit(&L, FH_K_CKKS_BCONV, &b, sizeof b);
     }
     if (st == FH_OK && ntt) st = fh__ckks_ntt(&L, true, t, (int64_t)lo * n, t, (int64_t)lo * n, G, p + 1, lo);
-    if (st == FH_OK) {
+    if (st == FH_OK && ntt) {
       fh_ckks_ew_args f;
       fh__ckks_ew_init(&L, &f, FH_CKKS_EW_SUB_ADD_MUL, G, p + 1, lo);
       f.out = o;

@@ -223,7 +223,7 @@ static fh_status cpu_ew(const void *argp) {
       const uint64_t q = pr->q, qi = pr->qinv;
       uint64_t *o = a->out + g * a->out_gs + (int64_t)l * n;
       const uint64_t *x = a->a + g * a->a_gs + (int64_t)l * a->a_ls;
-      const uint64_t *y = a->b ? a->b + g * a->b_gs + (int64_t)l * n : NULL;
+      const uint64_t *y = a->b ? a->b + g * a->b_gs + (a->op == FH_CKKS_EW_RESCALE ? 0 : (int64_t)l * n) : NULL;
       const uint64_t *z = a->c ? a->c + g * a->c_gs + (int64_t)l * n : NULL;
       const uint64_t k = a->k[l], c = a->c_const[l], cs = a->c_shoup[l];
       switch (a->op) {
@@ -276,6 +276,14 @@ static fh_status cpu_ew(const void *argp) {
           }
           break;
         }
+        case FH_CKKS_EW_RESCALE:
+          for (int64_t j = 0; j < n; ++j) {
+            const uint64_t v = y[j];
+            uint64_t t = fh_barrett128(v, 0, &pr->bar);
+            if (v > a->drop_half) t = fh_mod_sub(t, k, q);
+            o[j] = fh_shoup_mul(x[j] + (q - t), c, cs, q);
+          }
+          break;
         default: break; /* checked above */
       }
     }

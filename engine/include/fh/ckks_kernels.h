@@ -129,6 +129,10 @@ typedef enum fh_ckks_ew_op {
   FH_CKKS_EW_TO_MONT,       /* out = a R mod q */
   FH_CKKS_EW_FROM_MONT,     /* out = a R^-1 mod q */
   FH_CKKS_EW_SIGNED,        /* out = int64 a reduced into [0, q) (a is int64 data, |a| < 2^63) */
+  FH_CKKS_EW_RESCALE,       /* out = (a - [b]_q) * c[l] (Shoup): the coefficient-domain rescale in one pass.
+                             * b is the dropped row (one row for every limb: b + g * b_gs), modulo q_d;
+                             * [b]_q is its centred lift (b - q_d when b > drop_half = floor(q_d / 2))
+                             * reduced modulo q; k[l] = q_d mod q */
   FH_CKKS_EW_OP_COUNT
 } fh_ckks_ew_op;
 
@@ -144,6 +148,7 @@ typedef struct fh_ckks_ew_args {
   int32_t prime[FH_CKKS_MAX_PRIMES];
   uint64_t k[FH_CKKS_MAX_PRIMES];
   uint64_t c_const[FH_CKKS_MAX_PRIMES], c_shoup[FH_CKKS_MAX_PRIMES];
+  uint64_t drop_half; /* FH_CKKS_EW_RESCALE: floor(q_d / 2) */
 } fh_ckks_ew_args;
 
 /* ---- ciphertext tensor product (NTT domain) ----------------------------------
