@@ -38,6 +38,7 @@ local ct = e:encrypt(e:encode(x), pk)
 local cn = e:coefficient_domain_to_ntt_domain(ct)
 local prod = e:multiply(cn, cn)
 local rel = e:relinearize(prod, rlk)
+local relc = e:ntt_domain_to_coefficient_domain(rel)
 local ppt = e:prepare_plaintext_for_multiplication(e:encode(x))
 local ops = {
   ntt = function() return e:coefficient_domain_to_ntt_domain(ct) end,
@@ -47,6 +48,8 @@ local ops = {
   multiply_plaintext = function() return e:multiply_plaintext(cn, ppt) end,
   relinearize = function() return e:relinearize(prod, rlk) end,
   rescale = function() return e:rescale_to_next_level(rel) end,
+  rescale_coef = function() return e:rescale_to_next_level(relc) end,
+  mul_relin_rescale = function() return e:rescale_to_next_level(e:relinearize(e:multiply(cn, cn), rlk)) end,
   rotate = function() return e:rotate_with_key(cn, rk) end,
   encode = function() return e:encode(x) end,
   decrypt = function() return e:decrypt_message(cn, sk, { is_real = true }) end,
