@@ -315,25 +315,16 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
     /* t_i = its centred representative (-q_level/2, q_level/2] modulo the remaining
      * primes: a centred base conversion from one prime (the table's ones) */
     if (st == FH_OK && ntt) {
-      fh_ckks_bconv_args b;
-      memset(&b, 0, sizeof b);
-      b.out = t;
-      b.out_gs = (int64_t)lo * n;
-      b.in = src;
-      b.in_gs = src_gs;
-      b.ngroups = G;
-      b.nsrc = 1;
-      b.ndst = lo;
-      b.log_n = ctx->log_n;
-      b.primes = tb->primes_dev;
-      b.consts = tb->ones;
-      b.center = 1;
-      b.src_prime[0] = level;
-      for (int i = 0; i < lo; ++i) {
-        b.dst_prime[i] = level + 1 + i;
-        b.dst_row[i] = i;
-      }
-      st = fh__ckks_submit(&L, FH_K_CKKS_BCONV, &b, sizeof b);
+      fh_ckks_ew_args f;
+      fh__ckks_ew_init(&L, &f, FH_CKKS_EW_LIFT, G, p + 1, lo);
+      f.out = t;
+      f.out_gs = (int64_t)lo * n;
+      f.b = src;
+      f.b_gs = src_gs;
+      const uint64_t qd = tb->host[level].q;
+      f.drop_half = qd / 2;
+      for (int i = 0; i < lo; ++i) f.k[i] = qd % tb->host[level + 1 + i].q;
+      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
     }
     if (st == FH_OK && ntt) st = fh__ckks_ntt(&L, true, t, (int64_t)lo * n, t, (int64_t)lo * n, G, p + 1, lo);
     if (st == FH_OK && ntt) {
