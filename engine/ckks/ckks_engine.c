@@ -1039,11 +1039,12 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
   fh__ckks_ks_geo k;
   ks_geo_of(tb, level, &k);
   const int64_t n = k.n;
-  fh_tensor *D = NULL, *acc = NULL, *W = NULL, *T = NULL;
-  int64_t dshape[4] = {G, k.ndig, k.lk, n}, ashape[4] = {G, 2, k.lk, n};
+  fh_tensor *D = NULL, *acc = NULL, *W = NULL, *T = NULL, *S = NULL;
+  int64_t dshape[4] = {G, k.ndig, k.lk, n}, ashape[4] = {G, 2, k.lk, n}, sshape[3] = {G, k.la, n};
+  const bool cuda = fh_device_is_cuda(L->dev);
   fh_status st;
   if ((st = fh__ckks_temp(L, 4, dshape, &D)) || (st = fh__ckks_temp(L, 4, ashape, &acc)) ||
-      (st = ks_temps(L, &k, G, &W, &T)))
+      (cuda && (st = fh__ckks_temp(L, 3, sshape, &S))) || (st = ks_temps(L, &k, G, &W, &T)))
     goto done;
   /* 1-3. mod-up, NTT of the extended digits, inner product with the key: one launch
    * (fh_ckks_ks_core_args), D its scratch */
@@ -1057,6 +1058,8 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
     c.out_cs = (int64_t)k.lk * n;
     c.key = key_digits(&k, key, &c.key_ds, &c.key_cs);
     memcpy(c.key_row, k.qp, sizeof(int32_t) * (size_t)k.lk);
+    c.scaled = S ? fh__ckks_ptr(S) : NULL;
+    c.scaled_gs = (int64_t)k.la * n;
     if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &c, sizeof c))) goto done;
   }
   st = ks_moddown(e, L, level, &k, G, fh__ckks_ptr(acc), fh__ckks_ptr(W), fh__ckks_ptr(T), ntt_out, out0, out1,
@@ -1066,6 +1069,7 @@ done:
   if (acc) fh_tensor_release(acc);
   if (W) fh_tensor_release(W);
   if (T) fh_tensor_release(T);
+  if (S) fh_tensor_release(S);
   return st;
 }
 

@@ -597,9 +597,33 @@ fh_status k_modup(const void *argp, void *stream) {
  *      scratch tile and accumulates the product with the key's two rows, then writes
  *      both outputs: the transformed digits never go back to memory.
  * Small rings (N <= NTT_TILE) run the three kernels in turn. */
+constexpr uint64_t KS_FLAG = (uint64_t)1 << 63;
+
+/* ks0: a block per (source row, coefficient range): [x * shat_inv]_{s} of the row's digit,
+ * once, with KS_FLAG set when it is above s / 2 (primes are below 2^63, so bit 63 is free) */
+__global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+  const fh_ckks_modup_args &u = a.up;
+  const int row = blockIdx.y;
+  int jd = 0;
+  while (jd + 1 < u.ndigits && u.first[jd + 1] <= row) ++jd;
+  const int i = row - u.first[jd];
+  const uint64_t q = u.primes[u.prime[row]].q, half = q >> 1;
+  const uint64_t w = u.consts[jd][2 * i], ws = u.consts[jd][2 * i + 1];
+  const int64_t n = (int64_t)1 << u.log_n;
+  GROUPS(g, u.ngroups) {
+    const uint64_t *x = u.in + g * u.in_gs + (int64_t)row * n;
+    uint64_t *y = a.scaled + g * a.scaled_gs + (int64_t)row * n;
+    COEFFS(j, n) {
+      const uint64_t v = fh_shoup_mul(x[j], w, ws, q);
+      y[j] = v | (v > half ? KS_FLAG : 0);
+    }
+  }
+}
+
 __global__ void __launch_bounds__(NTT_THREADS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ uint64_t smt[1];
+  __shared__ uint64_t corr[FH_CKKS_MAX_PRIMES + 1]; /* corr[m] = m * S mod t, S the digit's product */
   const fh_ckks_modup_args &u = a.up;
   const int jd = blockIdx.y / u.nrows, r = blockIdx.y - jd * u.nrows;
   const int ns = u.nsrc[jd], f = u.first[jd];
@@ -612,13 +636,17 @@ __global__ void __launch_bounds__(NTT_THREADS) ks1_kernel(const __grid_constant_
   const int p = u.prime[r];
   const fh_ckks_prime c = u.primes[p];
   const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
-  const uint64_t *shat_inv = u.consts[jd], *row = u.consts[jd] + 2 * ns + (int64_t)t * ns;
+  const uint64_t *row = u.consts[jd] + 2 * ns + (int64_t)t * ns;
   if (!own && u.center && threadIdx.x == 0)
     smt[0] = fh_mod_mul(row[0], u.primes[u.prime[f]].q % c.bar.q, &c.bar);
+  __syncthreads();
+  if (!own && u.center)
+    for (int m = threadIdx.x; m <= ns; m += blockDim.x) corr[m] = fh_mod_mul((uint64_t)m, smt[0], &c.bar);
   __syncthreads();
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, u.ngroups) {
     const uint64_t *in = u.in + g * u.in_gs;
+    const uint64_t *ys = a.scaled + g * a.scaled_gs + (int64_t)f * n; /* ks0's scaled rows of the digit */
     for (int e = threadIdx.x; e < tile; e += blockDim.x) {
       const int k = e / cols, col = e - k * cols;
       const int64_t j = (int64_t)k * n2 + c0 + col;
@@ -630,16 +658,15 @@ __global__ void __launch_bounds__(NTT_THREADS) ks1_kernel(const __grid_constant_
         uint64_t acc_r = 0;
         unsigned __int128 acc = 0;
         for (int i = 0; i < ns; ++i) {
-          const uint64_t qi = u.primes[u.prime[f + i]].q;
-          const uint64_t y = fh_shoup_mul(in[(int64_t)(f + i) * n + j], shat_inv[2 * i], shat_inv[2 * i + 1], qi);
-          cnt += y > (qi >> 1);
-          acc += (unsigned __int128)y * row[i];
+          const uint64_t yv = ys[(int64_t)i * n + j];
+          cnt += (uint32_t)(yv >> 63);
+          acc += (unsigned __int128)(yv & ~KS_FLAG) * row[i];
           if ((i & 15) == 15 || i == ns - 1) { /* each product < 2^124: reduce every 16 terms */
             acc_r = fh_mod_add(acc_r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), &c.bar), c.q);
             acc = 0;
           }
         }
-        if (u.center && cnt) acc_r = fh_mod_sub(acc_r, fh_mod_mul(cnt, smt[0], &c.bar), c.q);
+        if (u.center && cnt) acc_r = fh_mod_sub(acc_r, corr[cnt], c.q);
         v = acc_r;
       }
       sm[e] = v;
@@ -741,6 +768,9 @@ fh_status k_ks_core(const void *argp, void *stream) {
   cudaStream_t h = (cudaStream_t)stream;
   const int64_t n = (int64_t)1 << u->log_n;
   const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(u->ngroups);
+  const int nsrc_rows = u->first[u->ndigits - 1] + u->nsrc[u->ndigits - 1];
+  if (a->scaled == NULL) return fh_error_set(FH_ERR_EXECUTION, "ckks_ks_core: no scratch for the scaled sources");
+  ks0_kernel<<<dim3(blocks_for(n, EW_THREADS), nsrc_rows, gz), EW_THREADS, 0, h>>>(*a);
   ks1_kernel<<<dim3(tiles, u->ndigits * u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
   ks2_kernel<<<dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
   return launched("kernel 'ckks_ks_core'");
@@ -751,9 +781,26 @@ fh_status k_ks_core(const void *argp, void *stream) {
  *      prime coefficient by coefficient and runs the NTT's column stages into the scratch;
  * md2: a block per (Q row, chunk tile, group) runs the chunk stages and writes
  *      (a - t) P^-1 (+ add) straight from shared memory. */
+/* md0: the P rows scaled by their shat_inv in place, once (KS_FLAG as in ks0) */
+__global__ void __launch_bounds__(EW_THREADS) md0_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+  const fh_ckks_bconv_args &b = a.conv;
+  const int i = blockIdx.y;
+  const uint64_t q = b.primes[b.src_prime[i]].q, half = q >> 1;
+  const uint64_t w = b.consts[2 * i], ws = b.consts[2 * i + 1];
+  const int64_t n = (int64_t)1 << b.log_n;
+  GROUPS(g, b.ngroups) {
+    uint64_t *x = (uint64_t *)b.in + g * b.in_gs + (int64_t)b.src_row[i] * n;
+    COEFFS(j, n) {
+      const uint64_t v = fh_shoup_mul(x[j], w, ws, q);
+      x[j] = v | (v > half ? KS_FLAG : 0);
+    }
+  }
+}
+
 __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ uint64_t smt[1];
+  __shared__ uint64_t corr[FH_CKKS_MAX_PRIMES + 1]; /* corr[m] = m * P mod q_l */
   const fh_ckks_bconv_args &b = a.conv;
   const int l = blockIdx.y, ns = b.nsrc;
   const ntt_split sp = ntt_split_of(b.log_n);
@@ -763,13 +810,16 @@ __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant_
   const int p = b.dst_prime[l];
   const fh_ckks_prime c = b.primes[p];
   const ntt_prime P = ntt_prime_at(b.primes, a.ntt, p, b.log_n, true);
-  const uint64_t *shat_inv = b.consts, *row = b.consts + 2 * ns + (int64_t)l * ns;
+  const uint64_t *row = b.consts + 2 * ns + (int64_t)l * ns;
   if (b.center && ns > 0 && threadIdx.x == 0)
     smt[0] = fh_mod_mul(row[0], b.primes[b.src_prime[0]].q % c.bar.q, &c.bar);
   __syncthreads();
+  if (b.center && ns > 0)
+    for (int m = threadIdx.x; m <= ns; m += blockDim.x) corr[m] = fh_mod_mul((uint64_t)m, smt[0], &c.bar);
+  __syncthreads();
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, b.ngroups) {
-    const uint64_t *in = b.in + g * b.in_gs;
+    const uint64_t *in = b.in + g * b.in_gs; /* md0's scaled rows */
     for (int e = threadIdx.x; e < NTT_TILE; e += blockDim.x) {
       const int k = e / cols, col = e - k * cols;
       const int64_t j = (int64_t)k * n2 + c0 + col;
@@ -777,16 +827,15 @@ __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant_
       uint64_t acc_r = 0;
       unsigned __int128 acc = 0;
       for (int i = 0; i < ns; ++i) {
-        const uint64_t qi = b.primes[b.src_prime[i]].q;
-        const uint64_t y = fh_shoup_mul(in[(int64_t)b.src_row[i] * n + j], shat_inv[2 * i], shat_inv[2 * i + 1], qi);
-        cnt += y > (qi >> 1);
-        acc += (unsigned __int128)y * row[i];
+        const uint64_t yv = in[(int64_t)b.src_row[i] * n + j];
+        cnt += (uint32_t)(yv >> 63);
+        acc += (unsigned __int128)(yv & ~KS_FLAG) * row[i];
         if ((i & 15) == 15 || i == ns - 1) {
           acc_r = fh_mod_add(acc_r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), &c.bar), c.q);
           acc = 0;
         }
       }
-      if (b.center && cnt) acc_r = fh_mod_sub(acc_r, fh_mod_mul(cnt, smt[0], &c.bar), c.q);
+      if (b.center && cnt) acc_r = fh_mod_sub(acc_r, corr[cnt], c.q);
       sm[e] = acc_r;
     }
     __syncthreads();
@@ -877,6 +926,7 @@ fh_status k_moddown(const void *argp, void *stream) {
   }
   cudaStream_t h = (cudaStream_t)stream;
   const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(b->ngroups);
+  if (b->nsrc > 0) md0_kernel<<<dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h>>>(*a);
   md1_kernel<<<dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h>>>(*a);
   md2_kernel<<<dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h>>>(*a);
   return launched("kernel 'ckks_moddown'");

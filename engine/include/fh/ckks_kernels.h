@@ -241,6 +241,12 @@ typedef struct fh_ckks_ks_core_args {
   const uint64_t *key;
   int64_t key_ds, key_cs;
   int32_t key_row[FH_CKKS_MAX_PRIMES];
+  /* scratch of the digits' source rows ([G][rows of all digits][N], group stride
+   * scaled_gs): on CUDA each source residue is scaled by its digit's shat_inv once
+   * here (bit 63 flags the centred lift) instead of once per target row; unused on
+   * the CPU, contents afterwards unspecified */
+  uint64_t *scaled;
+  int64_t scaled_gs;
 } fh_ckks_ks_core_args;
 
 /* ---- the mod-down of a key switch, NTT-domain result ------------------------------
@@ -250,7 +256,8 @@ typedef struct fh_ckks_ks_core_args {
  *   out[c] row (g, l) = (a row (gg, l) - NTT(conv(gg))[l]) * c_const[l]  (+ add[c] row (g, l))
  * (Shoup products by c_const[l] = P^-1 mod q_l). a row (gg, l) at a + gg * a_gs + l * N (NTT
  * domain), out[c] / add[c] rows at + g * out_gs / add_gs + l * N; add[c] may be NULL. The
- * scratch's contents afterwards are unspecified. What FH_K_CKKS_BCONV, FH_K_CKKS_NTT and
+ * scratch's contents afterwards are unspecified, and so are conv.in's (CUDA scales the P
+ * rows there in place, once, instead of once per target row). What FH_K_CKKS_BCONV, FH_K_CKKS_NTT and
  * two FH_K_CKKS_EW (SUB_ADD_MUL) do in turn, with the same result; on CUDA the conversion
  * is fused into the NTT's first kernel and the subtraction into its second. */
 typedef struct fh_ckks_moddown_args {
