@@ -170,7 +170,7 @@ static fh_status add_leaf(bld *b, fh_tensor *t) {
   if (!b->want_leaves) return FH_OK;
   if (b->nleaves == b->cap) {
     int64_t cap = b->cap ? 2 * b->cap : 16;
-    fh_tensor **l = realloc(b->leaves, sizeof *l * (size_t)cap);
+    fh_tensor **l = fh_realloc(b->leaves, sizeof *l * (size_t)cap);
     if (l == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory walking a tree");
     b->leaves = l;
     b->cap = cap;
@@ -228,15 +228,15 @@ static fh_status build_node(bld *b, int idx, int depth, fh_tree_sig **out) {
   if (!lua_checkstack(L, 8)) return werr(&b->w, FH_ERR_MEMORY, "Lua stack exhausted");
   b->w.seen[b->w.path.depth] = self;
   int64_t n = ti.n;
-  fh_tree_sig **children = calloc(n ? (size_t)n : 1, sizeof *children);
-  skey *keys = ti.kind == FH_TREE_DICT ? calloc(n ? (size_t)n : 1, sizeof *keys) : NULL;
-  const char **kp = ti.kind == FH_TREE_DICT ? calloc(n ? (size_t)n : 1, sizeof *kp) : NULL;
-  size_t *kl = ti.kind == FH_TREE_DICT ? calloc(n ? (size_t)n : 1, sizeof *kl) : NULL;
+  fh_tree_sig **children = fh_calloc(n ? (size_t)n : 1, sizeof *children);
+  skey *keys = ti.kind == FH_TREE_DICT ? fh_calloc(n ? (size_t)n : 1, sizeof *keys) : NULL;
+  const char **kp = ti.kind == FH_TREE_DICT ? fh_calloc(n ? (size_t)n : 1, sizeof *kp) : NULL;
+  size_t *kl = ti.kind == FH_TREE_DICT ? fh_calloc(n ? (size_t)n : 1, sizeof *kl) : NULL;
   if (children == NULL || (ti.kind == FH_TREE_DICT && (keys == NULL || kp == NULL || kl == NULL))) {
-    free(children);
-    free(keys);
-    free(kp);
-    free(kl);
+    fh_free(children);
+    fh_free(keys);
+    fh_free(kp);
+    fh_free(kl);
     return fh_error_set(FH_ERR_MEMORY, "out of memory walking a tree");
   }
   if (ti.kind == FH_TREE_DICT) {
@@ -278,10 +278,10 @@ static fh_status build_node(bld *b, int idx, int depth, fh_tree_sig **out) {
   } else {
     for (int64_t i = 0; i < done; ++i) fh_tree_sig_release(children[i]);
   }
-  free(children);
-  free(keys);
-  free(kp);
-  free(kl);
+  fh_free(children);
+  fh_free(keys);
+  fh_free(kp);
+  fh_free(kl);
   return st;
 }
 
@@ -294,11 +294,11 @@ fh_status fh__lua_tree_build(lua_State *L, int idx, const char *root, fh_tree_si
   b.want_leaves = leaves != NULL;
   fh_status st = build_node(&b, idx, 0, sig);
   if (st != FH_OK) {
-    free(b.leaves);
+    fh_free(b.leaves);
     return st;
   }
   if (leaves) {
-    if (b.leaves == NULL && (b.leaves = malloc(sizeof(fh_tensor *))) == NULL) {
+    if (b.leaves == NULL && (b.leaves = fh_malloc(sizeof(fh_tensor *))) == NULL) {
       fh_tree_sig_release(*sig);
       return fh_error_set(FH_ERR_MEMORY, "out of memory walking a tree");
     }

@@ -177,11 +177,11 @@ fh_status fh_stream_new(fh_device dev, int priority, fh_stream **out) {
   int p = priority;
   if (p > g_prio_least[dev.index]) p = g_prio_least[dev.index];
   if (p < g_prio_greatest[dev.index]) p = g_prio_greatest[dev.index];
-  fh_stream *s = (fh_stream *)calloc(1, sizeof *s);
+  fh_stream *s = (fh_stream *)fh_calloc(1, sizeof *s);
   if (s == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory creating a stream");
   cudaError_t e = cudaStreamCreateWithPriority(&s->h, cudaStreamNonBlocking, p);
   if (e != cudaSuccess) {
-    free(s);
+    fh_free(s);
     return fh__cuda_fail(e, "cudaStreamCreateWithPriority");
   }
   fh_rc_init(&s->rc);
@@ -208,7 +208,7 @@ static size_t g_ndefer_events, g_capdefer_events;
 static bool defer_push(void ***arr, size_t *n, size_t *cap, void *p) {
   if (*n == *cap) {
     size_t c = *cap ? 2 * *cap : 16;
-    void **a = (void **)realloc(*arr, c * sizeof *a);
+    void **a = (void **)fh_realloc(*arr, c * sizeof *a);
     if (a == NULL) return false;
     *arr = a;
     *cap = c;
@@ -223,7 +223,7 @@ static void stream_destroy(fh_stream *s) {
   if (fh__cuda_use_device(s->dev.index) == FH_OK) (void)cudaStreamDestroy(s->h);
   (void)cudaGetLastError();
   fh_error_clear();
-  free(s);
+  fh_free(s);
 }
 
 void fh__cuda_process_deferred_destroys(void) {
@@ -240,8 +240,8 @@ void fh__cuda_process_deferred_destroys(void) {
   for (size_t i = 0; i < ns; ++i) stream_destroy(ss[i]);
   for (size_t i = 0; i < ne; ++i) (void)cudaEventDestroy(es[i]);
   (void)cudaGetLastError();
-  free(ss);
-  free(es);
+  fh_free(ss);
+  fh_free(es);
 }
 
 void fh_stream_release(fh_stream *s) {
@@ -352,7 +352,7 @@ fh_status fh_stream_wait_stream(fh_stream *s, fh_stream *other) {
 fh_status fh_event_new(bool timing, fh_event **out) {
   if (!fh_cuda_is_available())
     return fh_error_set(FH_ERR_CUDA, "CUDA is not available: %s", fh_cuda_unavailable_reason());
-  fh_event *e = (fh_event *)calloc(1, sizeof *e);
+  fh_event *e = (fh_event *)fh_calloc(1, sizeof *e);
   if (e == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory creating an event");
   fh_rc_init(&e->rc);
   e->timing = timing;
@@ -377,7 +377,7 @@ void fh_event_release(fh_event *e) {
     if (!deferred) (void)cudaEventDestroy(e->ev); /* safe while pending: resources go when it completes */
     (void)cudaGetLastError();
   }
-  free(e);
+  fh_free(e);
 }
 
 fh_status fh_event_record(fh_event *e, fh_stream *s) {
