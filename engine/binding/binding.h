@@ -156,7 +156,8 @@ void fh__lua_push_value(lua_State *L, fh_value *v);
 
 /* Signature of the tree at idx (new reference) and, when `leaves` is not
  * NULL, a malloc'd array of its sig->nleaves leaf tensors (borrowed from the
- * tree, valid while the tree is alive; fh_free() the array). */
+ * tree, valid while the tree is alive; fh_free() the array). On failure
+ * *sig is NULL and nothing is owned. */
 fh_status fh__lua_tree_build(lua_State *L, int idx, const char *root, fh_tree_sig **sig, fh_tensor ***leaves);
 /* Validate the tree at idx against `sig`: structure, tensor topology and
  * exact state; the first mismatch is an error of `kind` (e.g.

@@ -299,7 +299,7 @@ static int buf_gc(lua_State *L) {
 static void push_buffer_value(lua_State *L, fh_buffer *b) {
   int64_t n = fh_buffer_nleaves(b);
   leaf_guard *g = push_guard(L, n);
-  fh__lua_check(L, fh_buffer_leaves(b, g->t));
+  if (fh_buffer_leaves(b, g->t) != FH_OK) fh__lua_error_named(L, "ReusableValueBuffer.value");
   push_tree_from_guard(L, fh_buffer_signature(b), g);
   lua_remove(L, -2);
 }

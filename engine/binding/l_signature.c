@@ -201,6 +201,7 @@ static fh_status build_node(bld *b, int idx, int depth, fh_tree_sig **out) {
     if ((st = fh_tree_sig_tensor(ti.t, out)) != FH_OK) return wprefix(&b->w, st);
     if ((st = add_leaf(b, ti.t)) != FH_OK) {
       fh_tree_sig_release(*out);
+      *out = NULL; /* a failed build returns no signature (the caller may release what it got) */
       return st;
     }
     return FH_OK;
@@ -210,6 +211,7 @@ static fh_status build_node(bld *b, int idx, int depth, fh_tree_sig **out) {
     for (int i = 0; i < ti.v->ntensors; ++i)
       if ((st = add_leaf(b, ti.v->tensors[i])) != FH_OK) {
         fh_tree_sig_release(*out);
+        *out = NULL;
         return st;
       }
     return FH_OK;
@@ -292,14 +294,17 @@ fh_status fh__lua_tree_build(lua_State *L, int idx, const char *root, fh_tree_si
   b.w.L = L;
   b.w.root = root ? root : "value";
   b.want_leaves = leaves != NULL;
+  *sig = NULL;
   fh_status st = build_node(&b, idx, 0, sig);
   if (st != FH_OK) {
     fh_free(b.leaves);
+    *sig = NULL;
     return st;
   }
   if (leaves) {
     if (b.leaves == NULL && (b.leaves = fh_malloc(sizeof(fh_tensor *))) == NULL) {
       fh_tree_sig_release(*sig);
+      *sig = NULL;
       return fh_error_set(FH_ERR_MEMORY, "out of memory walking a tree");
     }
     *leaves = b.leaves;

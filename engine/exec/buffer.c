@@ -79,9 +79,14 @@ size_t fh_leaves_nbytes(fh_tensor *const *leaves, int64_t n) {
   return s;
 }
 
+/* Release t[0..n) and clear the slots: a failed call hands back no
+ * references (its caller may release what the array holds). */
 static void release_all(fh_tensor **t, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
-    if (t[i]) fh_tensor_release(t[i]);
+    if (t[i]) {
+      fh_tensor_release(t[i]);
+      t[i] = NULL;
+    }
 }
 
 fh_status fh_exec_refuse_in_capture(const char *what, const char *why) {

@@ -554,19 +554,24 @@ static json_t *build_json(const fh_trace *t) {
 fh_status fh_trace_save_json(const fh_trace *t, const char *path) {
   json_t *root = build_json(t);
   if (root == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory building the trace JSON");
+  /* serialized in memory first: running out of memory is a MemoryError, and
+   * only what the file system refuses an IOError */
+  char *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(12));
+  json_decref(root);
+  if (text == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory writing the trace JSON");
   FILE *f = fh_fopen(path, "w");
   if (f == NULL) {
     int e = errno;
-    json_decref(root);
+    fh_free(text);
     return fh_error_set(FH_ERR_IO, "cannot open '%s': %s", path, strerror(e));
   }
+  size_t len = strlen(text);
   /* one write of the whole JSON for fault injection (fh/fault.h) */
   bool fault = fh_fault_io_now();
-  int rc = fault ? -1 : json_dumpf(root, f, JSON_COMPACT | JSON_REAL_PRECISION(12));
-  json_decref(root);
-  int werr = fault ? EIO : ferror(f) ? errno : 0;
+  size_t w = fault ? 0 : fwrite(text, 1, len, f);
+  fh_free(text);
+  int werr = fault ? EIO : (w != len || ferror(f)) ? (errno ? errno : EIO) : 0;
   if (fh_fclose(f) != 0 && werr == 0) werr = errno;
-  if (rc != 0 || werr != 0)
-    return fh_error_set(FH_ERR_IO, "cannot write '%s': %s", path, strerror(werr ? werr : EIO));
+  if (werr != 0) return fh_error_set(FH_ERR_IO, "cannot write '%s': %s", path, strerror(werr));
   return FH_OK;
 }
