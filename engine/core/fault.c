@@ -3,7 +3,6 @@
 #include "fh/fault.h"
 
 #ifdef FH_FAULTS
-#include <jansson.h>
 #include <stdatomic.h>
 
 static atomic_uint_fast64_t counts[2], armed[2], injected[2];
@@ -21,10 +20,6 @@ static uint64_t env_ordinal(const char *name) {
   return (uint64_t)v;
 }
 
-/* Jansson's allocations count at the alloc site too (its callers handle NULL). */
-static void *json_alloc(size_t n) { return fh_malloc(n); }
-static void json_release(void *p) { free(p); }
-
 static void init_once(void) {
   int expected = 0;
   if (atomic_load(&initialised) == 2) return;
@@ -36,7 +31,6 @@ static void init_once(void) {
   atomic_store(&armed[FH_FAULT_ALLOC], env_ordinal("FHELIUM_FAULT_ALLOC"));
   atomic_store(&armed[FH_FAULT_IO], env_ordinal("FHELIUM_FAULT_IO"));
   atomic_store(&initialised, 2);
-  json_set_alloc_funcs(json_alloc, json_release);
 }
 
 bool fh__fault_hit(fh_fault_site site) {

@@ -110,10 +110,17 @@ static fh_status enc_tensor(enc *e, const char *name, fh_tensor *t, json_t **out
   e->tensors[i] = t;
   json_t *j = json_pack("{s:s, s:s, s:b}", "tensor", name, "dtype", fh_dtype_name((fh_dtype)t->dtype),
                         "requires_grad", t->requires_grad);
-  if (j == NULL) return fh_error_set(FH_ERR_VALUE, "tensor name %.80s is not valid UTF-8", name);
+  if (j == NULL) {
+    if (fh_st_utf8_valid(name, strlen(name))) return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
+    return fh_error_set(FH_ERR_VALUE, "tensor name %.80s is not valid UTF-8", name);
+  }
   *out = j;
   return FH_OK;
 }
+
+/* json_array_append_new that also fails for a NULL value (a failed
+ * json_integer...): 0 on success. Takes v's reference either way. */
+static int append_new(json_t *a, json_t *v) { return v == NULL ? -1 : json_array_append_new(a, v); }
 
 static json_t *meta_json(const fh_value_state *st) {
   fh_meta_entry m[FH_META_MAX];
@@ -127,7 +134,11 @@ static json_t *meta_json(const fh_value_state *st) {
       case FH_META_STRING: v = json_string(m[i].s); break;
       default:
         v = json_array();
-        for (int k = 0; v && k < m[i].nlist; ++k) json_array_append_new(v, json_integer(m[i].list[k]));
+        for (int k = 0; v && k < m[i].nlist; ++k)
+          if (append_new(v, json_integer(m[i].list[k])) != 0) {
+            json_decref(v);
+            v = NULL;
+          }
     }
     if (v == NULL || json_object_set_new(o, m[i].key, v) != 0) {
       json_decref(o);
@@ -140,12 +151,17 @@ static json_t *meta_json(const fh_value_state *st) {
 static fh_status enc_context(enc *e, const fh_ckks_context *c) {
   if (json_object_get(e->contexts, c->id)) return FH_OK;
   json_t *q = json_array(), *p = json_array();
-  for (int i = 0; q && i < c->num_q; ++i) json_array_append_new(q, json_integer((json_int_t)c->primes[i]));
-  for (int i = 0; p && i < c->num_p; ++i) json_array_append_new(p, json_integer((json_int_t)c->primes[c->num_q + i]));
+  int bad = q == NULL || p == NULL;
+  for (int i = 0; !bad && i < c->num_q; ++i) bad |= append_new(q, json_integer((json_int_t)c->primes[i]));
+  for (int i = 0; !bad && i < c->num_p; ++i) bad |= append_new(p, json_integer((json_int_t)c->primes[c->num_q + i]));
+  if (bad) {
+    json_decref(q);
+    json_decref(p);
+    return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
+  }
   json_t *o = json_pack("{s:I, s:f, s:o, s:o}", "ring_degree", (json_int_t)c->ring_degree, "default_scale",
                         c->default_scale, "q_primes", q, "p_primes", p);
   /* the non-default layout fields (their absence means the default) */
-  int bad = 0;
   if (o && c->galois_generator != 5)
     bad |= json_object_set_new(o, "galois_generator", json_integer(c->galois_generator));
   if (o && c->max_level != c->num_q - 2) bad |= json_object_set_new(o, "max_level", json_integer(c->max_level));
@@ -222,6 +238,10 @@ static fh_status enc_node(enc *e, const fh_tree_sig *s, fh_tensor *const *leaves
       for (int64_t i = 0; i < s->nchildren; ++i) {
         if (keys) {
           json_t *k = json_stringn(s->keys[i], s->key_lens[i]);
+          if (k == NULL && fh_st_utf8_valid(s->keys[i], s->key_lens[i])) {
+            json_decref(j);
+            return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
+          }
           if (k == NULL) {
             json_decref(j);
             char q[160];
@@ -229,7 +249,10 @@ static fh_status enc_node(enc *e, const fh_tree_sig *s, fh_tensor *const *leaves
             return fh_error_set(FH_ERR_VALUE, "dict key %s at value%s is not valid UTF-8 and cannot be saved", q,
                                 name);
           }
-          json_array_append_new(keys, k);
+          if (json_array_append_new(keys, k) != 0) {
+            json_decref(j);
+            return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
+          }
         }
         char *cn = child_name(name, s, i);
         json_t *c = NULL;
@@ -239,7 +262,10 @@ static fh_status enc_node(enc *e, const fh_tree_sig *s, fh_tensor *const *leaves
           json_decref(j);
           return st;
         }
-        json_array_append_new(items, c);
+        if (json_array_append_new(items, c) != 0) {
+          json_decref(j);
+          return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
+        }
       }
       *out = j;
       return FH_OK;
@@ -786,8 +812,14 @@ static fh_status dec_value(dec *d, json_t *j, fh_tree_sig **out) {
   for (int i = 0; i < nt; ++i) fh_tensor_release(ts[i]);
   if (st != FH_OK) return st;
   st = fh_tree_sig_value(val, out);
+  bool made = st == FH_OK;
   for (int i = 0; st == FH_OK && i < val->ntensors; ++i) st = push_leaf(d, val->tensors[i]);
   fh_value_release(val);
+  if (st != FH_OK && made) {
+    /* a failed node returns no signature (its leaves already pushed are the decoder's) */
+    fh_tree_sig_release(*out);
+    *out = NULL;
+  }
   return st;
 }
 
@@ -802,7 +834,10 @@ static fh_status dec_node(dec *d, json_t *j, int depth, fh_tree_sig **out) {
     fh_tensor *t = NULL;
     if ((st = dec_tensor(d, j, "tensor node", &t)) != FH_OK) return st;
     st = fh_tree_sig_tensor(t, out);
-    if (st == FH_OK) st = push_leaf(d, t);
+    if (st == FH_OK && (st = push_leaf(d, t)) != FH_OK) {
+      fh_tree_sig_release(*out);
+      *out = NULL;
+    }
     fh_tensor_release(t);
     return st;
   }
@@ -977,6 +1012,10 @@ static fh_status decode(dec *d, fh_tree_sig **sig, fh_tensor ***leaves) {
   json_t *ctxs = NULL;
   if (ctx_s) {
     ctxs = json_loads(ctx_s, JSON_REJECT_DUPLICATES, &jerr);
+    if (ctxs == NULL && json_error_code(&jerr) == json_error_out_of_memory) {
+      st = fh_error_set(FH_ERR_MEMORY, "out of memory reading a value file's %s", KEY_CONTEXTS);
+      goto done;
+    }
     if (ctxs == NULL || !json_is_object(ctxs)) {
       json_decref(ctxs);
       st = fh_error_set(FH_ERR_VALUE, "corrupt value file: %s is not a JSON object", KEY_CONTEXTS);
@@ -987,6 +1026,10 @@ static fh_status decode(dec *d, fh_tree_sig **sig, fh_tensor ***leaves) {
   /* dict keys may hold NUL bytes (Lua strings do); every other string is
    * checked with jstr */
   tree = json_loads(tree_s, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+  if (tree == NULL && json_error_code(&jerr) == json_error_out_of_memory) {
+    st = fh_error_set(FH_ERR_MEMORY, "out of memory reading a value file's %s", KEY_TREE);
+    goto done;
+  }
   if (tree == NULL) {
     st = fh_error_set(FH_ERR_VALUE, "corrupt value file: %s is not valid JSON (%.120s)", KEY_TREE, jerr.text);
     goto done;

@@ -180,6 +180,20 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
   return k;
 }
 
+bool fh_st_utf8_valid(const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  for (size_t i = 0; i < n;) {
+    if (u[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t k = utf8_len(u + i, n - i);
+    if (k == 0) return false;
+    i += k;
+  }
+  return true;
+}
+
 static int hexval(int c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -728,6 +742,7 @@ fh_status fh_st_build_header(const fh_st_entry *entries, int64_t n, const char *
     for (int64_t i = 0; i < nmeta; ++i) {
       json_t *s = json_string(meta_values[i]);
       if (s == NULL) {
+        if (fh_st_utf8_valid(meta_values[i], strlen(meta_values[i]))) goto oom;
         st = fh_error_set(FH_ERR_VALUE, "metadata value of '%s' is not valid UTF-8", meta_keys[i]);
         goto fail;
       }
@@ -748,19 +763,27 @@ fh_status fh_st_build_header(const fh_st_entry *entries, int64_t n, const char *
       json_decref(offs);
       goto oom;
     }
-    for (int d = 0; d < entries[i].ndim; ++d) json_array_append_new(shape, json_integer(entries[i].shape[d]));
-    json_array_append_new(offs, json_integer((json_int_t)off));
-    json_array_append_new(offs, json_integer((json_int_t)(off + entries[i].nbytes)));
+    /* every append and set is checked: a header missing a field is a corrupt file
+     * (json_*_new take the new value's reference even when they fail) */
+    int bad = 0;
+    for (int d = 0; d < entries[i].ndim; ++d) bad |= json_array_append_new(shape, json_integer(entries[i].shape[d]));
+    bad |= json_array_append_new(offs, json_integer((json_int_t)off));
+    bad |= json_array_append_new(offs, json_integer((json_int_t)(off + entries[i].nbytes)));
     off += entries[i].nbytes;
-    json_object_set_new(e, "dtype", json_string(dn));
-    json_object_set_new(e, "shape", shape);
-    json_object_set_new(e, "data_offsets", offs);
+    bad |= json_object_set_new(e, "dtype", json_string(dn));
+    bad |= json_object_set_new(e, "shape", shape);
+    bad |= json_object_set_new(e, "data_offsets", offs);
+    if (bad) {
+      json_decref(e);
+      goto oom;
+    }
     if (json_object_get(root, entries[i].name) != NULL) {
       json_decref(e);
       st = fh_error_set(FH_ERR_VALUE, "duplicate tensor name '%s'", entries[i].name);
       goto fail;
     }
     if (json_object_set_new(root, entries[i].name, e) != 0) {
+      if (fh_st_utf8_valid(entries[i].name, strlen(entries[i].name))) goto oom;
       st = fh_error_set(FH_ERR_VALUE, "tensor name '%s' is not valid UTF-8", entries[i].name);
       goto fail;
     }

@@ -2,9 +2,9 @@
 -- fault build (-DFHELIUM_FAULTS=ON: fh._faults exists):
 --   fhelium spec/support/faults_workload.lua count
 --     runs every step once without a fault; prints "count STEP alloc=N io=M"
---   fhelium spec/support/faults_workload.lua sweep SITE STEP FROM TO
+--   fhelium spec/support/faults_workload.lua sweep SITE STEP FROM TO [STRIDE]
 --     for n = FROM..TO: arms the n-th call of SITE ("alloc" or "io") inside
---     STEP, runs the step, disarms, and checks what happened; prints one line
+--     STEP (every STRIDE-th n), runs the step, disarms, and checks; prints one line
 --     per n: "run SITE STEP n ok" (the fault fired, the step succeeded all the
 --     same), "run SITE STEP n error KIND" (a clean MemoryError/IOError naming
 --     the function, everything it touched unchanged and usable) or
@@ -34,9 +34,12 @@ local function read_file(path)
 end
 
 -- ---- shared state (built without faults) ----------------------------------
+-- FHELIUM_FAULTS_DEVICE=cuda:0 (the GPU sweep): the engine, buffers and programs on that device
+local DEV = os.getenv("FHELIUM_FAULTS_DEVICE") or "cpu"
+local Program = DEV == "cpu" and ex.HostGraphProgram or ex.CudaGraphProgram
 local BITS = { log_n = 10, q_bits = { 40, 40, 60 }, p_bits = { 60 }, allow_insecure = true }
 local S = {}
-S.engine = fh.CkksEngine(BITS, { seed = 7 })
+S.engine = fh.CkksEngine(BITS, { seed = 7, device = DEV })
 S.sk = S.engine:create_secret_key()
 S.pk = S.engine:create_public_key(S.sk)
 S.rlk = S.engine:create_relinearization_key(S.sk)
@@ -91,10 +94,10 @@ end
 
 step("tensors", {
   run = function()
-    local a = fh.arange(12, { dtype = "float64" }):view({ 3, 4 })
-    local b = fh.ones({ 3, 4 }, { dtype = "float64" })
+    local a = fh.arange(12, { dtype = "float64", device = DEV }):view({ 3, 4 })
+    local b = fh.ones({ 3, 4 }, { dtype = "float64", device = DEV })
     local c = fh.add(a, b):transpose(1, 2):clone()
-    local u = fh.tensor({ { 1, 2, 3 } }, { dtype = "uint64" })
+    local u = fh.tensor({ { 1, 2, 3 } }, { dtype = "uint64", device = DEV })
     local r = fh.rns.mul(u, u, { 7ULL })
     local s = fh.sum(c)
     local v = type(s) == "number" and s or tonumber(s:item())
@@ -105,7 +108,7 @@ step("tensors", {
 
 step("ckks_keys", {
   run = function()
-    local e = fh.CkksEngine(BITS, { seed = 11 })
+    local e = fh.CkksEngine(BITS, { seed = 11, device = DEV })
     local sk = e:create_secret_key()
     local pk = e:create_public_key(sk)
     local rlk = e:create_relinearization_key(sk)
@@ -170,11 +173,11 @@ step("value_file", {
 
 step("buffer", {
   setup = function()
-    S.buf = ex.ReusableValueBuffer.like(S.ct)
+    S.buf = ex.ReusableValueBuffer.like(S.ct, { device = DEV })
     S.buf:copy_from(S.ct)
   end,
   run = function()
-    local b = ex.ReusableValueBuffer.like({ S.ct, fh.zeros({ 5 }) })
+    local b = ex.ReusableValueBuffer.like({ S.ct, fh.zeros({ 5 }) }, { device = DEV })
     local h = b:copy_from({ S.ct2, fh.ones({ 5 }) })
     h:synchronize()
     if not b.value[1]:equal(S.ct2) then error("buffer: new buffer content", 0) end
@@ -193,11 +196,11 @@ step("buffer", {
 
 step("program", {
   setup = function()
-    S.prog = ex.HostGraphProgram.capture(program, { example_inputs = { S.ct }, warmup = 1 })
+    S.prog = Program.capture(program, { example_inputs = { S.ct }, warmup = 1 })
     S.want_ct = program_expect(S.msg)
   end,
   run = function()
-    local p = ex.HostGraphProgram.capture(program, { example_inputs = { S.ct2 }, warmup = 1 })
+    local p = Program.capture(program, { example_inputs = { S.ct2 }, warmup = 1 })
     local o = p:replay({ S.ct }, { copy_output = true })
     near(slots(S.engine:decrypt_message(o, S.sk, { is_real = true }), 4), S.want_ct, 1e-3, "program: new replay")
     p:close()
@@ -275,11 +278,11 @@ if mode == "count" then
     out("count", name, "alloc=" .. a, "io=" .. i)
   end
 elseif mode == "sweep" then
-  local site, name, from, to = arg[2], arg[3], tonumber(arg[4]), tonumber(arg[5])
+  local site, name, from, to, stride = arg[2], arg[3], tonumber(arg[4]), tonumber(arg[5]), tonumber(arg[6] or 1)
   local st = assert(steps[name], "unknown step " .. tostring(name))
   assert(site == "alloc" or site == "io", "site: alloc or io")
   run_clean(name)
-  for n = from, to do
+  for n = from, to, stride do
     out("begin", site, name, n)
     fh._faults_arm(site == "alloc" and "io" or "alloc", 0)
     local before = fh._faults()[site .. "_injected"]

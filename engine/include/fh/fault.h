@@ -14,8 +14,9 @@
  * return NULL (a CUDA allocation returns cudaErrorMemoryAllocation),
  * FHELIUM_FAULT_IO=N makes the N-th open/read/write/fsync/rename/link/close
  * of a written file fail with errno EIO. A fault fires once; the calls after
- * it succeed again. Jansson's allocations (JSON headers of value files) are
- * routed through the alloc site too.
+ * it succeed again. Jansson's own allocations (inside json_loads, json_dumps,
+ * json_object...) are not counted: Jansson 2.14's json_loads frees a pointer it
+ * never allocated when one of them fails (the sweep found it; docs/faults.md).
  *
  * Ownership: the allocation wrappers return memory the caller owns and frees
  * with fh_free (it is the C library's heap: free() is the same); fh_fopen and
