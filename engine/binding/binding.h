@@ -170,6 +170,9 @@ fh_status fh__lua_tree_validate(lua_State *L, const fh_tree_sig *sig, int idx, c
 /* Push a new tree with sig's structure around `leaves` (values rebuilt with
  * fh_value_sig_build; tensors pushed as they are). Raises on failure. */
 void fh__lua_tree_push(lua_State *L, const fh_tree_sig *sig, fh_tensor *const *leaves);
+/* The same, its errors (a MemoryError building a value) named `name`: for
+ * pushes from __index (buf.value, prog.output), which has no public name. */
+void fh__lua_tree_push_named(lua_State *L, const fh_tree_sig *sig, fh_tensor *const *leaves, const char *name);
 /* Signature userdata: push (retains) / check (any of the three classes
  * that wraps a tree node; raises TypeError otherwise). */
 void fh__lua_push_treesig(lua_State *L, fh_tree_sig *s);

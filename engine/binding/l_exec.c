@@ -91,6 +91,10 @@ static void guard_release(leaf_guard *g) {
 
 /* Push the tree of `sig` around the guard's tensors, then drop the guard's
  * references (the tree holds its own). The guard stays on the stack below. */
+static void push_tree_from_guard_named(lua_State *L, const fh_tree_sig *sig, leaf_guard *g, const char *name) {
+  fh__lua_tree_push_named(L, sig, g->t, name);
+  guard_release(g);
+}
 static void push_tree_from_guard(lua_State *L, const fh_tree_sig *sig, leaf_guard *g) {
   fh__lua_tree_push(L, sig, g->t);
   guard_release(g);
@@ -300,7 +304,7 @@ static void push_buffer_value(lua_State *L, fh_buffer *b) {
   int64_t n = fh_buffer_nleaves(b);
   leaf_guard *g = push_guard(L, n);
   if (fh_buffer_leaves(b, g->t) != FH_OK) fh__lua_error_named(L, "ReusableValueBuffer.value");
-  push_tree_from_guard(L, fh_buffer_signature(b), g);
+  push_tree_from_guard_named(L, fh_buffer_signature(b), g, "ReusableValueBuffer.value");
   lua_remove(L, -2);
 }
 

@@ -428,6 +428,9 @@ fh_status fh__lua_tree_validate(lua_State *L, const fh_tree_sig *sig, int idx, c
 }
 
 /* ---- rebuilding ----------------------------------------------------------------- */
+/* the public name errors of fh__lua_tree_push_named carry (NULL: the running function's) */
+static _Thread_local const char *push_name;
+
 static void push_node(lua_State *L, const fh_tree_sig *s, fh_tensor *const *leaves, int64_t *li) {
   luaL_checkstack(L, 8, "fhelium tree");
   switch (s->kind) {
@@ -439,7 +442,10 @@ static void push_node(lua_State *L, const fh_tree_sig *s, fh_tensor *const *leav
     }
     case FH_TREE_VALUE: {
       fh_value_box *b = fh__lua_newbox(L, sizeof *b, FH_VALUE_MT);
-      fh__lua_check(L, fh_value_sig_build(&s->value, leaves + *li, &b->v));
+      if (fh_value_sig_build(&s->value, leaves + *li, &b->v) != FH_OK) {
+        if (push_name != NULL) fh__lua_error_named(L, push_name);
+        fh__lua_error(L);
+      }
       *li += s->value.ntensors;
       return;
     }
@@ -459,8 +465,14 @@ static void push_node(lua_State *L, const fh_tree_sig *s, fh_tensor *const *leav
 }
 
 void fh__lua_tree_push(lua_State *L, const fh_tree_sig *sig, fh_tensor *const *leaves) {
+  fh__lua_tree_push_named(L, sig, leaves, NULL);
+}
+
+void fh__lua_tree_push_named(lua_State *L, const fh_tree_sig *sig, fh_tensor *const *leaves, const char *name) {
   int64_t li = 0;
-  push_node(L, sig, leaves, &li);
+  push_name = name;
+  push_node(L, sig, leaves, &li); /* an error longjmps out: push_name is reset by the next push */
+  push_name = NULL;
 }
 
 /* ---- signature userdata --------------------------------------------------------- */
