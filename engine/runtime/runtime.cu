@@ -37,8 +37,41 @@ static thread_local int tl_runtime = -1;   /* the runtime's current device, -1 u
 static thread_local fh_stream *tl_current[FH_CUDA_MAX_DEVICES]; /* NULL: the default stream */
 static thread_local fh_stream *tl_launch;
 
+/* The errors after which the context cannot be used again: the CUDA runtime
+ * documents them as leaving the process in an inconsistent state ("the
+ * process must be terminated and relaunched"); cudaGetLastError does not
+ * clear them and every later call of the context returns them. */
+bool fh__cuda_error_is_sticky(cudaError_t e) {
+  switch (e) {
+  case cudaErrorIllegalAddress:
+  case cudaErrorLaunchFailure:
+  case cudaErrorLaunchTimeout:
+  case cudaErrorAssert:
+  case cudaErrorHardwareStackError:
+  case cudaErrorIllegalInstruction:
+  case cudaErrorMisalignedAddress:
+  case cudaErrorInvalidAddressSpace:
+  case cudaErrorInvalidPc:
+  case cudaErrorECCUncorrectable:
+    return true;
+  default:
+    return false;
+  }
+}
+
 fh_status fh__cuda_fail(cudaError_t e, const char *what) {
   (void)cudaGetLastError();
+  if (fh__cuda_error_is_sticky(e)) {
+    /* the device whose context the failing call used: the runtime's current one */
+    int d = tl_runtime;
+    if (cudaGetDevice(&d) != cudaSuccess) d = tl_runtime >= 0 ? tl_runtime : 0;
+    (void)cudaGetLastError();
+    if (!fh__cuda_mark_broken(d, cudaGetErrorName(e), what) && fh__cuda_is_broken(d))
+      return fh__cuda_broken_error(d, what); /* a later call that met the same sticky error */
+    return fh_error_set(FH_ERR_CUDA,
+                        "%s: %s (%s): the CUDA context of cuda:%d is unusable after this error; restart the process",
+                        what, cudaGetErrorName(e), cudaGetErrorString(e), d);
+  }
   fh_status kind = e == cudaErrorMemoryAllocation ? FH_ERR_MEMORY : FH_ERR_CUDA;
   return fh_error_set(kind, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
@@ -105,6 +138,8 @@ static fh_status check_index(int index) {
 }
 
 fh_status fh__cuda_use_device(int index) {
+  /* every CUDA call of the engine passes here first: a broken context fails fast */
+  if (fh__cuda_is_broken(index)) return fh__cuda_broken_error(index, NULL);
   if (tl_runtime == index) return FH_OK;
   FH_CUDA_TRY(cudaSetDevice(index), "cudaSetDevice");
   tl_runtime = index;
