@@ -665,7 +665,11 @@ fh_status fh_buffer_close(fh_buffer *b) {
   if (b->ninflight > 0) {
     /* copies complete in order: the last one's event covers all */
     st = fh_copy_handle_synchronize(b->inflight[b->ninflight - 1]);
-    if (st != FH_OK) return st;
+    if (st != FH_OK) {
+      /* a broken context runs none of the copies again: close all the same */
+      if (!fh__device_is_broken(fh_buffer_device(b))) return st;
+      fh_error_clear();
+    }
     for (int i = 0; i < b->ninflight; ++i) handle_drop_refs(b->inflight[i]);
     drop_inflight(b, b->ninflight);
   }

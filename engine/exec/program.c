@@ -493,7 +493,12 @@ fh_status fh_program_close(fh_program *p) {
   fh_status st = FH_OK;
   if (p->inputs) st = fh_buffer_close(p->inputs); /* waits for pending copies */
   if (st == FH_OK) st = fh_program_synchronize(p);
-  if (st != FH_OK) return st;
+  if (st != FH_OK) {
+    /* a broken context runs nothing it queued again: nothing can still read
+     * the program's memory, so it is released all the same */
+    if (!fh__device_is_broken(p->dev)) return st;
+    fh_error_clear();
+  }
   teardown(p);
   return FH_OK;
 }

@@ -59,6 +59,8 @@ bool fh__cuda_is_broken(int index) {
   return index >= 0 && index < FH_BROKEN_MAX_DEVICES && atomic_load_explicit(&g_broken[index], memory_order_acquire);
 }
 
+bool fh__device_is_broken(fh_device d) { return d.type == FH_DEVICE_CUDA && fh__cuda_is_broken(d.index); }
+
 fh_status fh__cuda_broken_error(int index, const char *what) {
   const char *err = "a sticky error", *by = "a CUDA call";
   if (fh__cuda_is_broken(index)) {

@@ -442,6 +442,7 @@ fh_status fh_event_query(fh_event *e, bool *done) {
     *done = true;
     return FH_OK;
   }
+  if (fh__cuda_is_broken(e->dev.index)) return fh__cuda_broken_error(e->dev.index, NULL);
   cudaError_t r = cudaEventQuery(e->ev);
   if (r == cudaErrorNotReady) {
     (void)cudaGetLastError();
@@ -455,6 +456,8 @@ fh_status fh_event_query(fh_event *e, bool *done) {
 
 fh_status fh_event_synchronize(fh_event *e) {
   if (!e->recorded) return FH_OK;
+  /* an event of a broken context may have completed before the error: waiting says nothing */
+  if (fh__cuda_is_broken(e->dev.index)) return fh__cuda_broken_error(e->dev.index, NULL);
   int tr = fh__trace_on ? fh__trace_begin(FH_TRACE_SYNC, "event synchronize", fh_cpu(), NULL) : FH_TRACE_SKIP;
   cudaError_t r = cudaEventSynchronize(e->ev);
   if (tr != FH_TRACE_SKIP) {

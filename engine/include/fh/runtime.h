@@ -48,6 +48,10 @@ fh_status fh_device_check(fh_device d);
 bool fh__cuda_mark_broken(int index, const char *error_name, const char *what);
 /* True when cuda:`index` is marked broken. Thread-safe, lock-free. */
 bool fh__cuda_is_broken(int index);
+/* True when `d` is a CUDA device marked broken (a CPU device never is). The
+ * close paths use it: on a broken device nothing queued will run again, so
+ * nothing is left to wait for. */
+bool fh__device_is_broken(fh_device d);
 /* Record the CudaError of a broken cuda:`index` ("<what>: " first unless
  * what is NULL) and return FH_ERR_CUDA. */
 fh_status fh__cuda_broken_error(int index, const char *what);
