@@ -53,6 +53,15 @@ describe("scripts/bench/soak.lua", function()
     assert(cli.lines(r.stdout)[#cli.lines(r.stdout)] == "soak: flat=no", what)
   end)
 
+  it("skips a soak given 0 iterations", function()
+    local r = soak { "--device", "cpu", "--replays", "0", "--copies", "3000" }
+    local what = ("exit %s\nstdout:\n%s\nstderr:\n%s"):format(tostring(r.code), r.stdout, r.stderr)
+    assert(r.code == 0, what)
+    assert(r.stdout:find("\nsoak replays skipped %(0 iterations%)\n"), what)
+    assert(not r.stdout:find("soak replays i="), what)
+    assert(r.stdout:find("soak copies growth rss="), what)
+  end)
+
   it("rejects unknown options and bad counts with status 2", function()
     local r = soak { "--replay", "3" }
     assert(r.code == 2 and r.stderr:find("soak: unknown option %-%-replay"), r.stderr)

@@ -21,7 +21,7 @@
 -- after a few collections):
 --   soak replays growth rss=<bytes per 1e5> (tolerance <bytes per 1e5>) flat=yes|no
 --   soak replays growth reserved=<bytes per 1e5> flat=yes|no      (CUDA: must be exactly 0)
--- and a last line "soak: flat=yes" (every curve of both soaks flat) or
+-- (--replays 0 or --copies 0 skips that soak) and a last line "soak: flat=yes" (every curve of both soaks flat) or
 -- "soak: flat=no"; the exit status is 0 for yes, 1 for no.
 -- The target is 0 bytes. Device allocator statistics must not move at all
 -- after warm-up; host RSS is allowed less than one page per 10^4 iterations
@@ -106,6 +106,7 @@ local all_flat = true
 
 -- runs step(i) for i = 1..n, sampling at 0 and at POINTS evenly spaced points
 local function soak(name, n, warmup_min, step)
+  if n == 0 then return out("soak", name, "skipped (0 iterations)") end
   local samples = { sample(0) }
   local function show(s)
     local parts = { "soak", name, "i=" .. s.i }
@@ -210,7 +211,9 @@ do
   end)
   h:synchronize()
   local v = buf.value
-  if not v[1]:equal(host_ct) or v[2]:tolist()[1] ~= COPIES % 7 then error("soak: the buffer's content after the copies") end
+  if not v[1]:cpu():equal(host_ct:cpu()) or v[2]:cpu():tolist()[1] ~= COPIES % 7 then
+    error("soak: the buffer's content after the copies")
+  end
   buf:close()
 end
 
