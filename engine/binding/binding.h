@@ -156,7 +156,8 @@ void fh__lua_push_value(lua_State *L, fh_value *v);
 
 /* Signature of the tree at idx (new reference) and, when `leaves` is not
  * NULL, a malloc'd array of its sig->nleaves leaf tensors (borrowed from the
- * tree, valid while the tree is alive; free() the array). */
+ * tree, valid while the tree is alive; fh_free() the array). On failure
+ * *sig is NULL and nothing is owned. */
 fh_status fh__lua_tree_build(lua_State *L, int idx, const char *root, fh_tree_sig **sig, fh_tensor ***leaves);
 /* Validate the tree at idx against `sig`: structure, tensor topology and
  * exact state; the first mismatch is an error of `kind` (e.g.
@@ -169,6 +170,9 @@ fh_status fh__lua_tree_validate(lua_State *L, const fh_tree_sig *sig, int idx, c
 /* Push a new tree with sig's structure around `leaves` (values rebuilt with
  * fh_value_sig_build; tensors pushed as they are). Raises on failure. */
 void fh__lua_tree_push(lua_State *L, const fh_tree_sig *sig, fh_tensor *const *leaves);
+/* The same, its errors (a MemoryError building a value) named `name`: for
+ * pushes from __index (buf.value, prog.output), which has no public name. */
+void fh__lua_tree_push_named(lua_State *L, const fh_tree_sig *sig, fh_tensor *const *leaves, const char *name);
 /* Signature userdata: push (retains) / check (any of the three classes
  * that wraps a tree node; raises TypeError otherwise). */
 void fh__lua_push_treesig(lua_State *L, fh_tree_sig *s);

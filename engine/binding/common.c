@@ -740,6 +740,38 @@ static int l_set_num_threads(lua_State *L) {
   return 0;
 }
 
+#ifdef FH_FAULTS
+/* Fault builds only (fh/fault.h; not API): fh._faults() -> {enabled=true, alloc=, io=,
+ * alloc_at=, io_at=, alloc_injected=, io_injected=}; fh._faults_arm(site, n): count the
+ * site ("alloc" or "io") from 0 again and fail its n-th call from now (0 disarms). */
+static int l_faults(lua_State *L) {
+  fh_fault_counts c;
+  fh_fault_counts_get(&c);
+  lua_createtable(L, 0, 7);
+  lua_pushboolean(L, 1);
+  lua_setfield(L, -2, "enabled");
+  const struct {
+    const char *name;
+    uint64_t v;
+  } f[] = {{"alloc", c.alloc}, {"io", c.io}, {"alloc_at", c.alloc_at}, {"io_at", c.io_at},
+           {"alloc_injected", c.alloc_injected}, {"io_injected", c.io_injected}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; ++i) {
+    lua_pushnumber(L, (lua_Number)f[i].v);
+    lua_setfield(L, -2, f[i].name);
+  }
+  return 1;
+}
+static int l_faults_arm(lua_State *L) {
+  const char *site = lua_tostring(L, 1);
+  if (lua_type(L, 1) != LUA_TSTRING || (strcmp(site, "alloc") != 0 && strcmp(site, "io") != 0))
+    return fh__lua_raise(L, FH_ERR_VALUE, "fh._faults_arm: argument 1 (site) expected \"alloc\" or \"io\", got %s",
+                         lua_type(L, 1) == LUA_TSTRING ? site : fh__lua_typename(L, 1));
+  int64_t n = fh__lua_checkint(L, 2, "fh._faults_arm", "n", 0, INT64_C(1) << 53);
+  fh_fault_arm(strcmp(site, "alloc") == 0 ? FH_FAULT_ALLOC : FH_FAULT_IO, (uint64_t)n);
+  return 0;
+}
+#endif
+
 __attribute__((visibility("default"))) int luaopen_fhelium_core(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, "fhelium.core.module");
   if (lua_istable(L, -1)) return 1; /* already open in this state */
@@ -758,6 +790,10 @@ __attribute__((visibility("default"))) int luaopen_fhelium_core(lua_State *L) {
       {"info", l_info}, {"num_threads", l_num_threads}, {"set_num_threads", l_set_num_threads},
       {"cpu_simd", l_cpu_simd},   {"_set_cpu_simd", l_set_cpu_simd}, {NULL, NULL}};
   fh__lua_setfuncs_named(L, fns, "fh.");
+#ifdef FH_FAULTS
+  static const luaL_Reg fault_fns[] = {{"_faults", l_faults}, {"_faults_arm", l_faults_arm}, {NULL, NULL}};
+  fh__lua_setfuncs_named(L, fault_fns, "fh.");
+#endif
   lua_pushvalue(L, -1);
   lua_setfield(L, LUA_REGISTRYINDEX, "fhelium.core.module");
   return 1;

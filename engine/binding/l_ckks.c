@@ -97,11 +97,11 @@ static int l_find_primes(lua_State *L) {
   int bits = (int)fh__lua_checkint(L, 1, fn, "bits", 0, 64);
   int log_n = (int)fh__lua_checkint(L, 2, fn, "log_n", 0, 64);
   int count = (int)fh__lua_checkint(L, 3, fn, "count", 0, 4096);
-  uint64_t *v = calloc((size_t)count + 1, sizeof *v);
+  uint64_t *v = fh_calloc((size_t)count + 1, sizeof *v);
   if (v == NULL) return fh__lua_raise(L, FH_ERR_MEMORY, "%s: out of memory", fn);
   fh_status st = fh_ckks_find_primes(bits, log_n, count, NULL, 0, v);
   if (st != FH_OK) {
-    free(v);
+    fh_free(v);
     fh__lua_error(L);
   }
   /* the box is created first; copy out of v before raising anything */
@@ -109,7 +109,7 @@ static int l_find_primes(lua_State *L) {
   fh_tensor_options o = {FH_UINT64, fh_cpu(), false, false};
   int64_t n = count;
   st = fh_tensor_from_host(v, 1, &n, &o, &b->t);
-  free(v);
+  fh_free(v);
   fh__lua_check(L, st);
   return 1;
 }

@@ -361,6 +361,29 @@ static int l_spin(lua_State *L) {
   return 0;
 }
 
+/* fh.cuda._fault_kernel(stream): test aid, a kernel that writes out of bounds;
+ * raises the CudaError it ends with (the device's context is broken after it). */
+static int l_fault_kernel(lua_State *L) {
+  fh_stream *s = optstream_arg(L, 1, "fh.cuda._fault_kernel");
+  fh__lua_check(L, fh_cuda_fault_kernel(s));
+  return 0;
+}
+
+/* fh.cuda._mark_broken(n, error_name): test aid (every build), marks cuda:n
+ * broken as a sticky error `error_name` would (fh__cuda_mark_broken), so the
+ * fail-fast paths can be checked without a GPU. Returns true when it marked
+ * the device, false when it was broken already. */
+static int l_mark_broken(lua_State *L) {
+  int n = (int)fh__lua_checkint(L, 1, "fh.cuda._mark_broken", "device", 0, FH_BROKEN_MAX_DEVICES - 1);
+  const char *name = lua_tostring(L, 2);
+  if (lua_type(L, 2) != LUA_TSTRING || strncmp(name, "cudaError", 9) != 0)
+    return fh__lua_raise(L, FH_ERR_TYPE,
+                         "fh.cuda._mark_broken: argument 2 (error_name) expected a CUDA error name (\"cudaError...\"), "
+                         "got %s", lua_type(L, 2) == LUA_TSTRING ? name : fh__lua_typename(L, 2));
+  lua_pushboolean(L, fh__cuda_mark_broken(n, name, "fh.cuda._mark_broken"));
+  return 1;
+}
+
 /* fh.cuda._profiler(on): profiling aid (cudaProfilerStart / Stop). */
 static int l_profiler(lua_State *L) {
   fh__lua_check(L, fh_cuda_profiler(lua_toboolean(L, 1)));
@@ -460,6 +483,8 @@ void fh__lua_open_cuda(lua_State *L) {
                                  {"pinned_memory_stats", l_pinned_memory_stats},
                                  {"empty_cache", l_empty_cache},
                                  {"_spin", l_spin},
+                                 {"_fault_kernel", l_fault_kernel},
+                                 {"_mark_broken", l_mark_broken},
                                  {"_profiler", l_profiler},
                                  {"_capture", l_capture},
                                  {"_raw_graph_bench", l_raw_graph_bench},

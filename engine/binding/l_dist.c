@@ -38,10 +38,10 @@ typedef struct plan {
 static void plan_free(plan *p) {
   if (p->leaves)
     for (int64_t i = 0; i < p->n; ++i) fh_tensor_release(p->leaves[i]);
-  free(p->leaves);
-  free(p->mods);
-  free(p->modbuf);
-  free(p->desc);
+  fh_free(p->leaves);
+  fh_free(p->mods);
+  fh_free(p->modbuf);
+  fh_free(p->desc);
   if (p->sig) fh_tree_sig_release(p->sig);
   memset(p, 0, sizeof *p);
 }
@@ -70,7 +70,7 @@ static void sb_add(sbuf *b, const char *s, size_t n) {
   if (b->n + n + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->n + n + 1) cap *= 2;
-    char *ns = realloc(b->s, cap);
+    char *ns = fh_realloc(b->s, cap);
     if (ns == NULL) {
       b->oom = true;
       return;
@@ -200,7 +200,7 @@ static int parse_moduli(lua_State *L, int idx, const char *name, uint64_t **out)
                            "uint64 cdata)", name, i + 1);
     m[i] = v;
   }
-  uint64_t *a = malloc(sizeof *a * (size_t)n);
+  uint64_t *a = fh_malloc(sizeof *a * (size_t)n);
   if (a == NULL) return fh__lua_raise(L, FH_ERR_MEMORY, "%s: out of memory", name);
   memcpy(a, m, sizeof *a * (size_t)n);
   *out = a;
@@ -221,21 +221,21 @@ static int l_dist_prepare(lua_State *L) {
   fh_tensor **leaves = NULL;
   fh_status st = fh__lua_tree_build(L, 3, "tree", &p->sig, &leaves);
   if (st != FH_OK) {
-    free(tmods);
+    fh_free(tmods);
     return fh__lua_error_named(L, name);
   }
   p->n = p->sig->nleaves;
-  p->leaves = calloc((size_t)p->n + 1, sizeof *p->leaves);
+  p->leaves = fh_calloc((size_t)p->n + 1, sizeof *p->leaves);
   if (p->leaves == NULL) {
-    free(leaves);
-    free(tmods);
+    fh_free(leaves);
+    fh_free(tmods);
     return fh__lua_raise(L, FH_ERR_MEMORY, "%s: out of memory", name);
   }
   for (int64_t i = 0; i < p->n; ++i) {
     p->leaves[i] = leaves[i];
     fh_tensor_retain(leaves[i]);
   }
-  free(leaves);
+  fh_free(leaves);
   p->modbuf = tmods;
   const fh_tree_sig *unit = p->sig; /* the tree whose leaves get moduli */
   int W = fh_dist_info_get()->world_size;
@@ -258,16 +258,16 @@ static int l_dist_prepare(lua_State *L) {
           st = fh_error_set(FH_ERR_VALUE, "%s: chunk %d differs from chunk 1 (every chunk has the same signature)",
                             name, j + 1);
       }
-      free(a.s);
-      free(b.s);
+      fh_free(a.s);
+      fh_free(b.s);
     }
   }
   if (st == FH_OK) {
     int64_t nunit = unit->nleaves;
-    p->mods = calloc((size_t)nunit + 1, sizeof *p->mods);
+    p->mods = fh_calloc((size_t)nunit + 1, sizeof *p->mods);
     /* the value primes live after the tensor moduli in one buffer */
     size_t nt = (size_t)ntmods, nv = (size_t)count_value_primes(unit);
-    uint64_t *all = p->mods ? realloc(p->modbuf, sizeof(uint64_t) * (nt + nv + 1)) : NULL;
+    uint64_t *all = p->mods ? fh_realloc(p->modbuf, sizeof(uint64_t) * (nt + nv + 1)) : NULL;
     if (all == NULL) {
       st = fh_error_set(FH_ERR_MEMORY, "%s: out of memory", name);
     } else {
@@ -311,7 +311,7 @@ static int l_dist_prepare(lua_State *L) {
   sb_str(&d, " tree=");
   sb_key_without_strides(&d, p->sig->key, p->sig->key_len);
   if (d.oom) {
-    free(d.s);
+    fh_free(d.s);
     return fh__lua_raise(L, FH_ERR_MEMORY, "%s: out of memory", name);
   }
   p->desc = d.s;
@@ -405,7 +405,7 @@ static int leaves_gc(lua_State *L) {
   leaf_box *b = luaL_checkudata(L, 1, FH_DIST_LEAVES_MT);
   if (b->t)
     for (int64_t i = 0; i < b->n; ++i) fh_tensor_release(b->t[i]);
-  free(b->t);
+  fh_free(b->t);
   b->t = NULL;
   return 0;
 }
@@ -418,7 +418,7 @@ static int l_dist_run(lua_State *L) {
   const fh_tree_sig *osig = p->op == FH_DIST_REDUCE_SCATTER ? p->sig->children[0] : p->sig;
   int64_t nout = osig->nleaves;
   leaf_box *box = fh__lua_newbox(L, sizeof *box, FH_DIST_LEAVES_MT); /* index 3 */
-  box->t = calloc((size_t)nout + 1, sizeof *box->t);
+  box->t = fh_calloc((size_t)nout + 1, sizeof *box->t);
   if (box->t == NULL) return fh__lua_raise(L, FH_ERR_MEMORY, "%s: out of memory", name);
   fh_status st;
   int n = (int)p->n;
@@ -438,7 +438,7 @@ static int l_dist_run(lua_State *L) {
     lua_createtable(L, W, 0);
     /* the box owns the views until push_tree takes each one over */
     leaf_box *vb = fh__lua_newbox(L, sizeof *vb, FH_DIST_LEAVES_MT);
-    vb->t = calloc((size_t)nout + 1, sizeof *vb->t);
+    vb->t = fh_calloc((size_t)nout + 1, sizeof *vb->t);
     if (vb->t == NULL) return fh__lua_raise(L, FH_ERR_MEMORY, "%s: out of memory", name);
     vb->n = nout;
     for (int r = 0; r < W; ++r) {
@@ -522,11 +522,11 @@ static int l_dist_allgather_flag(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
   int32_t v = (int32_t)luaL_checkinteger(L, 2);
   int W = fh_dist_info_get()->world_size;
-  int32_t *all = calloc((size_t)W + 1, sizeof *all);
+  int32_t *all = fh_calloc((size_t)W + 1, sizeof *all);
   if (all == NULL) return fh__lua_raise(L, FH_ERR_MEMORY, "%s: out of memory", name);
   fh_status st = fh_dist_allgather_bytes(&v, sizeof v, all);
   if (st != FH_OK) {
-    free(all);
+    fh_free(all);
     return fh__lua_error_named(L, name);
   }
   lua_createtable(L, W, 0);
@@ -534,7 +534,7 @@ static int l_dist_allgather_flag(lua_State *L) {
     lua_pushinteger(L, all[r]);
     lua_rawseti(L, -2, r + 1);
   }
-  free(all);
+  fh_free(all);
   return 1;
 }
 
@@ -560,7 +560,7 @@ static int l_dist_broadcast_bytes(lua_State *L) {
     lua_pushvalue(L, 3);
   } else {
     lua_pushlstring(L, data, len);
-    free(data);
+    fh_free(data);
   }
   return 1;
 }
@@ -581,7 +581,7 @@ static int l_dist_recv_bytes(lua_State *L) {
   size_t len = 0;
   if (fh_dist_recv_bytes(peer, &data, &len) != FH_OK) return fh__lua_error_named(L, name);
   lua_pushlstring(L, data, len);
-  free(data);
+  fh_free(data);
   return 1;
 }
 

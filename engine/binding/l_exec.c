@@ -51,7 +51,7 @@ static fh_tensor **scratch(lua_State *L, int64_t n) {
   if (n > cap) {
     int64_t c = cap ? cap : 16;
     while (c < n) c *= 2;
-    fh_tensor **b = realloc(buf, sizeof *b * (size_t)c);
+    fh_tensor **b = fh_realloc(buf, sizeof *b * (size_t)c);
     if (b == NULL) fh__lua_raise(L, FH_ERR_MEMORY, "out of memory (leaf scratch)");
     buf = b;
     cap = c;
@@ -91,6 +91,10 @@ static void guard_release(leaf_guard *g) {
 
 /* Push the tree of `sig` around the guard's tensors, then drop the guard's
  * references (the tree holds its own). The guard stays on the stack below. */
+static void push_tree_from_guard_named(lua_State *L, const fh_tree_sig *sig, leaf_guard *g, const char *name) {
+  fh__lua_tree_push_named(L, sig, g->t, name);
+  guard_release(g);
+}
 static void push_tree_from_guard(lua_State *L, const fh_tree_sig *sig, leaf_guard *g) {
   fh__lua_tree_push(L, sig, g->t);
   guard_release(g);
@@ -267,7 +271,7 @@ static int l_buffer_like(lua_State *L) {
   if (st == FH_OK) {
     st = fh_buffer_new(sig, leaves, has_dev ? &dev : NULL, pin, root, &bb->b);
     fh_tree_sig_release(sig);
-    free(leaves);
+    fh_free(leaves);
   }
   if (st != FH_OK) {
     /* type errors begin with the leaf's path; a refusal names `fn` */
@@ -299,8 +303,8 @@ static int buf_gc(lua_State *L) {
 static void push_buffer_value(lua_State *L, fh_buffer *b) {
   int64_t n = fh_buffer_nleaves(b);
   leaf_guard *g = push_guard(L, n);
-  fh__lua_check(L, fh_buffer_leaves(b, g->t));
-  push_tree_from_guard(L, fh_buffer_signature(b), g);
+  if (fh_buffer_leaves(b, g->t) != FH_OK) fh__lua_error_named(L, "ReusableValueBuffer.value");
+  push_tree_from_guard_named(L, fh_buffer_signature(b), g, "ReusableValueBuffer.value");
   lua_remove(L, -2);
 }
 
@@ -527,7 +531,7 @@ static int l_pin_value_tree(lua_State *L) {
   int64_t n = sig->nleaves;
   fh_tensor **tmp = scratch(L, n);
   memcpy(tmp, leaves, sizeof *tmp * (size_t)n);
-  free(leaves);
+  fh_free(leaves);
   leaf_guard *g = push_guard(L, n);
   fh_status st = fh_leaves_clone(tmp, n, fh_cpu(), true, g->t);
   if (st != FH_OK) {
@@ -561,7 +565,7 @@ static int l_tree_copy_to(lua_State *L) {
   int64_t n = sig->nleaves;
   fh_tensor **tmp = scratch(L, n);
   memcpy(tmp, leaves, sizeof *tmp * (size_t)n);
-  free(leaves);
+  fh_free(leaves);
   leaf_guard *g = push_guard(L, n);
   fh_status st = fh_leaves_copy_to(tmp, n, dev, pin, stream, g->t);
   if (st != FH_OK) fh__lua_error(L);
@@ -577,7 +581,7 @@ static int l_value_tree_nbytes(lua_State *L) {
   fh__lua_check(L, fh__lua_tree_build(L, 1, "tree", &sig, &leaves));
   size_t n = fh_leaves_nbytes(leaves, sig->nleaves);
   fh_tree_sig_release(sig);
-  free(leaves);
+  fh_free(leaves);
   lua_pushnumber(L, (lua_Number)n);
   return 1;
 }
@@ -635,7 +639,7 @@ static program_box *openprog(lua_State *L, int idx, const char *fn) {
 
 static void drop_output(program_box *b) {
   for (int64_t i = 0; i < b->nout; ++i) fh_tensor_release(b->out_leaves[i]);
-  free(b->out_leaves);
+  fh_free(b->out_leaves);
   b->out_leaves = NULL;
   b->nout = 0;
   if (b->out_sig) fh_tree_sig_release(b->out_sig);
@@ -741,7 +745,7 @@ static void check_output(lua_State *L, program_box *b, int idx, const char *root
       fh_device_name(fh_tensor_device(leaves[i]), d1);
       fh_device_name(dev, d2);
       fh_tree_sig_release(sig);
-      free(leaves);
+      fh_free(leaves);
       fh__lua_raise(L, FH_ERR_VALUE, "%s is on %s but the program runs on %s (outputs must live on the capture device)",
                     a, d1, d2);
     }
@@ -750,7 +754,7 @@ static void check_output(lua_State *L, program_box *b, int idx, const char *root
     *leaves_out = leaves;
   } else {
     fh_tree_sig_release(sig);
-    free(leaves);
+    fh_free(leaves);
   }
 }
 

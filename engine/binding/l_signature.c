@@ -170,7 +170,7 @@ static fh_status add_leaf(bld *b, fh_tensor *t) {
   if (!b->want_leaves) return FH_OK;
   if (b->nleaves == b->cap) {
     int64_t cap = b->cap ? 2 * b->cap : 16;
-    fh_tensor **l = realloc(b->leaves, sizeof *l * (size_t)cap);
+    fh_tensor **l = fh_realloc(b->leaves, sizeof *l * (size_t)cap);
     if (l == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory walking a tree");
     b->leaves = l;
     b->cap = cap;
@@ -201,6 +201,7 @@ static fh_status build_node(bld *b, int idx, int depth, fh_tree_sig **out) {
     if ((st = fh_tree_sig_tensor(ti.t, out)) != FH_OK) return wprefix(&b->w, st);
     if ((st = add_leaf(b, ti.t)) != FH_OK) {
       fh_tree_sig_release(*out);
+      *out = NULL; /* a failed build returns no signature (the caller may release what it got) */
       return st;
     }
     return FH_OK;
@@ -210,6 +211,7 @@ static fh_status build_node(bld *b, int idx, int depth, fh_tree_sig **out) {
     for (int i = 0; i < ti.v->ntensors; ++i)
       if ((st = add_leaf(b, ti.v->tensors[i])) != FH_OK) {
         fh_tree_sig_release(*out);
+        *out = NULL;
         return st;
       }
     return FH_OK;
@@ -228,15 +230,15 @@ static fh_status build_node(bld *b, int idx, int depth, fh_tree_sig **out) {
   if (!lua_checkstack(L, 8)) return werr(&b->w, FH_ERR_MEMORY, "Lua stack exhausted");
   b->w.seen[b->w.path.depth] = self;
   int64_t n = ti.n;
-  fh_tree_sig **children = calloc(n ? (size_t)n : 1, sizeof *children);
-  skey *keys = ti.kind == FH_TREE_DICT ? calloc(n ? (size_t)n : 1, sizeof *keys) : NULL;
-  const char **kp = ti.kind == FH_TREE_DICT ? calloc(n ? (size_t)n : 1, sizeof *kp) : NULL;
-  size_t *kl = ti.kind == FH_TREE_DICT ? calloc(n ? (size_t)n : 1, sizeof *kl) : NULL;
+  fh_tree_sig **children = fh_calloc(n ? (size_t)n : 1, sizeof *children);
+  skey *keys = ti.kind == FH_TREE_DICT ? fh_calloc(n ? (size_t)n : 1, sizeof *keys) : NULL;
+  const char **kp = ti.kind == FH_TREE_DICT ? fh_calloc(n ? (size_t)n : 1, sizeof *kp) : NULL;
+  size_t *kl = ti.kind == FH_TREE_DICT ? fh_calloc(n ? (size_t)n : 1, sizeof *kl) : NULL;
   if (children == NULL || (ti.kind == FH_TREE_DICT && (keys == NULL || kp == NULL || kl == NULL))) {
-    free(children);
-    free(keys);
-    free(kp);
-    free(kl);
+    fh_free(children);
+    fh_free(keys);
+    fh_free(kp);
+    fh_free(kl);
     return fh_error_set(FH_ERR_MEMORY, "out of memory walking a tree");
   }
   if (ti.kind == FH_TREE_DICT) {
@@ -278,10 +280,10 @@ static fh_status build_node(bld *b, int idx, int depth, fh_tree_sig **out) {
   } else {
     for (int64_t i = 0; i < done; ++i) fh_tree_sig_release(children[i]);
   }
-  free(children);
-  free(keys);
-  free(kp);
-  free(kl);
+  fh_free(children);
+  fh_free(keys);
+  fh_free(kp);
+  fh_free(kl);
   return st;
 }
 
@@ -292,14 +294,17 @@ fh_status fh__lua_tree_build(lua_State *L, int idx, const char *root, fh_tree_si
   b.w.L = L;
   b.w.root = root ? root : "value";
   b.want_leaves = leaves != NULL;
+  *sig = NULL;
   fh_status st = build_node(&b, idx, 0, sig);
   if (st != FH_OK) {
-    free(b.leaves);
+    fh_free(b.leaves);
+    *sig = NULL;
     return st;
   }
   if (leaves) {
-    if (b.leaves == NULL && (b.leaves = malloc(sizeof(fh_tensor *))) == NULL) {
+    if (b.leaves == NULL && (b.leaves = fh_malloc(sizeof(fh_tensor *))) == NULL) {
       fh_tree_sig_release(*sig);
+      *sig = NULL;
       return fh_error_set(FH_ERR_MEMORY, "out of memory walking a tree");
     }
     *leaves = b.leaves;
@@ -423,6 +428,9 @@ fh_status fh__lua_tree_validate(lua_State *L, const fh_tree_sig *sig, int idx, c
 }
 
 /* ---- rebuilding ----------------------------------------------------------------- */
+/* the public name errors of fh__lua_tree_push_named carry (NULL: the running function's) */
+static _Thread_local const char *push_name;
+
 static void push_node(lua_State *L, const fh_tree_sig *s, fh_tensor *const *leaves, int64_t *li) {
   luaL_checkstack(L, 8, "fhelium tree");
   switch (s->kind) {
@@ -434,7 +442,10 @@ static void push_node(lua_State *L, const fh_tree_sig *s, fh_tensor *const *leav
     }
     case FH_TREE_VALUE: {
       fh_value_box *b = fh__lua_newbox(L, sizeof *b, FH_VALUE_MT);
-      fh__lua_check(L, fh_value_sig_build(&s->value, leaves + *li, &b->v));
+      if (fh_value_sig_build(&s->value, leaves + *li, &b->v) != FH_OK) {
+        if (push_name != NULL) fh__lua_error_named(L, push_name);
+        fh__lua_error(L);
+      }
       *li += s->value.ntensors;
       return;
     }
@@ -454,8 +465,14 @@ static void push_node(lua_State *L, const fh_tree_sig *s, fh_tensor *const *leav
 }
 
 void fh__lua_tree_push(lua_State *L, const fh_tree_sig *sig, fh_tensor *const *leaves) {
+  fh__lua_tree_push_named(L, sig, leaves, NULL);
+}
+
+void fh__lua_tree_push_named(lua_State *L, const fh_tree_sig *sig, fh_tensor *const *leaves, const char *name) {
   int64_t li = 0;
-  push_node(L, sig, leaves, &li);
+  push_name = name;
+  push_node(L, sig, leaves, &li); /* an error longjmps out: push_name is reset by the next push */
+  push_name = NULL;
 }
 
 /* ---- signature userdata --------------------------------------------------------- */

@@ -249,7 +249,10 @@ static int build_from_table(lua_State *L, int idx, build_ctx *c, fh_tensor_optio
       fh_error_prefix("%s: %s%s", c->fn, c->arg, path);
       fh__lua_error(L);
     }
-  PUSH_NEW(L, fh_tensor_from_host(buf, c->ndim, c->shape, o, out_));
+  /* named by c->fn: core._message_tensor runs for CkksEngine:encode and friends */
+  fh_tensor_box *box = fh__lua_new_tensor_box(L);
+  if (fh_tensor_from_host(buf, c->ndim, c->shape, o, &box->t) != FH_OK) fh__lua_error_named(L, c->fn);
+  fh__lua_account(L, box->t);
   lua_remove(L, bufidx);
   lua_remove(L, valsidx);
   return 1;

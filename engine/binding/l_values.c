@@ -330,13 +330,13 @@ static int probe_builds, probe_frees;
 static void *probe_last;
 static void probe_free(void *p) {
   ++probe_frees;
-  free(p);
+  fh_free(p);
 }
 static fh_status probe_build_inner(const fh_ckks_context *c, void *arg, void **out) {
   (void)c;
   (void)arg;
   ++probe_builds;
-  *out = malloc(1);
+  *out = fh_malloc(1);
   return *out ? FH_OK : fh_error_set(FH_ERR_MEMORY, "out of memory");
 }
 static fh_status probe_build_outer(const fh_ckks_context *c, void *arg, void **out) {
@@ -926,7 +926,7 @@ static int l_save(lua_State *L) {
   fh_status st = fh__lua_tree_build(L, 1, "value", &sig, &leaves);
   if (st == FH_OK) st = fh_tree_save_as(sig, leaves, path, overwrite != 0, allow != 0, format);
   if (sig) fh_tree_sig_release(sig);
-  free(leaves);
+  fh_free(leaves);
   if (st != FH_OK) {
     if (strncmp(fh_error_message(), "fh.", 3) != 0) fh_error_prefix("%s", fn);
     fh__lua_error(L);
@@ -947,14 +947,14 @@ static int l_serialize(lua_State *L) {
   fh_status st = fh__lua_tree_build(L, 1, "value", &sig, &leaves);
   if (st == FH_OK) st = fh_tree_serialize_as(sig, leaves, allow != 0, format, &bytes, &n);
   if (sig) fh_tree_sig_release(sig);
-  free(leaves);
+  fh_free(leaves);
   if (st != FH_OK) {
     fh_error_prefix("%s", fn);
     fh__lua_error(L);
   }
   /* a userdata guard frees `bytes` if pushing the string fails */
   lua_pushlstring(L, (const char *)bytes, n);
-  free(bytes);
+  fh_free(bytes);
   return 1;
 }
 

@@ -180,7 +180,7 @@ static fh_ckks_context *registry_find_locked(const char *id) {
 static void context_destroy(fh_ckks_context *c) {
   for (int i = 0; i < FH_CKKS_EXT_SLOTS; ++i)
     if (c->ext[i] && c->ext_free[i]) c->ext_free[i](c->ext[i]);
-  free(c);
+  fh_free(c);
 }
 
 void fh_ckks_context_release(fh_ckks_context *c) {
@@ -194,7 +194,7 @@ void fh_ckks_context_release(fh_ckks_context *c) {
       if ((*pe)->ctx == c) {
         reg_entry *dead = *pe;
         *pe = dead->next;
-        free(dead);
+        fh_free(dead);
         break;
       }
   }
@@ -330,7 +330,7 @@ static fh_status context_build(const fh_ckks_context_spec *s, const char *preset
                           "log2(QP) = %d bits exceeds the 128-bit security budget of %d bits for ring_degree %lld",
                           bits, budget, (long long)n);
   }
-  fh_ckks_context *c = calloc(1, sizeof *c);
+  fh_ckks_context *c = fh_calloc(1, sizeof *c);
   if (c == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory creating a CKKS context");
   fh_rc_init(&c->rc);
   c->log_n = __builtin_ctzll((unsigned long long)n);
@@ -350,7 +350,7 @@ static fh_status context_build(const fh_ckks_context_spec *s, const char *preset
   snprintf(c->preset, sizeof c->preset, "%s", preset ? preset : "");
   fh_status st = compute_id(c);
   if (st) {
-    free(c);
+    fh_free(c);
     return st;
   }
   /* intern */
@@ -359,14 +359,14 @@ static fh_status context_build(const fh_ckks_context_spec *s, const char *preset
   if (live) {
     fh_ckks_context_retain(live);
     pthread_mutex_unlock(&registry_lock);
-    free(c);
+    fh_free(c);
     *out = live;
     return FH_OK;
   }
-  reg_entry *e = malloc(sizeof *e);
+  reg_entry *e = fh_malloc(sizeof *e);
   if (e == NULL) {
     pthread_mutex_unlock(&registry_lock);
-    free(c);
+    fh_free(c);
     return fh_error_set(FH_ERR_MEMORY, "out of memory registering a CKKS context");
   }
   e->ctx = c;

@@ -28,7 +28,7 @@ typedef struct device_tables {
 static fh_status build_device_slot(const fh_ckks_context *ctx, void *arg, void **out) {
   (void)ctx;
   (void)arg;
-  device_tables *d = calloc(1, sizeof *d);
+  device_tables *d = fh_calloc(1, sizeof *d);
   if (d == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory caching CKKS tables");
   pthread_mutex_init(&d->lock, NULL);
   *out = d;
@@ -38,7 +38,7 @@ static void free_device_slot(void *p) {
   device_tables *d = p;
   for (int i = 0; i < MAX_CUDA_DEVICES; ++i) fh_ckks_tables_release(d->dev[i]);
   pthread_mutex_destroy(&d->lock);
-  free(d);
+  fh_free(d);
 }
 
 fh_status fh_ckks_context_tables(fh_ckks_context *ctx, fh_device dev, fh_ckks_tables **out) {
@@ -123,10 +123,10 @@ fh_status fh_ckks_engine_new(fh_ckks_context *ctx, fh_device dev, const uint64_t
   fh_ckks_tables *tb = NULL;
   fh_status st = fh_ckks_context_tables(ctx, dev, &tb);
   if (st != FH_OK) return st;
-  fh_ckks_engine *e = calloc(1, sizeof *e);
+  fh_ckks_engine *e = fh_calloc(1, sizeof *e);
   if (e == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory creating a CKKS engine");
   if ((st = fh_ckks_rng_new(seed, &e->rng)) != FH_OK) {
-    free(e);
+    fh_free(e);
     return st;
   }
   fh_rc_init(&e->rc);
@@ -142,11 +142,11 @@ void fh_ckks_engine_retain(fh_ckks_engine *e) { fh_rc_retain(&e->rc); }
 void fh_ckks_engine_release(fh_ckks_engine *e) {
   if (e == NULL || !fh_rc_release(&e->rc)) return;
   for (int i = 0; i < e->nrot; ++i) fh_value_release(e->rot_keys[i]);
-  free(e->rot_keys);
+  fh_free(e->rot_keys);
   if (e->conj_key) fh_value_release(e->conj_key);
   fh_ckks_rng_free(e->rng);
   fh_ckks_context_release(e->ctx);
-  free(e);
+  fh_free(e);
 }
 fh_ckks_context *fh_ckks_engine_context(const fh_ckks_engine *e) { return e->ctx; }
 fh_device fh_ckks_engine_device(const fh_ckks_engine *e) { return e->dev; }
@@ -506,7 +506,7 @@ static fh_status remember_rotation_key(fh_ckks_engine *e, fh_value *k) {
     }
   if (e->nrot == e->caprot) {
     int cap = e->caprot ? 2 * e->caprot : 8;
-    fh_value **p = realloc(e->rot_keys, sizeof *p * (size_t)cap);
+    fh_value **p = fh_realloc(e->rot_keys, sizeof *p * (size_t)cap);
     if (p == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory remembering a rotation key");
     e->rot_keys = p;
     e->caprot = cap;
@@ -736,7 +736,7 @@ static fh_status encrypt_core(fh_ckks_engine *e, const fh__ckks_geo *g, fh_polyn
   int32_t p[FH_CKKS_MAX_PRIMES];
   fh__ckks_active_primes(e, g->level, p);
   fh_tensor *pkd = NULL, *small = NULL, *r = NULL, *data = NULL;
-  int *kinds = malloc(sizeof(int) * (size_t)(3 * B));
+  int *kinds = fh_malloc(sizeof(int) * (size_t)(3 * B));
   if (kinds == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory encrypting");
   for (int64_t i = 0; i < 3 * B; ++i) kinds[i] = i < B ? SMALL_TERNARY : SMALL_GAUSSIAN;
   if ((st = fh_tensor_contiguous(fh_value_data(pk), &pkd)) == FH_OK) {
@@ -757,7 +757,7 @@ static fh_status encrypt_core(fh_ckks_engine *e, const fh__ckks_geo *g, fh_polyn
       if (st == FH_OK && m) st = fh__ckks_ew(&L, FH_CKKS_EW_ADD, B, p, la, c, gs, c, gs, fh__ckks_ptr(m), gs);
     }
   }
-  free(kinds);
+  fh_free(kinds);
   if (st == FH_OK) st = fh_ciphertext_new(e->ctx, data, g->level, scale, FH_BASIS_Q, domain, out);
   fh_tensor *ts[4] = {pkd, small, r, data};
   for (int i = 0; i < 4; ++i)

@@ -552,15 +552,15 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
   if (nsteps < 0) return fh_error_set(FH_ERR_VALUE, "%s: %d steps", op, nsteps);
   if (nsteps == 0) return FH_OK;
   /* every step's key first: nothing is launched unless all are there */
-  const fh_value **rk = calloc((size_t)nsteps, sizeof *rk);
-  int64_t *canon = calloc((size_t)nsteps, sizeof *canon);
-  fh_value **res = calloc((size_t)nsteps, sizeof *res);
-  fh_tensor **data = calloc((size_t)nsteps, sizeof *data);
+  const fh_value **rk = fh_calloc((size_t)nsteps, sizeof *rk);
+  int64_t *canon = fh_calloc((size_t)nsteps, sizeof *canon);
+  fh_value **res = fh_calloc((size_t)nsteps, sizeof *res);
+  fh_tensor **data = fh_calloc((size_t)nsteps, sizeof *data);
   if (!rk || !canon || !res || !data) {
-    free(rk);
-    free(canon);
-    free(res);
-    free(data);
+    fh_free(rk);
+    fh_free(canon);
+    fh_free(res);
+    fh_free(data);
     return fh_error_set(FH_ERR_MEMORY, "%s: out of memory", op);
   }
   for (int r = 0; r < nsteps && st == FH_OK; ++r) {
@@ -644,10 +644,10 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
     if (st != FH_OK && res[r]) fh_value_release(res[r]);
   }
   if (st == FH_OK) memcpy(outs, res, sizeof *res * (size_t)nsteps);
-  free(rk);
-  free(canon);
-  free(res);
-  free(data);
+  fh_free(rk);
+  fh_free(canon);
+  fh_free(res);
+  fh_free(data);
   return st;
 }
 

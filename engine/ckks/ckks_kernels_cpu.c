@@ -329,7 +329,7 @@ static fh_status cpu_bconv(const void *argp) {
   /* every thread's scaled residues, allocated before anything is written */
   const int nthreads = work >= FH_PAR_MIN ? fh_num_threads() : 1;
   const size_t per = (size_t)(ns > 0 ? ns : 1) * BCONV_BLOCK;
-  uint64_t *ys = malloc(sizeof *ys * per * (size_t)nthreads);
+  uint64_t *ys = fh_malloc(sizeof *ys * per * (size_t)nthreads);
   if (ys == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_bconv: out of memory");
   /* centered: v = #{i : y_i > s_i / 2} per coefficient; sum_i (y_i - [y_i > s_i/2] s_i) Shat_i
    * = sum_i y_i Shat_i - v S, and S mod t = Shat_0 * s_0 mod t (once per target) */
@@ -413,7 +413,7 @@ static fh_status cpu_bconv(const void *argp) {
       }
     }
   }
-  free(ys);
+  fh_free(ys);
   return FH_OK;
 }
 
@@ -475,7 +475,7 @@ static fh_status cpu_automorph(const void *argp) {
   /* the permutation once per launch (it is the same for every row): NTT domain, the source
    * slot of each output slot; coefficient domain, the destination of each input coefficient
    * with its sign in the top bit */
-  uint32_t *perm = malloc(sizeof *perm * (size_t)n);
+  uint32_t *perm = fh_malloc(sizeof *perm * (size_t)n);
   if (perm == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_automorph: out of memory");
   if (a->ntt_domain) {
     for (int64_t s = 0; s < n; ++s) {
@@ -503,7 +503,7 @@ static fh_status cpu_automorph(const void *argp) {
         }
       }
     }
-  free(perm);
+  fh_free(perm);
   return FH_OK;
 }
 

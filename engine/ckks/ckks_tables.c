@@ -143,11 +143,11 @@ void fh_ckks_bconv_constants(const fh_ckks_tables *t, const int *src, int nsrc, 
 static void tables_free(fh_ckks_tables *t) {
   if (t == NULL) return;
   if (t->data) fh_tensor_release(t->data);
-  free(t->modup);
-  free(t->moddown);
-  free(t->rescale_inv);
-  free(t->p_inv);
-  free(t);
+  fh_free(t->modup);
+  fh_free(t->moddown);
+  fh_free(t->rescale_inv);
+  fh_free(t->p_inv);
+  fh_free(t);
 }
 
 void fh_ckks_tables_retain(fh_ckks_tables *t) { fh_rc_retain(&t->rc); }
@@ -202,7 +202,7 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
         return fh_error_set(FH_ERR_VALUE, "key-switching digit %d is empty or out of order", j);
   }
   if ((st = fh_device_check(dev)) != FH_OK) return st;
-  fh_ckks_tables *t = calloc(1, sizeof *t);
+  fh_ckks_tables *t = fh_calloc(1, sizeof *t);
   if (t == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
   fh_rc_init(&t->rc);
   t->log_n = log_n;
@@ -268,13 +268,13 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
   lo.bconv = w;
   size_t *modup_off = NULL, *moddown_off = NULL;
   if (np > 0) {
-    modup_off = calloc((size_t)nq * (size_t)t->dnum, sizeof *modup_off);
-    moddown_off = calloc((size_t)nq, sizeof *moddown_off);
-    t->modup = calloc((size_t)nq * (size_t)t->dnum, sizeof *t->modup);
-    t->moddown = calloc((size_t)nq, sizeof *t->moddown);
+    modup_off = fh_calloc((size_t)nq * (size_t)t->dnum, sizeof *modup_off);
+    moddown_off = fh_calloc((size_t)nq, sizeof *moddown_off);
+    t->modup = fh_calloc((size_t)nq * (size_t)t->dnum, sizeof *t->modup);
+    t->moddown = fh_calloc((size_t)nq, sizeof *t->moddown);
     if (!modup_off || !moddown_off || !t->modup || !t->moddown) {
-      free(modup_off);
-      free(moddown_off);
+      fh_free(modup_off);
+      fh_free(moddown_off);
       tables_free(t);
       return fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
     }
@@ -292,8 +292,8 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
   }
   lo.total = w;
 
-  t->rescale_inv = calloc((size_t)nq * (size_t)nq, sizeof(uint64_t));
-  t->p_inv = calloc((size_t)nq, sizeof(uint64_t));
+  t->rescale_inv = fh_calloc((size_t)nq * (size_t)nq, sizeof(uint64_t));
+  t->p_inv = fh_calloc((size_t)nq, sizeof(uint64_t));
   fh_tensor *host = NULL;
   fh_tensor_options o = {FH_UINT64, fh_cpu(), false, false};
   int64_t shape[1] = {(int64_t)lo.total};
@@ -303,8 +303,8 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
     st = fh_tensor_empty(1, shape, &o, &host);
   }
   if (st != FH_OK) {
-    free(modup_off);
-    free(moddown_off);
+    fh_free(modup_off);
+    fh_free(moddown_off);
     tables_free(t);
     return st;
   }
@@ -313,10 +313,10 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
 
   /* per-prime records and NTT twiddles */
   memcpy(base + lo.primes, t->host, sizeof(fh_ckks_prime) * (size_t)np_all);
-  uint64_t *pw = malloc(sizeof(uint64_t) * (size_t)n);
+  uint64_t *pw = fh_malloc(sizeof(uint64_t) * (size_t)n);
   if (pw == NULL) {
-    free(modup_off);
-    free(moddown_off);
+    fh_free(modup_off);
+    fh_free(moddown_off);
     fh_tensor_release(host);
     tables_free(t);
     return fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
@@ -337,7 +337,7 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
       tw[3 * n + k] = fh_shoup_precompute(inv, q);
     }
   }
-  free(pw);
+  fh_free(pw);
 
   /* encoding tables */
   uint64_t m2 = 2 * (uint64_t)n;
@@ -417,8 +417,8 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
     st = fh_tensor_to(host, dev, false, NULL, false, &data);
     fh_tensor_release(host);
     if (st != FH_OK) {
-      free(modup_off);
-      free(moddown_off);
+      fh_free(modup_off);
+      fh_free(moddown_off);
       tables_free(t);
       return st;
     }
@@ -436,8 +436,8 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
       t->modup[l * t->dnum + j] = digit_active(t, j, l) ? d + modup_off[l * t->dnum + j] : NULL;
     t->moddown[l] = d + moddown_off[l];
   }
-  free(modup_off);
-  free(moddown_off);
+  fh_free(modup_off);
+  fh_free(moddown_off);
   *out = t;
   return FH_OK;
 }

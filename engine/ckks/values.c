@@ -316,7 +316,7 @@ void fh_value_release(fh_value *v) {
   if (v == NULL || !fh_rc_release(&v->rc)) return;
   for (int i = 0; i < v->ntensors; ++i) fh_tensor_release(v->tensors[i]);
   fh_ckks_context_release(v->ctx);
-  free(v);
+  fh_free(v);
 }
 
 fh_status fh_value_new(fh_ckks_context *ctx, const fh_value_state *state, fh_tensor *const *tensors, int ntensors,
@@ -329,7 +329,7 @@ fh_status fh_value_new(fh_ckks_context *ctx, const fh_value_state *state, fh_ten
   for (int i = 1; i < ntensors; ++i)
     if (!fh_device_eq(d0, fh_tensor_device(tensors[i])))
       return fh_error_set(FH_ERR_VALUE, "%s: every tensor of a value must be on one device", TN(&st));
-  fh_value *v = calloc(1, sizeof *v);
+  fh_value *v = fh_calloc(1, sizeof *v);
   if (v == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory creating a %s", TN(&st));
   fh_rc_init(&v->rc);
   v->state = st;

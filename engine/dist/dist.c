@@ -110,7 +110,7 @@ fh_status fh_dist_agree(const char *what, fh_status local, const char *desc, siz
   if (local == FH_OK) crypto_hash_sha256(mine.hash, (const unsigned char *)desc, (unsigned long long)desc_len);
 
   int n = peer >= 0 ? 2 : W;
-  claim *all = calloc((size_t)n, sizeof *all);
+  claim *all = fh_calloc((size_t)n, sizeof *all);
   if (all == NULL) return fh_error_set(FH_ERR_MEMORY, "%s: out of memory comparing the ranks' arguments", what);
   /* all[k] is rank ranks[k]'s claim */
   int ranks[2] = {me < peer ? me : peer, me < peer ? peer : me};
@@ -123,7 +123,7 @@ fh_status fh_dist_agree(const char *what, fh_status local, const char *desc, siz
     st = fh__mpi_allgather(&mine, sizeof mine, all);
   }
   if (st != FH_OK) {
-    free(all);
+    fh_free(all);
     return st;
   }
 #define RANK_OF(k) (peer >= 0 ? ranks[k] : (k))
@@ -135,20 +135,20 @@ fh_status fh_dist_agree(const char *what, fh_status local, const char *desc, siz
     }
   }
   if (agree) {
-    free(all);
+    fh_free(all);
     return FH_OK;
   }
   /* details: every rank's payload (its message or its description) */
-  size_t *lens = malloc(sizeof(size_t) * (size_t)n), total = 0;
+  size_t *lens = fh_malloc(sizeof(size_t) * (size_t)n), total = 0;
   if (lens == NULL) {
-    free(all);
+    fh_free(all);
     return fh_error_set(FH_ERR_MEMORY, "%s: out of memory comparing the ranks' arguments", what);
   }
   for (int k = 0; k < n; ++k) total += (lens[k] = all[k].len);
-  char *buf = malloc(total + 1);
+  char *buf = fh_malloc(total + 1);
   if (buf == NULL) {
-    free(all);
-    free(lens);
+    fh_free(all);
+    fh_free(lens);
     return fh_error_set(FH_ERR_MEMORY, "%s: out of memory comparing the ranks' arguments", what);
   }
   if (peer >= 0) {
@@ -161,17 +161,17 @@ fh_status fh_dist_agree(const char *what, fh_status local, const char *desc, siz
     st = fh__mpi_allgatherv(payload, plen, lens, buf);
   }
   if (st != FH_OK) {
-    free(all);
-    free(lens);
-    free(buf);
+    fh_free(all);
+    fh_free(lens);
+    fh_free(buf);
     return st;
   }
   buf[total] = '\0';
-  size_t *off = malloc(sizeof(size_t) * (size_t)n);
+  size_t *off = fh_malloc(sizeof(size_t) * (size_t)n);
   if (off == NULL) {
-    free(all);
-    free(lens);
-    free(buf);
+    fh_free(all);
+    fh_free(lens);
+    fh_free(buf);
     return fh_error_set(FH_ERR_MEMORY, "%s: out of memory comparing the ranks' arguments", what);
   }
   for (int k = 0, o = 0; k < n; o += (int)lens[k], ++k) off[k] = (size_t)o;
@@ -207,10 +207,10 @@ fh_status fh_dist_agree(const char *what, fh_status local, const char *desc, siz
                           what, RANK_OF(0), ea, RANK_OF(other), eb);
   }
 #undef RANK_OF
-  free(all);
-  free(lens);
-  free(buf);
-  free(off);
+  fh_free(all);
+  fh_free(lens);
+  fh_free(buf);
+  fh_free(off);
   return result;
 }
 
@@ -589,12 +589,12 @@ fh_status fh_dist_all_reduce(int n, fh_tensor *const *t, const fh_dist_moduli *m
   fh_stream *s = NULL;
   fh_status st = prepare(n, t, &dev, &s);
   if (st != FH_OK) return st;
-  fh_tensor **c = calloc((size_t)n * 3 + 1, sizeof *c); /* contiguous inputs, results, staging */
+  fh_tensor **c = fh_calloc((size_t)n * 3 + 1, sizeof *c); /* contiguous inputs, results, staging */
   if (c == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory in a collective");
   fh_tensor **r = c + n, **stg = c + 2 * n;
-  batch *b = malloc(sizeof *b);
+  batch *b = fh_malloc(sizeof *b);
   if (b == NULL) {
-    free(c);
+    fh_free(c);
     return fh_error_set(FH_ERR_MEMORY, "out of memory in a collective");
   }
   batch_init(b, FH_DIST_ALL_REDUCE, 0, dev, s);
@@ -626,8 +626,8 @@ fh_status fh_dist_all_reduce(int n, fh_tensor *const *t, const fh_dist_moduli *m
   release_all(stg, n);
   if (st == FH_OK) memcpy(out, r, sizeof *r * (size_t)n);
   else release_all(r, n);
-  free(c);
-  free(b);
+  fh_free(c);
+  fh_free(b);
   return st;
 }
 
@@ -637,12 +637,12 @@ fh_status fh_dist_reduce_scatter(int k, fh_tensor *const *t, const fh_dist_modul
   fh_stream *s = NULL;
   fh_status st = prepare(n, t, &dev, &s);
   if (st != FH_OK) return st;
-  fh_tensor **c = calloc((size_t)k * 3 + 1, sizeof *c); /* packed inputs, results, result staging */
+  fh_tensor **c = fh_calloc((size_t)k * 3 + 1, sizeof *c); /* packed inputs, results, result staging */
   if (c == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory in a collective");
   fh_tensor **r = c + k, **stg = c + 2 * k;
-  batch *b = malloc(sizeof *b);
+  batch *b = fh_malloc(sizeof *b);
   if (b == NULL) {
-    free(c);
+    fh_free(c);
     return fh_error_set(FH_ERR_MEMORY, "out of memory in a collective");
   }
   batch_init(b, FH_DIST_REDUCE_SCATTER, 0, dev, s);
@@ -687,8 +687,8 @@ fh_status fh_dist_reduce_scatter(int k, fh_tensor *const *t, const fh_dist_modul
   release_all(stg, k);
   if (st == FH_OK) memcpy(out, r, sizeof *r * (size_t)k);
   else release_all(r, k);
-  free(c);
-  free(b);
+  fh_free(c);
+  fh_free(b);
   return st;
 }
 
@@ -698,12 +698,12 @@ static fh_status move(fh_dist_op op, int n, fh_tensor *const *t, int peer, fh_te
   fh_stream *s = NULL;
   fh_status st = prepare(n, t, &dev, &s);
   if (st != FH_OK) return st;
-  fh_tensor **c = calloc((size_t)n * 2 + 1, sizeof *c);
+  fh_tensor **c = fh_calloc((size_t)n * 2 + 1, sizeof *c);
   if (c == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory in a collective");
   fh_tensor **r = c + n;
-  batch *b = malloc(sizeof *b);
+  batch *b = fh_malloc(sizeof *b);
   if (b == NULL) {
-    free(c);
+    fh_free(c);
     return fh_error_set(FH_ERR_MEMORY, "out of memory in a collective");
   }
   batch_init(b, op, peer, dev, s);
@@ -721,8 +721,8 @@ static fh_status move(fh_dist_op op, int n, fh_tensor *const *t, int peer, fh_te
   release_all(c, n);
   if (st == FH_OK && out) memcpy(out, r, sizeof *r * (size_t)n);
   else release_all(r, n);
-  free(c);
-  free(b);
+  fh_free(c);
+  fh_free(b);
   return st;
 }
 
@@ -757,10 +757,10 @@ fh_status fh_dist_broadcast_bytes(int root, void **data, size_t *len) {
   fh_status st = fh__mpi_bcast(&n, sizeof n, root);
   if (st != FH_OK) return st;
   if (g_info.rank == root) return fh__mpi_bcast(*data, (size_t)n, root);
-  void *buf = malloc(n ? (size_t)n : 1);
+  void *buf = fh_malloc(n ? (size_t)n : 1);
   if (buf == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory receiving %llu bytes", (unsigned long long)n);
   if ((st = fh__mpi_bcast(buf, (size_t)n, root)) != FH_OK) {
-    free(buf);
+    fh_free(buf);
     return st;
   }
   *data = buf;
@@ -778,10 +778,10 @@ fh_status fh_dist_recv_bytes(int peer, void **data, size_t *len) {
   uint64_t n = 0;
   fh_status st = fh__mpi_recv(peer, &n, sizeof n, 1);
   if (st != FH_OK) return st;
-  void *buf = malloc(n ? (size_t)n : 1);
+  void *buf = fh_malloc(n ? (size_t)n : 1);
   if (buf == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory receiving %llu bytes", (unsigned long long)n);
   if ((st = fh__mpi_recv(peer, buf, (size_t)n, 2)) != FH_OK) {
-    free(buf);
+    fh_free(buf);
     return st;
   }
   *data = buf;

@@ -131,13 +131,13 @@ fh_status fh__mpi_allgather(const void *send, size_t n, void *recv) {
 fh_status fh__mpi_allgatherv(const void *send, size_t n, const size_t *lens, void *recv) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  int *counts = malloc(sizeof(int) * (size_t)size * 2);
+  int *counts = fh_malloc(sizeof(int) * (size_t)size * 2);
   if (counts == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory exchanging host data");
   int *displs = counts + size;
   size_t off = 0;
   for (int r = 0; r < size; ++r) {
     if (lens[r] > INT_MAX || off > INT_MAX) {
-      free(counts);
+      fh_free(counts);
       return fh_error_set(FH_ERR_VALUE, "internal error: too many bytes in one host exchange");
     }
     counts[r] = (int)lens[r];
@@ -147,7 +147,7 @@ fh_status fh__mpi_allgatherv(const void *send, size_t n, const size_t *lens, voi
   LSAN_OFF();
   int rc = MPI_Allgatherv(send, (int)n, MPI_BYTE, recv, counts, displs, MPI_BYTE, MPI_COMM_WORLD);
   LSAN_ON();
-  free(counts);
+  fh_free(counts);
   if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Allgatherv");
   return FH_OK;
 }

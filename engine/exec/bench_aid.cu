@@ -60,7 +60,7 @@ fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double 
   if (random) {
     /* the data of graph.lua's chain: uniform [0, 1) (values play no part in
      * the kernel's timing unless the hardware says otherwise) */
-    float *h = (float *)malloc((size_t)(K + 2) * n * sizeof(float));
+    float *h = (float *)fh_malloc((size_t)(K + 2) * n * sizeof(float));
     if (h == NULL) {
       raw_bench_free(&r);
       return fh_error_set(FH_ERR_MEMORY, "out of memory");
@@ -72,7 +72,7 @@ fh_status fh_cuda_raw_graph_bench(int dev, int K, int reps, bool random, double 
     }
     cudaError_t e = cudaMemcpy(r.buf, h, (size_t)(K + 1) * n * sizeof(float), cudaMemcpyHostToDevice);
     if (e == cudaSuccess) e = cudaMemcpy(r.w, h + (size_t)(K + 1) * n, n * sizeof(float), cudaMemcpyHostToDevice);
-    free(h);
+    fh_free(h);
     TRY(e, "cudaMemcpy");
   } else {
     TRY(cudaMemset(r.buf, 0, (size_t)(K + 1) * n * sizeof(float)), "cudaMemset");

@@ -79,9 +79,14 @@ size_t fh_leaves_nbytes(fh_tensor *const *leaves, int64_t n) {
   return s;
 }
 
+/* Release t[0..n) and clear the slots: a failed call hands back no
+ * references (its caller may release what the array holds). */
 static void release_all(fh_tensor **t, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
-    if (t[i]) fh_tensor_release(t[i]);
+    if (t[i]) {
+      fh_tensor_release(t[i]);
+      t[i] = NULL;
+    }
 }
 
 fh_status fh_exec_refuse_in_capture(const char *what, const char *why) {
@@ -110,17 +115,17 @@ static fh_status copy_complete(fh_tensor *const *dst, fh_tensor *const *src, int
 fh_status fh_leaves_clone(fh_tensor *const *leaves, int64_t n, fh_device dev, bool pin, fh_tensor **out) {
   fh_status st = refuse_in_capture("cloning a value tree");
   if (st != FH_OK) return st;
-  fh_tensor **tmp = calloc(n ? (size_t)n : 1, sizeof *tmp);
+  fh_tensor **tmp = fh_calloc(n ? (size_t)n : 1, sizeof *tmp);
   if (tmp == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory cloning a tree");
   for (int64_t i = 0; i < n && st == FH_OK; ++i) st = fh_tensor_empty_like_layout(leaves[i], dev, pin, &tmp[i]);
   if (st == FH_OK) st = copy_complete(tmp, leaves, n, dev);
   if (st != FH_OK) {
     release_all(tmp, n);
-    free(tmp);
+    fh_free(tmp);
     return st;
   }
   memcpy(out, tmp, sizeof *tmp * (size_t)n);
-  free(tmp);
+  fh_free(tmp);
   return FH_OK;
 }
 
@@ -163,7 +168,7 @@ fh_status fh_leaves_copy_to(fh_tensor *const *leaves, int64_t n, fh_device dev, 
   if (side.type == FH_DEVICE_CPU && stream != NULL)
     return fh_error_set(FH_ERR_VALUE, "%s: every leaf and the target are on cpu, where copies are synchronous; "
                                       "there is no stream to copy on", fn);
-  fh_tensor **tmp = calloc(n ? (size_t)n : 1, sizeof *tmp);
+  fh_tensor **tmp = fh_calloc(n ? (size_t)n : 1, sizeof *tmp);
   if (tmp == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory copying a tree");
   for (int64_t i = 0; i < n && st == FH_OK; ++i) st = fh_tensor_empty_like_layout(leaves[i], dev, pin, &tmp[i]);
   int tr = st == FH_OK && fh__trace_on ? fh__trace_begin(FH_TRACE_COPY, "read-back", side, s) : FH_TRACE_SKIP;
@@ -183,11 +188,11 @@ fh_status fh_leaves_copy_to(fh_tensor *const *leaves, int64_t n, fh_device dev, 
       fh_error_set(keep, "%s", msg);
     }
     release_all(tmp, n);
-    free(tmp);
+    fh_free(tmp);
     return st;
   }
   memcpy(out, tmp, sizeof *tmp * (size_t)n);
-  free(tmp);
+  fh_free(tmp);
   return FH_OK;
 }
 
@@ -284,7 +289,7 @@ fh_status fh_buffer_new(fh_tree_sig *sig, fh_tensor *const *examples, const fh_d
                           "(pass a contiguous() copy)",
                           fh_tree_sig_leaf_name(sig, i, root, a, sizeof a));
   }
-  sp *order = malloc(sizeof *order * (size_t)n);
+  sp *order = fh_malloc(sizeof *order * (size_t)n);
   if (order == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory creating a buffer");
   for (int64_t i = 0; i < n; ++i) order[i] = (sp){examples[i]->storage, i};
   qsort(order, (size_t)n, sizeof *order, sp_cmp);
@@ -292,19 +297,19 @@ fh_status fh_buffer_new(fh_tree_sig *sig, fh_tensor *const *examples, const fh_d
     if (order[i].s == order[i - 1].s) {
       fh_tree_sig_leaf_name(sig, order[i - 1].i, root, a, sizeof a);
       fh_tree_sig_leaf_name(sig, order[i].i, root, b, sizeof b);
-      free(order);
+      fh_free(order);
       return fh_error_set(FH_ERR_VALUE,
                           "%s and %s share one storage (aliased leaves); a buffer gives every leaf its own storage, "
                           "so pass a clone() of one of them",
                           a, b);
     }
-  free(order);
+  fh_free(order);
 
-  fh_buffer *buf = calloc(1, sizeof *buf);
-  fh_tensor **leaves = calloc((size_t)n, sizeof *leaves);
+  fh_buffer *buf = fh_calloc(1, sizeof *buf);
+  fh_tensor **leaves = fh_calloc((size_t)n, sizeof *leaves);
   if (buf == NULL || leaves == NULL) {
-    free(buf);
-    free(leaves);
+    fh_free(buf);
+    fh_free(leaves);
     return fh_error_set(FH_ERR_MEMORY, "out of memory creating a buffer");
   }
   for (int64_t i = 0; i < n && st == FH_OK; ++i) {
@@ -314,8 +319,8 @@ fh_status fh_buffer_new(fh_tree_sig *sig, fh_tensor *const *examples, const fh_d
   if (st == FH_OK) st = copy_complete(leaves, examples, n, target);
   if (st != FH_OK) {
     release_all(leaves, n);
-    free(leaves);
-    free(buf);
+    fh_free(leaves);
+    fh_free(buf);
     return st;
   }
   fh_rc_init(&buf->rc);
@@ -348,13 +353,13 @@ void fh_buffer_release(fh_buffer *b) {
    * (and their sources) until they are released themselves; the allocator
    * guards every block a stream used. */
   drop_inflight(b, b->ninflight);
-  free(b->inflight);
+  fh_free(b->inflight);
   if (b->leaves) {
     release_all(b->leaves, b->n);
-    free(b->leaves);
+    fh_free(b->leaves);
   }
   fh_tree_sig_release(b->sig);
-  free(b);
+  fh_free(b);
 }
 
 fh_tree_sig *fh_buffer_signature(const fh_buffer *b) { return b->sig; }
@@ -408,17 +413,17 @@ int fh_buffer_pending_copies(fh_buffer *b) {
 }
 
 static fh_status handle_new(fh_buffer *b, int64_t n, fh_copy_handle **out) {
-  fh_copy_handle *h = calloc(1, sizeof *h);
+  fh_copy_handle *h = fh_calloc(1, sizeof *h);
   if (h != NULL) {
-    h->sources = calloc((size_t)n, sizeof *h->sources);
-    h->targets = calloc((size_t)n, sizeof *h->targets);
+    h->sources = fh_calloc((size_t)n, sizeof *h->sources);
+    h->targets = fh_calloc((size_t)n, sizeof *h->targets);
   }
   if (h == NULL || h->sources == NULL || h->targets == NULL) {
     if (h) {
-      free(h->sources);
-      free(h->targets);
+      fh_free(h->sources);
+      fh_free(h->targets);
     }
-    free(h);
+    fh_free(h);
     return fh_error_set(FH_ERR_MEMORY, "out of memory creating a copy handle");
   }
   fh_rc_init(&h->rc);
@@ -470,7 +475,7 @@ fh_status fh__buffer_copy_from_named(fh_buffer *b, fh_tensor *const *src, fh_str
   if ((st = fh_buffer_poll(b)) != FH_OK) return st;
   if (b->ninflight == b->capinflight) {
     int cap = b->capinflight ? 2 * b->capinflight : 4;
-    fh_copy_handle **l = realloc(b->inflight, sizeof *l * (size_t)cap);
+    fh_copy_handle **l = fh_realloc(b->inflight, sizeof *l * (size_t)cap);
     if (l == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory tracking copies");
     b->inflight = l;
     b->capinflight = cap;
@@ -660,13 +665,17 @@ fh_status fh_buffer_close(fh_buffer *b) {
   if (b->ninflight > 0) {
     /* copies complete in order: the last one's event covers all */
     st = fh_copy_handle_synchronize(b->inflight[b->ninflight - 1]);
-    if (st != FH_OK) return st;
+    if (st != FH_OK) {
+      /* a broken context runs none of the copies again: close all the same */
+      if (!fh__device_is_broken(fh_buffer_device(b))) return st;
+      fh_error_clear();
+    }
     for (int i = 0; i < b->ninflight; ++i) handle_drop_refs(b->inflight[i]);
     drop_inflight(b, b->ninflight);
   }
   b->closed = true;
   release_all(b->leaves, b->n);
-  free(b->leaves);
+  fh_free(b->leaves);
   b->leaves = NULL;
   return FH_OK;
 }
@@ -681,9 +690,9 @@ void fh_copy_handle_release(fh_copy_handle *h) {
   handle_drop_refs(h);
   if (h->event) fh_event_release(h->event);
   if (h->stream) fh_stream_release(h->stream);
-  free(h->sources);
-  free(h->targets);
-  free(h);
+  fh_free(h->sources);
+  fh_free(h->targets);
+  fh_free(h);
 }
 
 fh_event *fh_copy_handle_event(const fh_copy_handle *h) { return h->event; }

@@ -55,7 +55,7 @@ static int set_add(nodeset *s, cudaGraphNode_t n) {
   if (set_has(s, n)) return 0;
   if (2 * (s->n + 1) > s->cap) {
     size_t cap = s->cap ? 2 * s->cap : 256;
-    cudaGraphNode_t *slot = (cudaGraphNode_t *)calloc(cap, sizeof *slot);
+    cudaGraphNode_t *slot = (cudaGraphNode_t *)fh_calloc(cap, sizeof *slot);
     if (slot == NULL) return -1;
     for (size_t i = 0; i < s->cap; ++i)
       if (s->slot[i]) {
@@ -63,7 +63,7 @@ static int set_add(nodeset *s, cudaGraphNode_t n) {
         while (slot[j]) j = (j + 1) & (cap - 1);
         slot[j] = s->slot[i];
       }
-    free(s->slot);
+    fh_free(s->slot);
     s->slot = slot;
     s->cap = cap;
   }
@@ -84,7 +84,7 @@ static bool ancestors(cudaStream_t s, unsigned long long *id, nodeset *seen) {
   if (cudaStreamGetCaptureInfo(s, &cs, id, &g, &deps, NULL, &nd) != cudaSuccess || cs != cudaStreamCaptureStatusActive)
     return false;
   size_t cap = nd + 64, top = 0;
-  cudaGraphNode_t *stack = (cudaGraphNode_t *)malloc(cap * sizeof *stack);
+  cudaGraphNode_t *stack = (cudaGraphNode_t *)fh_malloc(cap * sizeof *stack);
   if (stack == NULL) return false;
   for (size_t i = 0; i < nd; ++i)
     if (set_add(seen, deps[i]) == 1) stack[top++] = deps[i];
@@ -99,7 +99,7 @@ static bool ancestors(cudaStream_t s, unsigned long long *id, nodeset *seen) {
       break;
     }
     if (k > bufcap) {
-      cudaGraphNode_t *b = (cudaGraphNode_t *)realloc(buf, k * sizeof *b);
+      cudaGraphNode_t *b = (cudaGraphNode_t *)fh_realloc(buf, k * sizeof *b);
       if (b == NULL) {
         ok = false;
         break;
@@ -116,7 +116,7 @@ static bool ancestors(cudaStream_t s, unsigned long long *id, nodeset *seen) {
       if (r < 0) ok = false;
       if (r != 1) continue;
       if (top == cap) {
-        cudaGraphNode_t *t = (cudaGraphNode_t *)realloc(stack, 2 * cap * sizeof *t);
+        cudaGraphNode_t *t = (cudaGraphNode_t *)fh_realloc(stack, 2 * cap * sizeof *t);
         if (t == NULL) {
           ok = false;
           break;
@@ -127,8 +127,8 @@ static bool ancestors(cudaStream_t s, unsigned long long *id, nodeset *seen) {
       stack[top++] = buf[i];
     }
   }
-  free(buf);
-  free(stack);
+  fh_free(buf);
+  fh_free(stack);
   (void)cudaGetLastError();
   return ok;
 }
@@ -179,7 +179,7 @@ static int unjoined_forks(fh_stream *s, fh_stream *const *forks, int nforks, cha
       ++bad;
     }
   }
-  free(seen.slot);
+  fh_free(seen.slot);
   (void)cudaGetLastError();
   return bad;
 }
@@ -217,7 +217,7 @@ fh_status fh__graph_end(fh_stream *s, fh_stream *const *forks, int nforks, bool 
     return capture_error("ending the capture failed", e);
   }
   if (g == NULL) return capture_error("the capture produced no graph", cudaErrorStreamCaptureInvalidated);
-  fh__graph *r = (fh__graph *)calloc(1, sizeof *r);
+  fh__graph *r = (fh__graph *)fh_calloc(1, sizeof *r);
   if (r == NULL) {
     (void)cudaGraphDestroy(g);
     return fh_error_set(FH_ERR_MEMORY, "out of memory keeping a graph");
@@ -267,5 +267,5 @@ void fh__graph_free(fh__graph *g) {
   }
   (void)cudaGetLastError();
   fh_error_clear();
-  free(g);
+  fh_free(g);
 }

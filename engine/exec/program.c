@@ -61,7 +61,7 @@ static size_t ptr_hash(const void *p, size_t cap) {
 static bool kept_add(kept_set *k, fh_storage *s) {
   if (k->cap == 0 || 2 * (k->n + 1) > k->cap) {
     size_t cap = k->cap ? 2 * k->cap : 256;
-    fh_storage **slot = calloc(cap, sizeof *slot);
+    fh_storage **slot = fh_calloc(cap, sizeof *slot);
     if (slot == NULL) return false;
     for (size_t i = 0; i < k->cap; ++i)
       if (k->slot[i]) {
@@ -69,7 +69,7 @@ static bool kept_add(kept_set *k, fh_storage *s) {
         while (slot[j]) j = (j + 1) & (cap - 1);
         slot[j] = k->slot[i];
       }
-    free(k->slot);
+    fh_free(k->slot);
     k->slot = slot;
     k->cap = cap;
   }
@@ -88,7 +88,7 @@ static bool kept_add(kept_set *k, fh_storage *s) {
 static void kept_clear(kept_set *k) {
   for (size_t i = 0; i < k->cap; ++i)
     if (k->slot[i]) fh_storage_release(k->slot[i]);
-  free(k->slot);
+  fh_free(k->slot);
   memset(k, 0, sizeof *k);
 }
 
@@ -103,7 +103,7 @@ static void observe_use(void *ctx, fh_storage *s, fh_stream *stream) {
     if (p->forks[i] == stream) return;
   if (p->nforks == p->capforks) {
     int cap = p->capforks ? 2 * p->capforks : 4;
-    fh_stream **f = realloc(p->forks, sizeof *f * (size_t)cap);
+    fh_stream **f = fh_realloc(p->forks, sizeof *f * (size_t)cap);
     if (f == NULL) {
       p->observe_failed = true;
       return;
@@ -127,7 +127,7 @@ fh_status fh_program_new(fh_program_kind kind, fh_buffer *inputs, fh_program **o
   if (kind == FH_PROGRAM_HOST_GRAPH && dev.type != FH_DEVICE_CPU)
     return fh_error_set(FH_ERR_VALUE, "a host graph program needs inputs on the cpu, got %s", fh_device_name(dev, dn));
   fh_exec_sweep();
-  fh_program *p = calloc(1, sizeof *p);
+  fh_program *p = fh_calloc(1, sizeof *p);
   if (p == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory creating a program");
   fh_rc_init(&p->rc);
   p->kind = kind;
@@ -144,7 +144,7 @@ fh_status fh_program_new(fh_program_kind kind, fh_buffer *inputs, fh_program **o
     if (p->side) fh_stream_release(p->side);
     if (p->pool) fh_mempool_free(p->pool);
     if (p->tape) fh_tape_free(p->tape);
-    free(p);
+    fh_free(p);
     return st;
   }
   fh_buffer_retain(inputs);
@@ -162,9 +162,9 @@ static void destroy(fh_program *p) {
   if (p->latest) fh_copy_handle_release(p->latest);
   if (p->prev_current) fh_stream_release(p->prev_current);
   for (int i = 0; i < p->nforks; ++i) fh_stream_release(p->forks[i]);
-  free(p->forks);
+  fh_free(p->forks);
   if (p->side) fh_stream_release(p->side);
-  free(p);
+  fh_free(p);
 }
 
 /* Release what the replays use; every launch and copy has completed. */
@@ -425,14 +425,14 @@ fh_status fh_program_copy_inputs(fh_program *p, fh_tensor *const *src, fh_stream
   if (st != FH_OK) return st;
   fh_event *small[8];
   fh_event **all = small;
-  if (nwait + 1 > 8 && (all = malloc(sizeof *all * (size_t)(nwait + 1))) == NULL)
+  if (nwait + 1 > 8 && (all = fh_malloc(sizeof *all * (size_t)(nwait + 1))) == NULL)
     return fh_error_set(FH_ERR_MEMORY, "out of memory ordering a copy");
   for (int i = 0; i < nwait; ++i) all[i] = wait[i];
   /* the previous launch reads the inputs: copy after it */
   all[nwait] = fh_program_replay_event(p);
   fh_copy_handle *h = NULL;
   st = fh__buffer_copy_from_named(p->inputs, src, stream, non_blocking, all, nwait + 1, &h, "copy_inputs_from");
-  if (all != small) free(all);
+  if (all != small) fh_free(all);
   if (st != FH_OK) {
     fh_error_prefix("%s", fn);
     return st;
@@ -493,7 +493,12 @@ fh_status fh_program_close(fh_program *p) {
   fh_status st = FH_OK;
   if (p->inputs) st = fh_buffer_close(p->inputs); /* waits for pending copies */
   if (st == FH_OK) st = fh_program_synchronize(p);
-  if (st != FH_OK) return st;
+  if (st != FH_OK) {
+    /* a broken context runs nothing it queued again: nothing can still read
+     * the program's memory, so it is released all the same */
+    if (!fh__device_is_broken(p->dev)) return st;
+    fh_error_clear();
+  }
   teardown(p);
   return FH_OK;
 }

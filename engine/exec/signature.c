@@ -22,7 +22,7 @@ static void sb_reserve(sbuf *b, size_t extra) {
   if (b->oom || b->len + extra + 1 <= b->cap) return;
   size_t cap = b->cap ? b->cap : 128;
   while (cap < b->len + extra + 1) cap *= 2;
-  char *p = realloc(b->p, cap);
+  char *p = fh_realloc(b->p, cap);
   if (p == NULL) {
     b->oom = true;
     return;
@@ -235,7 +235,7 @@ static void value_key(sbuf *b, const fh_value_sig *s) {
 
 /* ---- tree nodes ------------------------------------------------------------- */
 static fh_tree_sig *node_alloc(int kind) {
-  fh_tree_sig *s = calloc(1, sizeof *s);
+  fh_tree_sig *s = fh_calloc(1, sizeof *s);
   if (s == NULL) return NULL;
   fh_rc_init(&s->rc);
   s->kind = kind;
@@ -247,18 +247,18 @@ void fh_tree_sig_release(fh_tree_sig *s) {
   if (s == NULL || !fh_rc_release(&s->rc)) return;
   for (int64_t i = 0; i < s->nchildren; ++i) fh_tree_sig_release(s->children[i]);
   if (s->keys)
-    for (int64_t i = 0; i < s->nchildren; ++i) free(s->keys[i]);
-  free(s->keys);
-  free(s->key_lens);
-  free(s->children);
+    for (int64_t i = 0; i < s->nchildren; ++i) fh_free(s->keys[i]);
+  fh_free(s->keys);
+  fh_free(s->key_lens);
+  fh_free(s->children);
   if (s->value.ctx) fh_ckks_context_release(s->value.ctx);
-  free(s->key);
-  free(s);
+  fh_free(s->key);
+  fh_free(s);
 }
 
 static fh_status finish_key(fh_tree_sig *s, sbuf *b) {
   if (b->oom || b->p == NULL) {
-    free(b->p);
+    fh_free(b->p);
     fh_tree_sig_release(s);
     return fh_error_set(FH_ERR_MEMORY, "out of memory building a signature key");
   }
@@ -327,13 +327,13 @@ fh_status fh_tree_sig_container(fh_tree_kind kind, int64_t n, fh_tree_sig **chil
   }
   if ((s = node_alloc(kind)) == NULL) goto oom;
   if (n > 0) {
-    s->children = calloc((size_t)n, sizeof *s->children);
+    s->children = fh_calloc((size_t)n, sizeof *s->children);
     if (s->children == NULL) goto oom;
   }
   if (kind == FH_TREE_DICT) {
-    kv = calloc((size_t)(n ? n : 1), sizeof *kv);
-    s->keys = calloc((size_t)(n ? n : 1), sizeof *s->keys);
-    s->key_lens = calloc((size_t)(n ? n : 1), sizeof *s->key_lens);
+    kv = fh_calloc((size_t)(n ? n : 1), sizeof *kv);
+    s->keys = fh_calloc((size_t)(n ? n : 1), sizeof *s->keys);
+    s->key_lens = fh_calloc((size_t)(n ? n : 1), sizeof *s->key_lens);
     if (kv == NULL || s->keys == NULL || s->key_lens == NULL) goto oom;
     for (int64_t i = 0; i < n; ++i) {
       kv[i].key = keys[i];
@@ -359,11 +359,11 @@ fh_status fh_tree_sig_container(fh_tree_kind kind, int64_t n, fh_tree_sig **chil
     if (c->depth > depth) depth = c->depth;
     leaves += c->nleaves;
     if (kind == FH_TREE_DICT) {
-      s->keys[i] = malloc(kv[i].len + 1);
+      s->keys[i] = fh_malloc(kv[i].len + 1);
       if (s->keys[i] == NULL) {
         for (int64_t j = i + 1; j < n; ++j) fh_tree_sig_release(kv[j].child);
         n = 0;
-        free(kv);
+        fh_free(kv);
         kv = NULL;
         fh_tree_sig_release(s);
         return fh_error_set(FH_ERR_MEMORY, "out of memory building a signature");
@@ -374,7 +374,7 @@ fh_status fh_tree_sig_container(fh_tree_kind kind, int64_t n, fh_tree_sig **chil
     }
   }
   s->nchildren = (int32_t)n;
-  free(kv);
+  fh_free(kv);
   kv = NULL;
   s->depth = depth + 1;
   s->nleaves = leaves;
@@ -399,7 +399,7 @@ fh_status fh_tree_sig_container(fh_tree_kind kind, int64_t n, fh_tree_sig **chil
 oom:
   st = fh_error_set(FH_ERR_MEMORY, "out of memory building a signature");
 fail:
-  free(kv);
+  fh_free(kv);
   if (s) {
     s->nchildren = 0; /* children not taken yet */
     fh_tree_sig_release(s);

@@ -30,7 +30,7 @@ static const char *jstr(const json_t *j) {
 
 static char *str_concat(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
-  char *s = malloc(la + lb + 1);
+  char *s = fh_malloc(la + lb + 1);
   if (s) {
     memcpy(s, a, la);
     memcpy(s + la, b, lb + 1);
@@ -43,14 +43,14 @@ static char *str_concat(const char *a, const char *b) {
 static char *child_name(const char *prefix, const fh_tree_sig *parent, int64_t i) {
   if (parent->kind == FH_TREE_DICT) {
     size_t n = parent->key_lens[i], cap = 6 * n + 8;
-    char *q = malloc(cap);
+    char *q = fh_malloc(cap);
     if (q == NULL) return NULL;
     q[0] = '[';
     size_t l = fh_json_quote(q, 1, cap, parent->keys[i], n, 0);
     q[l++] = ']';
     q[l] = '\0';
     char *r = str_concat(prefix, q);
-    free(q);
+    fh_free(q);
     return r;
   }
   char seg[32];
@@ -72,27 +72,27 @@ typedef struct enc {
 } enc;
 
 static void enc_free(enc *e) {
-  for (int64_t i = 0; i < e->n; ++i) free(e->names[i]);
-  free(e->names);
-  free(e->entries);
-  free(e->tensors);
+  for (int64_t i = 0; i < e->n; ++i) fh_free(e->names[i]);
+  fh_free(e->names);
+  fh_free(e->entries);
+  fh_free(e->tensors);
   json_decref(e->contexts);
 }
 
 static fh_status enc_tensor(enc *e, const char *name, fh_tensor *t, json_t **out) {
   if (e->n == e->cap) {
     int64_t cap = e->cap ? 2 * e->cap : 16;
-    fh_st_entry *en = realloc(e->entries, sizeof *en * (size_t)cap);
+    fh_st_entry *en = fh_realloc(e->entries, sizeof *en * (size_t)cap);
     if (en) e->entries = en;
-    fh_tensor **ts = realloc(e->tensors, sizeof *ts * (size_t)cap);
+    fh_tensor **ts = fh_realloc(e->tensors, sizeof *ts * (size_t)cap);
     if (ts) e->tensors = ts;
-    char **nm = realloc(e->names, sizeof *nm * (size_t)cap);
+    char **nm = fh_realloc(e->names, sizeof *nm * (size_t)cap);
     if (nm) e->names = nm;
     if (!en || !ts || !nm) return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
     e->cap = cap;
   }
   int64_t i = e->n;
-  e->names[i] = strdup(name);
+  e->names[i] = fh_strdup(name);
   if (e->names[i] == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
   e->n++;
   fh_dtype d = (fh_dtype)t->dtype;
@@ -110,10 +110,17 @@ static fh_status enc_tensor(enc *e, const char *name, fh_tensor *t, json_t **out
   e->tensors[i] = t;
   json_t *j = json_pack("{s:s, s:s, s:b}", "tensor", name, "dtype", fh_dtype_name((fh_dtype)t->dtype),
                         "requires_grad", t->requires_grad);
-  if (j == NULL) return fh_error_set(FH_ERR_VALUE, "tensor name %.80s is not valid UTF-8", name);
+  if (j == NULL) {
+    if (fh_st_utf8_valid(name, strlen(name))) return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
+    return fh_error_set(FH_ERR_VALUE, "tensor name %.80s is not valid UTF-8", name);
+  }
   *out = j;
   return FH_OK;
 }
+
+/* json_array_append_new that also fails for a NULL value (a failed
+ * json_integer...): 0 on success. Takes v's reference either way. */
+static int append_new(json_t *a, json_t *v) { return v == NULL ? -1 : json_array_append_new(a, v); }
 
 static json_t *meta_json(const fh_value_state *st) {
   fh_meta_entry m[FH_META_MAX];
@@ -127,7 +134,11 @@ static json_t *meta_json(const fh_value_state *st) {
       case FH_META_STRING: v = json_string(m[i].s); break;
       default:
         v = json_array();
-        for (int k = 0; v && k < m[i].nlist; ++k) json_array_append_new(v, json_integer(m[i].list[k]));
+        for (int k = 0; v && k < m[i].nlist; ++k)
+          if (append_new(v, json_integer(m[i].list[k])) != 0) {
+            json_decref(v);
+            v = NULL;
+          }
     }
     if (v == NULL || json_object_set_new(o, m[i].key, v) != 0) {
       json_decref(o);
@@ -140,12 +151,17 @@ static json_t *meta_json(const fh_value_state *st) {
 static fh_status enc_context(enc *e, const fh_ckks_context *c) {
   if (json_object_get(e->contexts, c->id)) return FH_OK;
   json_t *q = json_array(), *p = json_array();
-  for (int i = 0; q && i < c->num_q; ++i) json_array_append_new(q, json_integer((json_int_t)c->primes[i]));
-  for (int i = 0; p && i < c->num_p; ++i) json_array_append_new(p, json_integer((json_int_t)c->primes[c->num_q + i]));
+  int bad = q == NULL || p == NULL;
+  for (int i = 0; !bad && i < c->num_q; ++i) bad |= append_new(q, json_integer((json_int_t)c->primes[i]));
+  for (int i = 0; !bad && i < c->num_p; ++i) bad |= append_new(p, json_integer((json_int_t)c->primes[c->num_q + i]));
+  if (bad) {
+    json_decref(q);
+    json_decref(p);
+    return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
+  }
   json_t *o = json_pack("{s:I, s:f, s:o, s:o}", "ring_degree", (json_int_t)c->ring_degree, "default_scale",
                         c->default_scale, "q_primes", q, "p_primes", p);
   /* the non-default layout fields (their absence means the default) */
-  int bad = 0;
   if (o && c->galois_generator != 5)
     bad |= json_object_set_new(o, "galois_generator", json_integer(c->galois_generator));
   if (o && c->max_level != c->num_q - 2) bad |= json_object_set_new(o, "max_level", json_integer(c->max_level));
@@ -200,10 +216,10 @@ static fh_status enc_node(enc *e, const fh_tree_sig *s, fh_tensor *const *leaves
           json_decref(j);
           return st;
         }
-        char *full = *name ? str_concat(name, slots ? ".message" : ".data") : strdup(tname);
+        char *full = *name ? str_concat(name, slots ? ".message" : ".data") : fh_strdup(tname);
         json_t *tj = NULL;
         st = full ? enc_tensor(e, full, t, &tj) : fh_error_set(FH_ERR_MEMORY, "out of memory");
-        free(full);
+        fh_free(full);
         if (st != FH_OK || json_object_set_new(ts, tname, tj) != 0) {
           json_decref(j);
           return st != FH_OK ? st : fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
@@ -222,6 +238,10 @@ static fh_status enc_node(enc *e, const fh_tree_sig *s, fh_tensor *const *leaves
       for (int64_t i = 0; i < s->nchildren; ++i) {
         if (keys) {
           json_t *k = json_stringn(s->keys[i], s->key_lens[i]);
+          if (k == NULL && fh_st_utf8_valid(s->keys[i], s->key_lens[i])) {
+            json_decref(j);
+            return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
+          }
           if (k == NULL) {
             json_decref(j);
             char q[160];
@@ -229,17 +249,23 @@ static fh_status enc_node(enc *e, const fh_tree_sig *s, fh_tensor *const *leaves
             return fh_error_set(FH_ERR_VALUE, "dict key %s at value%s is not valid UTF-8 and cannot be saved", q,
                                 name);
           }
-          json_array_append_new(keys, k);
+          if (json_array_append_new(keys, k) != 0) {
+            json_decref(j);
+            return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
+          }
         }
         char *cn = child_name(name, s, i);
         json_t *c = NULL;
         st = cn ? enc_node(e, s->children[i], leaves, li, cn, &c) : fh_error_set(FH_ERR_MEMORY, "out of memory");
-        free(cn);
+        fh_free(cn);
         if (st != FH_OK) {
           json_decref(j);
           return st;
         }
-        json_array_append_new(items, c);
+        if (json_array_append_new(items, c) != 0) {
+          json_decref(j);
+          return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
+        }
       }
       *out = j;
       return FH_OK;
@@ -270,17 +296,17 @@ static fh_status encode_into(const fh_tree_sig *sig, fh_tensor *const *leaves, b
   char *h = NULL;
   size_t l = 0;
   if (st == FH_OK) st = fh_st_build_header(e->entries, e->n, mk, mv, 4, &h, &l);
-  free(tree_s);
-  free(ctx_s);
+  fh_free(tree_s);
+  fh_free(ctx_s);
   if (st != FH_OK) return st;
-  char *full = malloc(l + 8);
+  char *full = fh_malloc(l + 8);
   if (full == NULL) {
-    free(h);
+    fh_free(h);
     return fh_error_set(FH_ERR_MEMORY, "out of memory encoding a value file");
   }
   for (int i = 0; i < 8; ++i) full[i] = (char)((uint64_t)l >> (8 * i));
   memcpy(full + 8, h, l);
-  free(h);
+  fh_free(h);
   *header = full;
   *hlen = l + 8;
   return FH_OK;
@@ -324,7 +350,7 @@ fh_status fh_tree_serialize_as(const fh_tree_sig *sig, fh_tensor *const *leaves,
   if (st != FH_OK) return st;
   size_t total = f.hlen;
   for (int i = 0; i < f.npayloads; ++i) total += f.nbytes[i];
-  unsigned char *buf = malloc(total);
+  unsigned char *buf = fh_malloc(total);
   if (buf == NULL) {
     fh__v030_file_free(&f);
     return fh_error_set(FH_ERR_MEMORY, "out of memory serializing %zu bytes", total);
@@ -350,14 +376,14 @@ fh_status fh_tree_serialize(const fh_tree_sig *sig, fh_tensor *const *leaves, bo
   if (st != FH_OK) return st;
   size_t total = hl;
   for (int64_t i = 0; i < e.n; ++i) total += e.entries[i].nbytes;
-  unsigned char *buf = malloc(total ? total : 1);
+  unsigned char *buf = fh_malloc(total ? total : 1);
   if (buf == NULL) {
-    free(h);
+    fh_free(h);
     enc_free(&e);
     return fh_error_set(FH_ERR_MEMORY, "out of memory serializing %zu bytes", total);
   }
   memcpy(buf, h, hl);
-  free(h);
+  fh_free(h);
   size_t off = hl;
   for (int64_t i = 0; i < e.n && st == FH_OK; ++i) {
     st = fh_tensor_read(e.tensors[i], buf + off);
@@ -365,7 +391,7 @@ fh_status fh_tree_serialize(const fh_tree_sig *sig, fh_tensor *const *leaves, bo
   }
   enc_free(&e);
   if (st != FH_OK) {
-    free(buf);
+    fh_free(buf);
     return st;
   }
   *bytes = buf;
@@ -394,7 +420,7 @@ static const char *file_kind(mode_t m) {
 static fh_status write_all(int fd, const void *p, size_t n, const char *path) {
   const char *c = p;
   while (n > 0) {
-    ssize_t w = write(fd, c, n);
+    ssize_t w = fh_write(fd, c, n);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return IOERR("cannot write '%s': %s", path, w < 0 ? strerror(errno) : "the write made no progress");
     c += w;
@@ -439,24 +465,24 @@ typedef struct parts {
 static fh_status save_parts(const char *path, bool overwrite, char *h, size_t hl, const parts *pp) {
   fh_status st;
   if ((st = check_target(path, overwrite)) != FH_OK) {
-    free(h);
+    fh_free(h);
     return st;
   }
   char *tmp = str_concat(path, ".tmp-XXXXXX");
   if (tmp == NULL) {
-    free(h);
+    fh_free(h);
     return fh_error_set(FH_ERR_MEMORY, "out of memory");
   }
-  int fd = mkstemp(tmp); /* mode 0600 */
+  int fd = fh_mkstemp(tmp); /* mode 0600 */
   if (fd < 0) {
     st = IOERR("cannot create a temporary file next to '%s': %s", path, strerror(errno));
-    free(tmp);
-    free(h);
+    fh_free(tmp);
+    fh_free(h);
     return st;
   }
   if (fchmod(fd, 0600) != 0) st = IOERR("cannot chmod the temporary file '%s': %s", tmp, strerror(errno));
   if (st == FH_OK) st = write_all(fd, h, hl, path);
-  free(h);
+  fh_free(h);
   for (int64_t i = 0; i < pp->n && st == FH_OK; ++i) {
     if (pp->tensors == NULL) {
       st = write_all(fd, pp->bufs[i], pp->sizes[i], path);
@@ -464,41 +490,41 @@ static fh_status save_parts(const char *path, bool overwrite, char *h, size_t hl
     }
     size_t nb = pp->entries[i].nbytes;
     if (nb == 0) continue;
-    void *buf = malloc(nb);
+    void *buf = fh_malloc(nb);
     if (buf == NULL) {
       st = fh_error_set(FH_ERR_MEMORY, "out of memory writing '%s'", path);
       break;
     }
     st = fh_tensor_read(pp->tensors[i], buf);
     if (st == FH_OK) st = write_all(fd, buf, nb, path);
-    free(buf);
+    fh_free(buf);
   }
-  if (st == FH_OK && fsync(fd) != 0) st = IOERR("cannot fsync '%s': %s", path, strerror(errno));
-  if (close(fd) != 0 && st == FH_OK) st = IOERR("cannot close '%s': %s", path, strerror(errno));
+  if (st == FH_OK && fh_fsync(fd) != 0) st = IOERR("cannot fsync '%s': %s", path, strerror(errno));
+  if (fh_close_written(fd) != 0 && st == FH_OK) st = IOERR("cannot close '%s': %s", path, strerror(errno));
   if (st == FH_OK) {
     if (overwrite) {
-      if (rename(tmp, path) != 0)
+      if (fh_rename(tmp, path) != 0)
         st = IOERR("cannot rename the temporary file onto '%s': %s", path, strerror(errno));
     } else {
-      if (link(tmp, path) != 0)
+      if (fh_link(tmp, path) != 0)
         st = errno == EEXIST ? fh_error_set(FH_ERR_VALUE, "'%s' exists (pass overwrite=true to replace it)", path)
                              : IOERR("cannot create '%s': %s", path, strerror(errno));
     }
   }
   unlink(tmp); /* after link or on failure; a no-op after rename */
-  free(tmp);
+  fh_free(tmp);
   if (st != FH_OK) return st;
   /* the new directory entry must be durable too; a directory that cannot
    * be opened for reading (mode -wx) is left to the file system */
-  char *dcopy = strdup(path);
+  char *dcopy = fh_strdup(path);
   if (dcopy == NULL) return FH_OK; /* the file is in place; its directory entry is left to the file system */
-  int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dfd = fh_open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
-    if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP)
+    if (fh_fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP)
       st = IOERR("'%s' is written but its directory cannot be fsync'ed: %s", path, strerror(errno));
     close(dfd);
   }
-  free(dcopy);
+  fh_free(dcopy);
   return st;
 }
 
@@ -568,7 +594,7 @@ static fh_status read_at(const dec *d, uint64_t off, void *dst, size_t n) {
   }
   char *c = dst;
   while (n > 0) {
-    ssize_t r = pread(d->fd, c, n, (off_t)off);
+    ssize_t r = fh_pread(d->fd, c, n, (off_t)off);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return IOERR("cannot read '%s': %s", d->what, strerror(errno));
     if (r == 0)
@@ -585,7 +611,7 @@ static fh_status read_at(const dec *d, uint64_t off, void *dst, size_t n) {
 static fh_status push_leaf(dec *d, fh_tensor *t) {
   if (d->nleaves == d->cap) {
     int64_t cap = d->cap ? 2 * d->cap : 16;
-    fh_tensor **l = realloc(d->leaves, sizeof *l * (size_t)cap);
+    fh_tensor **l = fh_realloc(d->leaves, sizeof *l * (size_t)cap);
     if (l == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory loading a value file");
     d->leaves = l;
     d->cap = cap;
@@ -786,8 +812,14 @@ static fh_status dec_value(dec *d, json_t *j, fh_tree_sig **out) {
   for (int i = 0; i < nt; ++i) fh_tensor_release(ts[i]);
   if (st != FH_OK) return st;
   st = fh_tree_sig_value(val, out);
+  bool made = st == FH_OK;
   for (int i = 0; st == FH_OK && i < val->ntensors; ++i) st = push_leaf(d, val->tensors[i]);
   fh_value_release(val);
+  if (st != FH_OK && made) {
+    /* a failed node returns no signature (its leaves already pushed are the decoder's) */
+    fh_tree_sig_release(*out);
+    *out = NULL;
+  }
   return st;
 }
 
@@ -802,7 +834,10 @@ static fh_status dec_node(dec *d, json_t *j, int depth, fh_tree_sig **out) {
     fh_tensor *t = NULL;
     if ((st = dec_tensor(d, j, "tensor node", &t)) != FH_OK) return st;
     st = fh_tree_sig_tensor(t, out);
-    if (st == FH_OK) st = push_leaf(d, t);
+    if (st == FH_OK && (st = push_leaf(d, t)) != FH_OK) {
+      fh_tree_sig_release(*out);
+      *out = NULL;
+    }
     fh_tensor_release(t);
     return st;
   }
@@ -818,13 +853,13 @@ static fh_status dec_node(dec *d, json_t *j, int depth, fh_tree_sig **out) {
   size_t n = json_array_size(items);
   if (k == FH_TREE_DICT && (!json_is_array(keys) || json_array_size(keys) != n))
     BAD(d, "dict node needs as many keys as items");
-  fh_tree_sig **children = calloc(n ? n : 1, sizeof *children);
-  const char **kp = calloc(n ? n : 1, sizeof *kp);
-  size_t *kl = calloc(n ? n : 1, sizeof *kl);
+  fh_tree_sig **children = fh_calloc(n ? n : 1, sizeof *children);
+  const char **kp = fh_calloc(n ? n : 1, sizeof *kp);
+  size_t *kl = fh_calloc(n ? n : 1, sizeof *kl);
   if (children == NULL || kp == NULL || kl == NULL) {
-    free(children);
-    free(kp);
-    free(kl);
+    fh_free(children);
+    fh_free(kp);
+    fh_free(kl);
     return fh_error_set(FH_ERR_MEMORY, "out of memory loading a value file");
   }
   st = FH_OK;
@@ -865,26 +900,26 @@ static fh_status dec_node(dec *d, json_t *j, int depth, fh_tree_sig **out) {
   }
   if (st != FH_OK) {
     for (size_t i = 0; i < done; ++i) fh_tree_sig_release(children[i]);
-    free(children);
-    free(kp);
-    free(kl);
+    fh_free(children);
+    fh_free(kp);
+    fh_free(kl);
     return st;
   }
   st = fh_tree_sig_container(k, (int64_t)n, children, k == FH_TREE_DICT ? kp : NULL, k == FH_TREE_DICT ? kl : NULL, out);
-  free(children);
-  free(kp);
-  free(kl);
+  fh_free(children);
+  fh_free(kp);
+  fh_free(kl);
   return st;
 }
 
 /* A plain safetensors file: a dict of its tensors. */
 static fh_status dec_plain(dec *d, fh_tree_sig **out) {
   int64_t n = d->h->ntensors;
-  fh_tree_sig **children = calloc(n ? (size_t)n : 1, sizeof *children);
-  const char **kp = calloc(n ? (size_t)n : 1, sizeof *kp);
+  fh_tree_sig **children = fh_calloc(n ? (size_t)n : 1, sizeof *children);
+  const char **kp = fh_calloc(n ? (size_t)n : 1, sizeof *kp);
   if (children == NULL || kp == NULL) {
-    free(children);
-    free(kp);
+    fh_free(children);
+    fh_free(kp);
     return fh_error_set(FH_ERR_MEMORY, "out of memory loading a value file");
   }
   /* leaf order follows the sorted keys: the header's name index (bytewise,
@@ -912,8 +947,8 @@ static fh_status dec_plain(dec *d, fh_tree_sig **out) {
   } else {
     for (int64_t i = 0; i < done; ++i) fh_tree_sig_release(children[i]);
   }
-  free(children);
-  free(kp);
+  fh_free(children);
+  fh_free(kp);
   return st;
 }
 
@@ -946,7 +981,7 @@ static fh_status decode(dec *d, fh_tree_sig **sig, fh_tensor ***leaves) {
   const char *schema = fh_st_header_meta(d->h, KEY_SCHEMA);
   const char *tree_s = fh_st_header_meta(d->h, KEY_TREE);
   const char *ctx_s = fh_st_header_meta(d->h, KEY_CONTEXTS);
-  d->used = calloc(d->h->ntensors ? (size_t)d->h->ntensors : 1, sizeof *d->used);
+  d->used = fh_calloc(d->h->ntensors ? (size_t)d->h->ntensors : 1, sizeof *d->used);
   if (d->used == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory loading a value file");
   fh_tree_sig *root = NULL;
   if (tree_s == NULL && schema == NULL && ctx_s == NULL && (fmt == NULL || strcmp(fmt, FORMAT_NAME) != 0)) {
@@ -977,6 +1012,10 @@ static fh_status decode(dec *d, fh_tree_sig **sig, fh_tensor ***leaves) {
   json_t *ctxs = NULL;
   if (ctx_s) {
     ctxs = json_loads(ctx_s, JSON_REJECT_DUPLICATES, &jerr);
+    if (ctxs == NULL && json_error_code(&jerr) == json_error_out_of_memory) {
+      st = fh_error_set(FH_ERR_MEMORY, "out of memory reading a value file's %s", KEY_CONTEXTS);
+      goto done;
+    }
     if (ctxs == NULL || !json_is_object(ctxs)) {
       json_decref(ctxs);
       st = fh_error_set(FH_ERR_VALUE, "corrupt value file: %s is not a JSON object", KEY_CONTEXTS);
@@ -987,6 +1026,10 @@ static fh_status decode(dec *d, fh_tree_sig **sig, fh_tensor ***leaves) {
   /* dict keys may hold NUL bytes (Lua strings do); every other string is
    * checked with jstr */
   tree = json_loads(tree_s, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+  if (tree == NULL && json_error_code(&jerr) == json_error_out_of_memory) {
+    st = fh_error_set(FH_ERR_MEMORY, "out of memory reading a value file's %s", KEY_TREE);
+    goto done;
+  }
   if (tree == NULL) {
     st = fh_error_set(FH_ERR_VALUE, "corrupt value file: %s is not valid JSON (%.120s)", KEY_TREE, jerr.text);
     goto done;
@@ -1003,7 +1046,7 @@ done:
   json_decref(tree);
   json_decref(d->contexts);
   for (int i = 0; i < d->nctx; ++i) fh_ckks_context_release(d->ctxs[i]);
-  free(d->used);
+  fh_free(d->used);
   if (st == FH_OK && root->nleaves != d->nleaves)
     st = fh_error_set(FH_ERR_VALUE, "corrupt value file: leaf count mismatch");
   if (st != FH_OK) {
@@ -1011,7 +1054,7 @@ done:
     fh_value_io_free_leaves(d->leaves, d->nleaves);
     return st;
   }
-  if (d->leaves == NULL) d->leaves = malloc(sizeof(fh_tensor *));
+  if (d->leaves == NULL) d->leaves = fh_malloc(sizeof(fh_tensor *));
   *sig = root;
   *leaves = d->leaves;
   return FH_OK;
@@ -1020,7 +1063,7 @@ done:
 void fh_value_io_free_leaves(fh_tensor **leaves, int64_t n) {
   if (leaves == NULL) return;
   for (int64_t i = 0; i < n; ++i) fh_tensor_release(leaves[i]);
-  free(leaves);
+  fh_free(leaves);
 }
 
 fh_status fh_tree_deserialize(const void *bytes, size_t nbytes, fh_device dev, fh_tree_sig **sig, fh_tensor ***leaves) {
@@ -1057,7 +1100,7 @@ fh_status fh_tree_load_with(const char *path, fh_device dev, fh_ckks_context *co
   if (path == NULL) return fh_error_set(FH_ERR_VALUE, "load: no path");
   /* O_NONBLOCK: opening a FIFO must not wait for a writer (and O_NOCTTY: a
    * terminal never becomes ours); the type is checked before any read */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  int fd = fh_open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return IOERR("cannot open '%s': %s", path, strerror(errno));
   struct stat sb;
   fh_status st = FH_OK;
@@ -1080,13 +1123,13 @@ fh_status fh_tree_load_with(const char *path, fh_device dev, fh_ckks_context *co
   if (st == FH_OK && size >= 8) st = read_at(&d, 0, prefix, 8);
   if (st == FH_OK) st = fh_st_header_length(prefix, size, &hl);
   char *hbuf = NULL;
-  if (st == FH_OK && (hbuf = malloc((size_t)hl)) == NULL)
+  if (st == FH_OK && (hbuf = fh_malloc((size_t)hl)) == NULL)
     st = fh_error_set(FH_ERR_MEMORY, "out of memory reading a %llu-byte header", (unsigned long long)hl);
   if (st == FH_OK) st = read_at(&d, 8, hbuf, (size_t)hl);
   fh_st_header h;
   memset(&h, 0, sizeof h);
   if (st == FH_OK) st = fh_st_parse_header(hbuf, (size_t)hl, size, &h);
-  free(hbuf);
+  fh_free(hbuf);
   if (st == FH_OK) {
     d.h = &h;
     st = decode(&d, sig, leaves);

@@ -457,14 +457,14 @@ static uint64_t pow2_mod(int e, const fh_modulus *m) { return fh_mod_pow(2 % m->
 /* the NTT orders of the rows' primes (ids[0..nids)), N entries each; malloc'd */
 static fh_status ntt_orders(const fh_ckks_context *ctx, const int32_t *ids, int nids, uint32_t **out) {
   int64_t n = ctx->ring_degree;
-  uint32_t *perm = malloc(sizeof(uint32_t) * (size_t)n * (size_t)nids);
+  uint32_t *perm = fh_malloc(sizeof(uint32_t) * (size_t)n * (size_t)nids);
   if (perm == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory converting an FHElium value");
   for (int l = 0; l < nids; ++l) {
     uint64_t q = ctx->primes[ids[l]], psi = 0;
     fh_status st = fh_ckks_min_root(q, ctx->log_n, &psi);
     if (st == FH_OK) st = fh_ckks_fhelium_ntt_order(q, ctx->log_n, psi, perm + (size_t)l * (size_t)n);
     if (st != FH_OK) {
-      free(perm);
+      fh_free(perm);
       return st;
     }
   }
@@ -504,7 +504,7 @@ static fh_status residues_in(const fh_ckks_context *ctx, const desc *d, const vo
       o[perm ? perm[(size_t)l * (size_t)n + (size_t)i] : (size_t)i] = y;
     }
   }
-  free(perm);
+  fh_free(perm);
   return st;
 }
 
@@ -644,7 +644,7 @@ static void sb_put(sbuf *b, const char *s, size_t len) {
   if (b->n + len + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->n + len + 1) cap *= 2;
-    char *q = realloc(b->p, cap);
+    char *q = fh_realloc(b->p, cap);
     if (q == NULL) {
       b->oom = true;
       return;
@@ -740,8 +740,8 @@ static void sb_name_or_null(sbuf *b, const char *s) {
 
 void fh__v030_file_free(fh__v030_file *f) {
   if (f == NULL) return;
-  free(f->header);
-  for (int i = 0; i < 2; ++i) free(f->payload[i]);
+  fh_free(f->header);
+  for (int i = 0; i < 2; ++i) fh_free(f->payload[i]);
   memset(f, 0, sizeof *f);
 }
 
@@ -773,7 +773,7 @@ static fh_status residues_out(const fh_value *v, const uint64_t *src, int word, 
       else ((int64_t *)dst)[r * n + i] = (int64_t)y;
     }
   }
-  free(perm);
+  fh_free(perm);
   return st;
 }
 
@@ -825,7 +825,7 @@ fh_status fh__v030_encode(const fh_value *value, bool allow_secret, fh__v030_fil
   size_t elem = split ? 8 : (size_t)fh_dtype_size((fh_dtype)ldtype);
   for (int i = 0; i < out->npayloads; ++i) {
     out->nbytes[i] = numel * elem;
-    out->payload[i] = malloc(out->nbytes[i] ? out->nbytes[i] : 1);
+    out->payload[i] = fh_malloc(out->nbytes[i] ? out->nbytes[i] : 1);
     if (out->payload[i] == NULL) st = fh_error_set(FH_ERR_MEMORY, "out of memory writing an FHElium value file");
   }
   if (st == FH_OK) {
@@ -930,7 +930,7 @@ fh_status fh__v030_encode(const fh_value *value, bool allow_secret, fh__v030_fil
     st = fh_error_set(FH_ERR_MEMORY, "out of memory writing an FHElium value file");
   if (st == FH_OK) {
     out->hlen = hd.n + 8;
-    out->header = malloc(out->hlen);
+    out->header = fh_malloc(out->hlen);
     if (out->header == NULL) {
       st = fh_error_set(FH_ERR_MEMORY, "out of memory writing an FHElium value file");
     } else {
@@ -938,10 +938,10 @@ fh_status fh__v030_encode(const fh_value *value, bool allow_secret, fh__v030_fil
       memcpy(out->header + 8, hd.p, hd.n);
     }
   }
-  free(m.p);
-  free(sh.p);
-  free(hd.p);
-  free(ids.p);
+  fh_free(m.p);
+  fh_free(sh.p);
+  fh_free(hd.p);
+  fh_free(ids.p);
   fh_value_release(v);
   if (st != FH_OK) fh__v030_file_free(out);
   return st;

@@ -136,7 +136,7 @@ void fh__cuda_event_put(int dev, cudaEvent_t ev) {
   pthread_mutex_lock(&g_evmu);
   if (g_nev[dev] == g_capev[dev]) {
     size_t cap = g_capev[dev] ? 2 * g_capev[dev] : 64;
-    cudaEvent_t *n = (cudaEvent_t *)realloc(g_evs[dev], cap * sizeof *n);
+    cudaEvent_t *n = (cudaEvent_t *)fh_realloc(g_evs[dev], cap * sizeof *n);
     if (n == NULL) {
       pthread_mutex_unlock(&g_evmu);
       (void)cudaEventDestroy(ev);
@@ -187,7 +187,7 @@ static void make_free_locked(arena *a, fh__block *b) {
     b->pool = NULL;
     p->reserved -= b->size;
     a->st.pool_reserved -= b->size;
-    if (--p->blocks == 0) free(p);
+    if (--p->blocks == 0) fh_free(p);
     p = NULL;
     b->home_id = 0;
   }
@@ -198,7 +198,7 @@ static void make_free_locked(arena *a, fh__block *b) {
 static fh_status pend_push(arena *a, cudaEvent_t ev, int evdev, fh__block *b) {
   if (a->npend == a->cappend) {
     size_t cap = a->cappend ? 2 * a->cappend : 64;
-    pend *n = (pend *)realloc(a->pending, cap * sizeof *n);
+    pend *n = (pend *)fh_realloc(a->pending, cap * sizeof *n);
     if (n == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory in the caching allocator");
     a->pending = n;
     a->cappend = cap;
@@ -267,8 +267,8 @@ static void release_cached_locked(arena *a) {
       a->st.cached_blocks--;
       a->st.reserved -= b->size;
       a->st.cuda_frees++;
-      free(b->uses);
-      free(b);
+      fh_free(b->uses);
+      fh_free(b);
     }
   }
   (void)cudaGetLastError();
@@ -302,7 +302,7 @@ static void retire_block_locked(arena *a, fh__block *b, fh_stream **rel, int *nr
     b->pool = NULL;
     p->reserved -= b->size;
     a->st.pool_reserved -= b->size;
-    if (--p->blocks == 0) free(p);
+    if (--p->blocks == 0) fh_free(p);
     p = NULL;
   }
   if (p != NULL && b->home != NULL) guard_with_event(a, b, b->home);
@@ -339,7 +339,7 @@ static void process_deferred_locked(arena *a, fh_stream ***relbuf, int *nrel, in
     if (need > *caprel) {
       int cap = *caprel ? *caprel : 16;
       while (cap < need) cap *= 2;
-      fh_stream **n = (fh_stream **)realloc(*relbuf, (size_t)cap * sizeof *n);
+      fh_stream **n = (fh_stream **)fh_realloc(*relbuf, (size_t)cap * sizeof *n);
       if (n == NULL) { /* keep it deferred; try again later */
         b->next = *pp;
         *pp = b;
@@ -362,7 +362,7 @@ static void run_deferred(arena *a) {
   if (a->deferred) process_deferred_locked(a, &rel, &nrel, &cap);
   pthread_mutex_unlock(&a->mu);
   release_streams(rel, nrel);
-  free(rel);
+  fh_free(rel);
 }
 
 /* The common free path of both allocators. */
@@ -385,7 +385,7 @@ static void block_free(fh__block *b) {
     return;
   }
   if (b->nuses + 1 > 16) {
-    rel = (fh_stream **)malloc((size_t)(b->nuses + 1) * sizeof *rel);
+    rel = (fh_stream **)fh_malloc((size_t)(b->nuses + 1) * sizeof *rel);
     if (rel == NULL) { /* cannot even list them: keep it for later */
       b->next = a->deferred;
       a->deferred = b;
@@ -397,7 +397,7 @@ static void block_free(fh__block *b) {
   retire_block_locked(a, b, rel, &nrel);
   pthread_mutex_unlock(&a->mu);
   release_streams(rel, nrel);
-  if (rel != small) free(rel);
+  if (rel != small) fh_free(rel);
 }
 
 static void cuda_storage_free(fh_storage *s) {
@@ -416,7 +416,7 @@ fh_status fh__cuda_block_record_stream(fh_storage *s, fh_stream *stream) {
   if (!seen) {
     if (b->nuses == b->capuses) {
       int cap = b->capuses ? 2 * b->capuses : 4;
-      fh_stream **n = (fh_stream **)realloc(b->uses, (size_t)cap * sizeof *n);
+      fh_stream **n = (fh_stream **)fh_realloc(b->uses, (size_t)cap * sizeof *n);
       if (n == NULL) st = fh_error_set(FH_ERR_MEMORY, "out of memory recording a stream use");
       else b->uses = n, b->capuses = cap;
     }
@@ -465,6 +465,8 @@ static fh_status oom_error(arena *a, size_t n, size_t size) {
 /* cudaMalloc / cudaHostAlloc with one retry after emptying the arena's
  * cache (never during a capture). */
 static fh_status raw_alloc_locked(arena *a, size_t n, size_t size, void **ptr) {
+  /* fault builds (fh/fault.h): an injected fault is the out-of-memory error after the retry */
+  if (fh__fault_hit(FH_FAULT_ALLOC)) return oom_error(a, n, size);
   for (int attempt = 0;; ++attempt) {
     /* A capture in global or thread-local mode forbids cudaMalloc on this
      * thread; allocating is safe here (the memory is never freed before the
@@ -528,7 +530,7 @@ static fh_status arena_alloc(arena *a, size_t n, fh_stream *stream, fh__block **
     fh_status st = FH_OK;
     if (!a->pinned) st = fh__cuda_use_device(a->dev);
     if (st == FH_OK) st = raw_alloc_locked(a, n, size, &ptr);
-    if (st == FH_OK && (b = (fh__block *)calloc(1, sizeof *b)) == NULL) {
+    if (st == FH_OK && (b = (fh__block *)fh_calloc(1, sizeof *b)) == NULL) {
       if (a->pinned) (void)cudaFreeHost(ptr);
       else (void)cudaFree(ptr);
       st = fh_error_set(FH_ERR_MEMORY, "out of memory allocating a block record");
@@ -536,7 +538,7 @@ static fh_status arena_alloc(arena *a, size_t n, fh_stream *stream, fh__block **
     if (st != FH_OK) {
       pthread_mutex_unlock(&a->mu);
       release_streams(rel, nrel);
-      free(rel);
+      fh_free(rel);
       return st;
     }
     b->ptr = ptr;
@@ -562,7 +564,7 @@ static fh_status arena_alloc(arena *a, size_t n, fh_stream *stream, fh__block **
   stats_on_alloc(a, b);
   pthread_mutex_unlock(&a->mu);
   release_streams(rel, nrel);
-  free(rel);
+  fh_free(rel);
   *out = b;
   return FH_OK;
 }
@@ -698,7 +700,7 @@ fh_status fh_mempool_new(fh_device dev, fh_mempool **out) {
   if (st != FH_OK) return st;
   if (dev.type != FH_DEVICE_CUDA) return fh_error_set(FH_ERR_VALUE, "memory pools exist only on CUDA devices");
   ensure_arenas();
-  fh_mempool *p = (fh_mempool *)calloc(1, sizeof *p);
+  fh_mempool *p = (fh_mempool *)fh_calloc(1, sizeof *p);
   if (p == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory creating a memory pool");
   p->dev = dev.index;
   *out = p;
@@ -762,7 +764,7 @@ void fh_mempool_free(fh_mempool *p) {
   }
   bool gone = p->blocks == 0;
   pthread_mutex_unlock(&a->mu);
-  if (gone) free(p);
+  if (gone) fh_free(p);
 }
 
 void fh_mempool_usage(const fh_mempool *p, uint64_t *reserved, uint64_t *blocks) {

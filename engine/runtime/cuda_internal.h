@@ -36,8 +36,14 @@ struct fh_event {
 };
 
 /* Record a CudaError "<what>: <cudaErrorName> (<description>)" (MemoryError
- * for cudaErrorMemoryAllocation) and clear the runtime's last error. */
+ * for cudaErrorMemoryAllocation) and clear the runtime's last error. A
+ * sticky error (fh__cuda_error_is_sticky) marks the runtime's current device
+ * broken (fh__cuda_mark_broken, fh/runtime.h) and says so: "...: the CUDA
+ * context of cuda:N is unusable after this error; restart the process"; once
+ * broken, the device's error names the first one. */
 fh_status fh__cuda_fail(cudaError_t e, const char *what);
+/* True for the errors that leave a context unusable until the process ends. */
+bool fh__cuda_error_is_sticky(cudaError_t e);
 #define FH_CUDA_TRY(call, what)                         \
   do {                                                  \
     cudaError_t e_ = (call);                            \

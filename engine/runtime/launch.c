@@ -48,7 +48,7 @@ struct fh_tape {
 static _Thread_local fh_tape *active_tape;
 
 fh_status fh_tape_new(fh_tape **out) {
-  fh_tape *t = calloc(1, sizeof *t);
+  fh_tape *t = fh_calloc(1, sizeof *t);
   if (t == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory creating a host tape");
   *out = t;
   return FH_OK;
@@ -57,11 +57,11 @@ fh_status fh_tape_new(fh_tape **out) {
 void fh_tape_free(fh_tape *t) {
   if (t == NULL) return;
   if (active_tape == t) active_tape = NULL;
-  for (size_t i = 0; i < t->n; ++i) free(t->entries[i].args);
+  for (size_t i = 0; i < t->n; ++i) fh_free(t->entries[i].args);
   for (size_t i = 0; i < t->nkept; ++i) fh_storage_release(t->kept[i]);
-  free(t->entries);
-  free(t->kept);
-  free(t);
+  fh_free(t->entries);
+  fh_free(t->kept);
+  fh_free(t);
 }
 
 fh_status fh_tape_begin(fh_tape *t) {
@@ -92,7 +92,7 @@ static bool tape_keeps(const fh_tape *t, const fh_storage *s) {
 static fh_status tape_append(fh_tape *t, const fh_launch *l) {
   if (t->n == t->cap) {
     size_t cap = t->cap ? t->cap * 2 : 16;
-    tape_entry *e = realloc(t->entries, cap * sizeof *e);
+    tape_entry *e = fh_realloc(t->entries, cap * sizeof *e);
     if (e == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory recording a launch");
     t->entries = e;
     t->cap = cap;
@@ -100,12 +100,12 @@ static fh_status tape_append(fh_tape *t, const fh_launch *l) {
   if (t->nkept + (size_t)l->nuses > t->capkept) {
     size_t cap = t->capkept ? t->capkept * 2 : 16;
     while (cap < t->nkept + (size_t)l->nuses) cap *= 2;
-    fh_storage **k = realloc(t->kept, cap * sizeof *k);
+    fh_storage **k = fh_realloc(t->kept, cap * sizeof *k);
     if (k == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory recording a launch");
     t->kept = k;
     t->capkept = cap;
   }
-  void *args = malloc(l->args_size ? l->args_size : 1);
+  void *args = fh_malloc(l->args_size ? l->args_size : 1);
   if (args == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory recording a launch");
   memcpy(args, l->args, l->args_size);
   t->entries[t->n].kernel = l->kernel;

@@ -37,8 +37,41 @@ static thread_local int tl_runtime = -1;   /* the runtime's current device, -1 u
 static thread_local fh_stream *tl_current[FH_CUDA_MAX_DEVICES]; /* NULL: the default stream */
 static thread_local fh_stream *tl_launch;
 
+/* The errors after which the context cannot be used again: the CUDA runtime
+ * documents them as leaving the process in an inconsistent state ("the
+ * process must be terminated and relaunched"); cudaGetLastError does not
+ * clear them and every later call of the context returns them. */
+bool fh__cuda_error_is_sticky(cudaError_t e) {
+  switch (e) {
+  case cudaErrorIllegalAddress:
+  case cudaErrorLaunchFailure:
+  case cudaErrorLaunchTimeout:
+  case cudaErrorAssert:
+  case cudaErrorHardwareStackError:
+  case cudaErrorIllegalInstruction:
+  case cudaErrorMisalignedAddress:
+  case cudaErrorInvalidAddressSpace:
+  case cudaErrorInvalidPc:
+  case cudaErrorECCUncorrectable:
+    return true;
+  default:
+    return false;
+  }
+}
+
 fh_status fh__cuda_fail(cudaError_t e, const char *what) {
   (void)cudaGetLastError();
+  if (fh__cuda_error_is_sticky(e)) {
+    /* the device whose context the failing call used: the runtime's current one */
+    int d = tl_runtime;
+    if (cudaGetDevice(&d) != cudaSuccess) d = tl_runtime >= 0 ? tl_runtime : 0;
+    (void)cudaGetLastError();
+    if (!fh__cuda_mark_broken(d, cudaGetErrorName(e), what) && fh__cuda_is_broken(d))
+      return fh__cuda_broken_error(d, what); /* a later call that met the same sticky error */
+    return fh_error_set(FH_ERR_CUDA,
+                        "%s: %s (%s): the CUDA context of cuda:%d is unusable after this error; restart the process",
+                        what, cudaGetErrorName(e), cudaGetErrorString(e), d);
+  }
   fh_status kind = e == cudaErrorMemoryAllocation ? FH_ERR_MEMORY : FH_ERR_CUDA;
   return fh_error_set(kind, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
@@ -105,6 +138,8 @@ static fh_status check_index(int index) {
 }
 
 fh_status fh__cuda_use_device(int index) {
+  /* every CUDA call of the engine passes here first: a broken context fails fast */
+  if (fh__cuda_is_broken(index)) return fh__cuda_broken_error(index, NULL);
   if (tl_runtime == index) return FH_OK;
   FH_CUDA_TRY(cudaSetDevice(index), "cudaSetDevice");
   tl_runtime = index;
@@ -177,11 +212,11 @@ fh_status fh_stream_new(fh_device dev, int priority, fh_stream **out) {
   int p = priority;
   if (p > g_prio_least[dev.index]) p = g_prio_least[dev.index];
   if (p < g_prio_greatest[dev.index]) p = g_prio_greatest[dev.index];
-  fh_stream *s = (fh_stream *)calloc(1, sizeof *s);
+  fh_stream *s = (fh_stream *)fh_calloc(1, sizeof *s);
   if (s == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory creating a stream");
   cudaError_t e = cudaStreamCreateWithPriority(&s->h, cudaStreamNonBlocking, p);
   if (e != cudaSuccess) {
-    free(s);
+    fh_free(s);
     return fh__cuda_fail(e, "cudaStreamCreateWithPriority");
   }
   fh_rc_init(&s->rc);
@@ -208,7 +243,7 @@ static size_t g_ndefer_events, g_capdefer_events;
 static bool defer_push(void ***arr, size_t *n, size_t *cap, void *p) {
   if (*n == *cap) {
     size_t c = *cap ? 2 * *cap : 16;
-    void **a = (void **)realloc(*arr, c * sizeof *a);
+    void **a = (void **)fh_realloc(*arr, c * sizeof *a);
     if (a == NULL) return false;
     *arr = a;
     *cap = c;
@@ -223,7 +258,7 @@ static void stream_destroy(fh_stream *s) {
   if (fh__cuda_use_device(s->dev.index) == FH_OK) (void)cudaStreamDestroy(s->h);
   (void)cudaGetLastError();
   fh_error_clear();
-  free(s);
+  fh_free(s);
 }
 
 void fh__cuda_process_deferred_destroys(void) {
@@ -240,8 +275,8 @@ void fh__cuda_process_deferred_destroys(void) {
   for (size_t i = 0; i < ns; ++i) stream_destroy(ss[i]);
   for (size_t i = 0; i < ne; ++i) (void)cudaEventDestroy(es[i]);
   (void)cudaGetLastError();
-  free(ss);
-  free(es);
+  fh_free(ss);
+  fh_free(es);
 }
 
 void fh_stream_release(fh_stream *s) {
@@ -352,7 +387,7 @@ fh_status fh_stream_wait_stream(fh_stream *s, fh_stream *other) {
 fh_status fh_event_new(bool timing, fh_event **out) {
   if (!fh_cuda_is_available())
     return fh_error_set(FH_ERR_CUDA, "CUDA is not available: %s", fh_cuda_unavailable_reason());
-  fh_event *e = (fh_event *)calloc(1, sizeof *e);
+  fh_event *e = (fh_event *)fh_calloc(1, sizeof *e);
   if (e == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory creating an event");
   fh_rc_init(&e->rc);
   e->timing = timing;
@@ -377,7 +412,7 @@ void fh_event_release(fh_event *e) {
     if (!deferred) (void)cudaEventDestroy(e->ev); /* safe while pending: resources go when it completes */
     (void)cudaGetLastError();
   }
-  free(e);
+  fh_free(e);
 }
 
 fh_status fh_event_record(fh_event *e, fh_stream *s) {
@@ -407,6 +442,7 @@ fh_status fh_event_query(fh_event *e, bool *done) {
     *done = true;
     return FH_OK;
   }
+  if (fh__cuda_is_broken(e->dev.index)) return fh__cuda_broken_error(e->dev.index, NULL);
   cudaError_t r = cudaEventQuery(e->ev);
   if (r == cudaErrorNotReady) {
     (void)cudaGetLastError();
@@ -420,6 +456,8 @@ fh_status fh_event_query(fh_event *e, bool *done) {
 
 fh_status fh_event_synchronize(fh_event *e) {
   if (!e->recorded) return FH_OK;
+  /* an event of a broken context may have completed before the error: waiting says nothing */
+  if (fh__cuda_is_broken(e->dev.index)) return fh__cuda_broken_error(e->dev.index, NULL);
   int tr = fh__trace_on ? fh__trace_begin(FH_TRACE_SYNC, "event synchronize", fh_cpu(), NULL) : FH_TRACE_SKIP;
   cudaError_t r = cudaEventSynchronize(e->ev);
   if (tr != FH_TRACE_SKIP) {

@@ -11,13 +11,13 @@ size_t fh_cpu_allocated_bytes(void) { return atomic_load(&cpu_bytes); }
 
 static void cpu_free(fh_storage *s) {
   atomic_fetch_sub(&cpu_bytes, s->nbytes);
-  free(s->data);
+  fh_free(s->data);
 }
 
 static fh_status cpu_alloc(fh_storage *s) {
   size_t n = s->nbytes == 0 ? 64 : (s->nbytes + 63) / 64 * 64;
   if (n < s->nbytes) return fh_error_set(FH_ERR_MEMORY, "out of memory: %zu bytes requested on cpu", s->nbytes);
-  s->data = aligned_alloc(64, n);
+  s->data = fh_aligned_alloc(64, n);
   if (s->data == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory: %zu bytes requested on cpu", s->nbytes);
   if (s->flags & FH_STORAGE_ZERO) memset(s->data, 0, n);
   s->free_fn = cpu_free;
@@ -30,7 +30,7 @@ fh_status fh_storage_new(fh_device dev, size_t nbytes, uint32_t flags, fh_storag
   if (st != FH_OK) return st;
   if ((flags & FH_STORAGE_PINNED) && dev.type != FH_DEVICE_CPU)
     return fh_error_set(FH_ERR_VALUE, "pin_memory applies only to cpu tensors");
-  fh_storage *s = calloc(1, sizeof *s);
+  fh_storage *s = fh_calloc(1, sizeof *s);
   if (s == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory allocating a storage record");
   fh_rc_init(&s->rc);
   s->nbytes = nbytes;
@@ -47,7 +47,7 @@ fh_status fh_storage_new(fh_device dev, size_t nbytes, uint32_t flags, fh_storag
     st = cpu_alloc(s);
   }
   if (st != FH_OK) {
-    free(s);
+    fh_free(s);
     return st;
   }
   *out = s;
@@ -57,7 +57,7 @@ fh_status fh_storage_new(fh_device dev, size_t nbytes, uint32_t flags, fh_storag
 void fh_storage_release(fh_storage *s) {
   if (s == NULL || !fh_rc_release(&s->rc)) return;
   if (s->free_fn) s->free_fn(s);
-  free(s);
+  fh_free(s);
 }
 
 static _Thread_local fh_storage_use_fn use_fn;

@@ -116,7 +116,7 @@ static int track_of(fh_device dev, fh_stream *s) {
     }
   if (T.ntracks == T.captracks) {
     int cap = T.captracks ? 2 * T.captracks : 8;
-    fh_trace_track *t = realloc(T.tracks, sizeof *t * (size_t)cap);
+    fh_trace_track *t = fh_realloc(T.tracks, sizeof *t * (size_t)cap);
     if (t == NULL) return -1;
     T.tracks = t;
     T.captracks = cap;
@@ -166,7 +166,7 @@ static rec *new_rec(fh_trace_kind kind, const char *name, fh_device dev, fh_stre
   }
   if (T.n == T.cap) {
     size_t cap = T.cap ? 2 * T.cap : 256;
-    rec *r = realloc(T.recs, sizeof *r * cap);
+    rec *r = fh_realloc(T.recs, sizeof *r * cap);
     if (r == NULL) {
       T.dropped++;
       return NULL;
@@ -316,10 +316,10 @@ static void release_recs(void) {
     if (T.recs[i].e0) fh_event_release(T.recs[i].e0);
     if (T.recs[i].e1) fh_event_release(T.recs[i].e1);
   }
-  free(T.recs);
+  fh_free(T.recs);
   T.recs = NULL;
   T.n = T.cap = 0;
-  free(T.tracks);
+  fh_free(T.tracks);
   T.tracks = NULL;
   T.ntracks = T.captracks = 0;
   for (int d = 0; d < MAX_DEVICES; ++d) {
@@ -380,13 +380,13 @@ fh_status fh_trace_stop(fh_trace **out) {
     return fh_error_set(FH_ERR_STATE, "the trace was started by another thread");
   fh__trace_on = false;
   T.group = -1;
-  fh_trace *t = calloc(1, sizeof *t);
-  fh_trace_event *ev = calloc(T.n ? T.n : 1, sizeof *ev);
-  fh_trace_track *tr = calloc(T.ntracks ? (size_t)T.ntracks : 1, sizeof *tr);
+  fh_trace *t = fh_calloc(1, sizeof *t);
+  fh_trace_event *ev = fh_calloc(T.n ? T.n : 1, sizeof *ev);
+  fh_trace_track *tr = fh_calloc(T.ntracks ? (size_t)T.ntracks : 1, sizeof *tr);
   if (t == NULL || ev == NULL || tr == NULL) {
-    free(t);
-    free(ev);
-    free(tr);
+    fh_free(t);
+    fh_free(ev);
+    fh_free(tr);
     release_recs();
     return fh_error_set(FH_ERR_MEMORY, "out of memory resolving a trace");
   }
@@ -444,9 +444,9 @@ fh_status fh_trace_stop(fh_trace **out) {
 
 void fh_trace_free(fh_trace *t) {
   if (t == NULL) return;
-  free(t->events);
-  free(t->tracks);
-  free(t);
+  fh_free(t->events);
+  fh_free(t->tracks);
+  fh_free(t);
 }
 
 size_t fh_trace_nevents(const fh_trace *t) { return t->n; }
@@ -554,17 +554,24 @@ static json_t *build_json(const fh_trace *t) {
 fh_status fh_trace_save_json(const fh_trace *t, const char *path) {
   json_t *root = build_json(t);
   if (root == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory building the trace JSON");
-  FILE *f = fopen(path, "w");
+  /* serialized in memory first: running out of memory is a MemoryError, and
+   * only what the file system refuses an IOError */
+  char *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(12));
+  json_decref(root);
+  if (text == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory writing the trace JSON");
+  FILE *f = fh_fopen(path, "w");
   if (f == NULL) {
     int e = errno;
-    json_decref(root);
+    fh_free(text);
     return fh_error_set(FH_ERR_IO, "cannot open '%s': %s", path, strerror(e));
   }
-  int rc = json_dumpf(root, f, JSON_COMPACT | JSON_REAL_PRECISION(12));
-  json_decref(root);
-  int werr = ferror(f) ? errno : 0;
-  if (fclose(f) != 0 && werr == 0) werr = errno;
-  if (rc != 0 || werr != 0)
-    return fh_error_set(FH_ERR_IO, "cannot write '%s': %s", path, strerror(werr ? werr : EIO));
+  size_t len = strlen(text);
+  /* one write of the whole JSON for fault injection (fh/fault.h) */
+  bool fault = fh_fault_io_now();
+  size_t w = fault ? 0 : fwrite(text, 1, len, f);
+  fh_free(text);
+  int werr = fault ? EIO : (w != len || ferror(f)) ? (errno ? errno : EIO) : 0;
+  if (fh_fclose(f) != 0 && werr == 0) werr = errno;
+  if (werr != 0) return fh_error_set(FH_ERR_IO, "cannot write '%s': %s", path, strerror(werr));
   return FH_OK;
 }

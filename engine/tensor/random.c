@@ -28,14 +28,14 @@ static void gen_seed(fh_generator *g, uint64_t seed) {
 }
 
 fh_status fh_generator_new(uint64_t seed, fh_generator **out) {
-  fh_generator *g = malloc(sizeof *g);
+  fh_generator *g = fh_malloc(sizeof *g);
   if (g == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory creating a generator");
   gen_seed(g, seed);
   *out = g;
   return FH_OK;
 }
 
-void fh_generator_free(fh_generator *g) { free(g); }
+void fh_generator_free(fh_generator *g) { fh_free(g); }
 uint64_t fh_generator_seed(const fh_generator *g) { return g->seed; }
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

@@ -47,15 +47,15 @@ fh_status fh_st_header_length(const unsigned char prefix[8], uint64_t input_size
 
 void fh_st_header_free(fh_st_header *h) {
   if (h == NULL) return;
-  for (int64_t i = 0; i < h->ntensors; ++i) free(h->tensors[i].name);
-  free(h->tensors);
-  free(h->by_name);
+  for (int64_t i = 0; i < h->ntensors; ++i) fh_free(h->tensors[i].name);
+  fh_free(h->tensors);
+  fh_free(h->by_name);
   for (int64_t i = 0; i < h->nmeta; ++i) {
-    free(h->meta_keys[i]);
-    free(h->meta_values[i]);
+    fh_free(h->meta_keys[i]);
+    fh_free(h->meta_values[i]);
   }
-  free(h->meta_keys);
-  free(h->meta_values);
+  fh_free(h->meta_keys);
+  fh_free(h->meta_values);
   memset(h, 0, sizeof *h);
 }
 
@@ -145,7 +145,7 @@ static bool jp_put(jp *p, const void *src, size_t k) {
   if (p->blen + k + 1 > p->bcap) {
     size_t cap = p->bcap ? p->bcap : 64;
     while (cap < p->blen + k + 1) cap *= 2;
-    char *b = realloc(p->buf, cap);
+    char *b = fh_realloc(p->buf, cap);
     if (b == NULL) {
       p->oom = true;
       return false;
@@ -178,6 +178,20 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
   for (size_t j = 2; j < k; ++j)
     if (s[j] < 0x80 || s[j] > 0xBF) return 0;
   return k;
+}
+
+bool fh_st_utf8_valid(const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  for (size_t i = 0; i < n;) {
+    if (u[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t k = utf8_len(u + i, n - i);
+    if (k == 0) return false;
+    i += k;
+  }
+  return true;
 }
 
 static int hexval(int c) {
@@ -516,9 +530,9 @@ static bool meta_each(jp *p, int depth, void *ctx) {
   fh_st_header *h = c->h;
   if (h->nmeta == c->mcap) {
     int64_t cap = c->mcap ? 2 * c->mcap : 8;
-    char **k = realloc(h->meta_keys, sizeof *k * (size_t)cap);
+    char **k = fh_realloc(h->meta_keys, sizeof *k * (size_t)cap);
     if (k) h->meta_keys = k;
-    char **v = realloc(h->meta_values, sizeof *v * (size_t)cap);
+    char **v = fh_realloc(h->meta_values, sizeof *v * (size_t)cap);
     if (v) h->meta_values = v;
     if (!k || !v) {
       p->oom = true;
@@ -526,23 +540,23 @@ static bool meta_each(jp *p, int depth, void *ctx) {
     }
     c->mcap = cap;
   }
-  char *key = strdup(p->buf);
+  char *key = fh_strdup(p->buf);
   if (key == NULL) {
     p->oom = true;
     return false;
   }
   if (jp_peek(p) != '"') {
     SCHEMA(c, "__metadata__ value of '%.64s' is not a string", key);
-    free(key);
+    fh_free(key);
     return jp_skip(p, depth + 1);
   }
   if (!jp_string(p)) {
-    free(key);
+    fh_free(key);
     return false;
   }
-  char *val = malloc(p->blen + 1);
+  char *val = fh_malloc(p->blen + 1);
   if (val == NULL) {
-    free(key);
+    fh_free(key);
     p->oom = true;
     return false;
   }
@@ -569,7 +583,7 @@ static bool top_each(jp *p, int depth, void *ctx) {
   /* every name is kept (duplicates are found among them) */
   if (h->ntensors == c->tcap) {
     int64_t cap = c->tcap ? 2 * c->tcap : 16;
-    fh_st_tensor *t = realloc(h->tensors, sizeof *t * (size_t)cap);
+    fh_st_tensor *t = fh_realloc(h->tensors, sizeof *t * (size_t)cap);
     if (t == NULL) {
       p->oom = true;
       return false;
@@ -580,7 +594,7 @@ static bool top_each(jp *p, int depth, void *ctx) {
   int64_t idx = h->ntensors;
   fh_st_tensor *t = &h->tensors[idx];
   memset(t, 0, sizeof *t);
-  if ((t->name = strdup(p->buf)) == NULL) {
+  if ((t->name = fh_strdup(p->buf)) == NULL) {
     p->oom = true;
     return false;
   }
@@ -626,15 +640,15 @@ fh_status fh_st_parse_header(const char *json, size_t len, uint64_t input_size, 
       if (p.i != p.n) ok = jp_fail(&p, "end of file expected");
     }
   }
-  free(p.buf);
+  fh_free(p.buf);
   if (!ok) { /* a syntax error (or out of memory) takes precedence */
     st = jp_error(&p);
     goto done;
   }
   /* the arrays are complete: only now may anything point into them */
   int64_t nt = h.ntensors;
-  order = malloc(sizeof *order * (size_t)(nt ? nt : 1));
-  h.by_name = malloc(sizeof *h.by_name * (size_t)(nt ? nt : 1));
+  order = fh_malloc(sizeof *order * (size_t)(nt ? nt : 1));
+  h.by_name = fh_malloc(sizeof *h.by_name * (size_t)(nt ? nt : 1));
   if (order == NULL || h.by_name == NULL) {
     st = fh_error_set(FH_ERR_MEMORY, "out of memory parsing a safetensors header");
     goto done;
@@ -649,7 +663,7 @@ fh_status fh_st_parse_header(const char *json, size_t len, uint64_t input_size, 
     }
   for (int64_t i = 0; i < nt; ++i) h.by_name[i] = order[i] - h.tensors;
   if (h.nmeta > 1) {
-    char **mk = malloc(sizeof *mk * (size_t)h.nmeta);
+    char **mk = fh_malloc(sizeof *mk * (size_t)h.nmeta);
     if (mk == NULL) {
       st = fh_error_set(FH_ERR_MEMORY, "out of memory parsing a safetensors header");
       goto done;
@@ -658,7 +672,7 @@ fh_status fh_st_parse_header(const char *json, size_t len, uint64_t input_size, 
     qsort(mk, (size_t)h.nmeta, sizeof *mk, by_string);
     for (int64_t i = 1; i < h.nmeta && st == FH_OK; ++i)
       if (strcmp(mk[i - 1], mk[i]) == 0) st = CORRUPT("invalid JSON: duplicate object key '%.64s' in __metadata__", mk[i]);
-    free(mk);
+    fh_free(mk);
     if (st != FH_OK) goto done;
   }
   /* then the first schema error (its message is still the error record) */
@@ -689,7 +703,7 @@ fh_status fh_st_parse_header(const char *json, size_t len, uint64_t input_size, 
     goto done;
   }
 done:
-  free(order);
+  fh_free(order);
   if (st != FH_OK) {
     fh_st_header_free(&h);
     return st;
@@ -728,6 +742,7 @@ fh_status fh_st_build_header(const fh_st_entry *entries, int64_t n, const char *
     for (int64_t i = 0; i < nmeta; ++i) {
       json_t *s = json_string(meta_values[i]);
       if (s == NULL) {
+        if (fh_st_utf8_valid(meta_values[i], strlen(meta_values[i]))) goto oom;
         st = fh_error_set(FH_ERR_VALUE, "metadata value of '%s' is not valid UTF-8", meta_keys[i]);
         goto fail;
       }
@@ -748,19 +763,27 @@ fh_status fh_st_build_header(const fh_st_entry *entries, int64_t n, const char *
       json_decref(offs);
       goto oom;
     }
-    for (int d = 0; d < entries[i].ndim; ++d) json_array_append_new(shape, json_integer(entries[i].shape[d]));
-    json_array_append_new(offs, json_integer((json_int_t)off));
-    json_array_append_new(offs, json_integer((json_int_t)(off + entries[i].nbytes)));
+    /* every append and set is checked: a header missing a field is a corrupt file
+     * (json_*_new take the new value's reference even when they fail) */
+    int bad = 0;
+    for (int d = 0; d < entries[i].ndim; ++d) bad |= json_array_append_new(shape, json_integer(entries[i].shape[d]));
+    bad |= json_array_append_new(offs, json_integer((json_int_t)off));
+    bad |= json_array_append_new(offs, json_integer((json_int_t)(off + entries[i].nbytes)));
     off += entries[i].nbytes;
-    json_object_set_new(e, "dtype", json_string(dn));
-    json_object_set_new(e, "shape", shape);
-    json_object_set_new(e, "data_offsets", offs);
+    bad |= json_object_set_new(e, "dtype", json_string(dn));
+    bad |= json_object_set_new(e, "shape", shape);
+    bad |= json_object_set_new(e, "data_offsets", offs);
+    if (bad) {
+      json_decref(e);
+      goto oom;
+    }
     if (json_object_get(root, entries[i].name) != NULL) {
       json_decref(e);
       st = fh_error_set(FH_ERR_VALUE, "duplicate tensor name '%s'", entries[i].name);
       goto fail;
     }
     if (json_object_set_new(root, entries[i].name, e) != 0) {
+      if (fh_st_utf8_valid(entries[i].name, strlen(entries[i].name))) goto oom;
       st = fh_error_set(FH_ERR_VALUE, "tensor name '%s' is not valid UTF-8", entries[i].name);
       goto fail;
     }
@@ -768,9 +791,9 @@ fh_status fh_st_build_header(const fh_st_entry *entries, int64_t n, const char *
   char *s = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
   if (s == NULL) goto oom;
   size_t l = strlen(s), padded = (l + 7) & ~(size_t)7;
-  char *p = realloc(s, padded + 1);
+  char *p = fh_realloc(s, padded + 1);
   if (p == NULL) {
-    free(s);
+    fh_free(s);
     goto oom;
   }
   memset(p + l, ' ', padded - l);

@@ -144,7 +144,7 @@ void fh_tensor_retain(fh_tensor *t) { fh_rc_retain(&t->rc); }
 void fh_tensor_release(fh_tensor *t) {
   if (t == NULL || !fh_rc_release(&t->rc)) return;
   fh_storage_release(t->storage);
-  free(t);
+  fh_free(t);
 }
 
 int64_t fh_tensor_numel(const fh_tensor *t) {
@@ -245,7 +245,7 @@ void fh_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
 }
 
 static fh_status tensor_alloc_record(fh_tensor **out) {
-  fh_tensor *t = calloc(1, sizeof *t);
+  fh_tensor *t = fh_calloc(1, sizeof *t);
   if (t == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory allocating a tensor record");
   fh_rc_init(&t->rc);
   *out = t;
@@ -355,19 +355,19 @@ fh_status fh_tensor_arange(double start, double end, double step, const fh_tenso
     return fh_error_set(FH_ERR_TYPE, "arange does not support dtype %s", fh_dtype_name(o->dtype));
   int64_t shape[1] = {(int64_t)n};
   size_t es = fh_dtype_size(o->dtype);
-  unsigned char *buf = malloc((size_t)shape[0] * es + 1);
+  unsigned char *buf = fh_malloc((size_t)shape[0] * es + 1);
   if (buf == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory in arange");
   for (int64_t i = 0; i < shape[0]; ++i) {
     fh_scalar v = fh_scalar_float(start + (double)i * step);
     fh_status st = fh_scalar_to_dtype(&v, o->dtype, buf + (size_t)i * es);
     if (st != FH_OK) {
-      free(buf);
+      fh_free(buf);
       fh_error_prefix("arange");
       return st;
     }
   }
   fh_status st = fh_tensor_from_host(buf, 1, shape, o, out);
-  free(buf);
+  fh_free(buf);
   return st;
 }
 

@@ -15,6 +15,9 @@ fh.num_threads = core.num_threads
 fh.set_num_threads = core.set_num_threads
 fh.cpu_simd = core.cpu_simd
 fh._set_cpu_simd = core._set_cpu_simd
+-- fault builds only (-DFHELIUM_FAULTS=ON, docs/faults.md): counters and arming; nil otherwise
+fh._faults = core._faults
+fh._faults_arm = core._faults_arm
 
 -- tensors -----------------------------------------------------------------
 local tensor = require "fhelium.tensor"

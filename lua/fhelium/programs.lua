@@ -157,7 +157,8 @@ local function capture(kind, fn, opts)
   for i = 1, warmup do
     local fok, fresh = pcall(core.buffer_like, inputs, { device = dev }, "example_inputs")
     if not fok then fail("warmup", fresh) end
-    local args = fresh.value
+    local vok, args = pcall(function() return fresh.value end)
+    if not vok then fail("warmup", args) end
     -- unyieldable (core.exec_call): fn runs to completion inside this call
     local res
     if cuda then

@@ -36,6 +36,9 @@ using std::atomic_store;
 #include <stddef.h>
 #include <stdint.h>
 
+/* the allocation and I/O wrappers every engine file uses (fault builds count them) */
+#include "fh/fault.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -137,6 +137,12 @@ void fh_mempool_usage(const fh_mempool *p, uint64_t *reserved, uint64_t *blocks)
 /* Enqueue a kernel on `s` that spins for `ms` milliseconds (a long-running
  * kernel for ordering tests and benchmarks). */
 fh_status fh_cuda_spin(fh_stream *s, double ms);
+/* Launch a kernel on `s` that writes far out of bounds, wait for it, and
+ * return the CudaError it ends with (cudaErrorIllegalAddress, naming
+ * "kernel 'fault'"): the device's context is then broken for the rest of the
+ * process (fh/runtime.h, "broken CUDA contexts"). engine/runtime/test_aid.cu;
+ * returns nothing else. */
+fh_status fh_cuda_fault_kernel(fh_stream *s);
 /* Profiling aid: cudaProfilerStart (on) / cudaProfilerStop (off), so a
  * profiler started with its capture off (ncu --profile-from-start off)
  * records only the range in between. */

@@ -167,7 +167,7 @@ fh_status fh_dist_recv(int n, fh_tensor *const *like, int peer, fh_tensor **out)
 
 /* Host bytes (serialized trees): the root's `len` bytes to every rank. On
  * the root `*data` / `*len` are its bytes (kept); elsewhere they receive a
- * malloc'd copy (free() it). */
+ * malloc'd copy (fh_free() it). */
 fh_status fh_dist_broadcast_bytes(int root, void **data, size_t *len);
 fh_status fh_dist_send_bytes(int peer, const void *data, size_t len);
 fh_status fh_dist_recv_bytes(int peer, void **data, size_t *len);

@@ -25,8 +25,36 @@ extern "C" {
  * device later raises CudaError (see fh_device_check). */
 fh_status fh_device_parse(const char *s, fh_device *out);
 /* OK when the device can be used now: CPU always; CUDA when compiled with
- * CUDA, a device is present and the ordinal is in range (else CudaError). */
+ * CUDA, a device is present, the ordinal is in range and its context is not
+ * broken (else CudaError; a broken context's error says to restart). */
 fh_status fh_device_check(fh_device d);
+
+/* ---- broken CUDA contexts (not API) --------------------------------------
+ * A sticky CUDA error (an illegal address, a launch failure, a device-side
+ * assert...: fh__cuda_fail classifies them) leaves the device's context
+ * unusable until the process ends. The device is then marked broken, and
+ * every later use of it (fh_device_check, the runtime's device switch that
+ * each CUDA call makes first) fails at once with CudaError "the CUDA context
+ * of cuda:N is unusable after an earlier error (<error>, detected by <what>);
+ * restart the process". The marks live in plain C (every build has them:
+ * fh.cuda._mark_broken is the test aid that sets one without a GPU); nothing
+ * ever clears one. Ordinals at or above FH_BROKEN_MAX_DEVICES are never
+ * marked. The strings are copied. */
+#define FH_BROKEN_MAX_DEVICES 64
+/* Mark cuda:`index` broken by `error_name` (e.g. "cudaErrorIllegalAddress"),
+ * first detected by `what` (e.g. "kernel 'ckks_ntt'"). Returns true when
+ * this call marked it, false when it was broken already (the first error is
+ * kept) or the ordinal is out of range. Thread-safe. */
+bool fh__cuda_mark_broken(int index, const char *error_name, const char *what);
+/* True when cuda:`index` is marked broken. Thread-safe, lock-free. */
+bool fh__cuda_is_broken(int index);
+/* True when `d` is a CUDA device marked broken (a CPU device never is). The
+ * close paths use it: on a broken device nothing queued will run again, so
+ * nothing is left to wait for. */
+bool fh__device_is_broken(fh_device d);
+/* Record the CudaError of a broken cuda:`index` ("<what>: " first unless
+ * what is NULL) and return FH_ERR_CUDA. */
+fh_status fh__cuda_broken_error(int index, const char *what);
 int fh_cuda_device_count(void); /* 0 without CUDA or without a device */
 bool fh_cuda_is_available(void);
 /* The reason CUDA is unusable ("built without CUDA", "no CUDA device is

@@ -66,6 +66,9 @@ fh_status fh_st_header_length(const unsigned char prefix[8], uint64_t input_size
 /* Parse `len` header bytes of an input of `input_size` bytes. */
 fh_status fh_st_parse_header(const char *json, size_t len, uint64_t input_size, fh_st_header *out);
 void fh_st_header_free(fh_st_header *h);
+/* Whether s[0..n) is valid UTF-8 (RFC 3629): tells a name Jansson refuses
+ * from one it could not allocate (a MemoryError). */
+bool fh_st_utf8_valid(const char *s, size_t n);
 /* Borrowed; NULL when absent. fh_st_header_find is O(log n). */
 const char *fh_st_header_meta(const fh_st_header *h, const char *key);
 const fh_st_tensor *fh_st_header_find(const fh_st_header *h, const char *name);
