@@ -3,6 +3,7 @@
 #include "fh/fault.h"
 
 #ifdef FH_FAULTS
+#include <execinfo.h>
 #include <stdatomic.h>
 
 static atomic_uint_fast64_t counts[2], armed[2], injected[2];
@@ -39,6 +40,15 @@ bool fh__fault_hit(fh_fault_site site) {
   uint64_t at = atomic_load(&armed[site]);
   if (at == 0 || n != at) return false;
   atomic_fetch_add(&injected[site], 1);
+  /* FHELIUM_FAULT_TRACE=1: where the fault was injected, on stderr (resolve the
+   * library offsets with addr2line -f -e <library> <offset>) */
+  const char *tr = getenv("FHELIUM_FAULT_TRACE");
+  if (tr != NULL && *tr != '\0' && *tr != '0') {
+    void *frames[32];
+    int k = backtrace(frames, 32);
+    fprintf(stderr, "fhelium: injected %s fault #%llu at:\n", site == FH_FAULT_IO ? "io" : "alloc", (unsigned long long)n);
+    backtrace_symbols_fd(frames, k, 2);
+  }
   errno = site == FH_FAULT_IO ? EIO : ENOMEM;
   return true;
 }
