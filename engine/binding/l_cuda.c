@@ -366,7 +366,7 @@ static int l_spin(lua_State *L) {
 static int l_fault_kernel(lua_State *L) {
   fh_stream *s = optstream_arg(L, 1, "fh.cuda._fault_kernel");
   fh_status st = fh_cuda_fault_kernel(s);
-  if (st != FH_OK) fh_error_prefix("fh.cuda._fault_kernel: ");
+  if (st != FH_OK) fh_error_prefix("fh.cuda._fault_kernel");
   fh__lua_check(L, st);
   return 0;
 }
