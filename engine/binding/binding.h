@@ -46,6 +46,14 @@ FH_NORETURN int fh__lua_error(lua_State *L);
 FH_NORETURN int fh__lua_error_named(lua_State *L, const char *name);
 /* Record and raise an error of `kind`. */
 FH_NORETURN int fh__lua_raise(lua_State *L, fh_status kind, const char *fmt, ...) FH_PRINTF(3, 4);
+/* Around the body of every __gc metamethod: a finalizer keeps the thread's
+ * error record (it may run between a failed engine call and the raise of
+ * its error, and a release may record and clear errors of its own). */
+#define FH_LUA_GC_BEGIN     \
+  fh_error_saved gc_err_; \
+  fh_error_save(&gc_err_)
+#define FH_LUA_GC_END fh_error_restore(&gc_err_)
+
 /* `if (st) fh__lua_error(L)` */
 static inline void fh__lua_check(lua_State *L, fh_status st) {
   if (st != FH_OK) fh__lua_error(L);

@@ -27,11 +27,13 @@ static fh_ckks_tables *check_tables(lua_State *L, int idx, const char *fn) {
 }
 
 static int tables_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   tables_box *b = lua_touserdata(L, 1);
   if (b && b->t) {
     fh_ckks_tables_release(b->t);
     b->t = NULL;
   }
+  FH_LUA_GC_END;
   return 0;
 }
 
@@ -338,11 +340,13 @@ typedef struct tape_box {
 } tape_box;
 
 static int tape_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   tape_box *b = lua_touserdata(L, 1);
   if (b && b->t) {
     fh_tape_free(b->t);
     b->t = NULL;
   }
+  FH_LUA_GC_END;
   return 0;
 }
 
@@ -419,11 +423,13 @@ static fh_ckks_engine *check_engine(lua_State *L, const char *fn) {
 }
 
 static int engine_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   engine_box *b = lua_touserdata(L, 1);
   if (b && b->e) {
     fh_ckks_engine_release(b->e);
     b->e = NULL;
   }
+  FH_LUA_GC_END;
   return 0;
 }
 

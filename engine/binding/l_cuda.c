@@ -118,11 +118,13 @@ static int l_stream_priority_range(lua_State *L) {
 }
 
 static int s_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   fh_stream_box *b = fh__lua_testudata(L, 1, FH_STREAM_MT);
   if (b && b->s) {
     fh_stream_release(b->s);
     b->s = NULL;
   }
+  FH_LUA_GC_END;
   return 0;
 }
 static fh_stream *sself(lua_State *L, const char *fn) { return fh__lua_checkstream(L, 1, fn, "self"); }
@@ -238,11 +240,13 @@ static int l_event_new(lua_State *L) {
   return 1;
 }
 static int e_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   fh_event_box *b = fh__lua_testudata(L, 1, FH_EVENT_MT);
   if (b && b->e) {
     fh_event_release(b->e);
     b->e = NULL;
   }
+  FH_LUA_GC_END;
   return 0;
 }
 static fh_event *eself(lua_State *L, const char *fn) { return fh__lua_checkevent(L, 1, fn, "self"); }

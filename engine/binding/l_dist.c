@@ -47,8 +47,10 @@ static void plan_free(plan *p) {
 }
 
 static int plan_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   plan *p = luaL_checkudata(L, 1, FH_DIST_PLAN_MT);
   plan_free(p);
+  FH_LUA_GC_END;
   return 0;
 }
 
@@ -402,11 +404,13 @@ typedef struct leaf_box {
 } leaf_box;
 #define FH_DIST_LEAVES_MT "fhelium.DistLeaves"
 static int leaves_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   leaf_box *b = luaL_checkudata(L, 1, FH_DIST_LEAVES_MT);
   if (b->t)
     for (int64_t i = 0; i < b->n; ++i) fh_tensor_release(b->t[i]);
   fh_free(b->t);
   b->t = NULL;
+  FH_LUA_GC_END;
   return 0;
 }
 

@@ -67,10 +67,12 @@ typedef struct leaf_guard {
 } leaf_guard;
 
 static int guard_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   leaf_guard *g = lua_touserdata(L, 1);
   for (int64_t i = 0; g && i < g->n; ++i)
     if (g->t[i]) fh_tensor_release(g->t[i]);
   if (g) g->n = 0;
+  FH_LUA_GC_END;
   return 0;
 }
 
@@ -291,11 +293,13 @@ static int l_exec_refuse_in_capture(lua_State *L) {
 }
 
 static int buf_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   buffer_box *b = fh__lua_testudata(L, 1, FH_BUFFER_MT);
   if (b && b->b) {
     fh_buffer_release(b->b);
     b->b = NULL;
   }
+  FH_LUA_GC_END;
   return 0;
 }
 
@@ -429,11 +433,13 @@ static int buf_tostring(lua_State *L) {
 
 /* ---- CopyHandle ------------------------------------------------------------------ */
 static int h_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   handle_box *h = fh__lua_testudata(L, 1, FH_HANDLE_MT);
   if (h && h->h) {
     fh_copy_handle_release(h->h);
     h->h = NULL;
   }
+  FH_LUA_GC_END;
   return 0;
 }
 
@@ -663,12 +669,14 @@ static int l_program_new(lua_State *L) {
 }
 
 static int p_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   program_box *b = fh__lua_testudata(L, 1, FH_PROGRAM_MT);
   if (b && b->p) {
     drop_output(b);
     fh_program_release(b->p);
     b->p = NULL;
   }
+  FH_LUA_GC_END;
   return 0;
 }
 

@@ -549,11 +549,13 @@ static int l_tree_signature(lua_State *L) {
 }
 
 static int s_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   sig_box *b = fh__lua_testudata(L, 1, FH_SIGNATURE_MT);
   if (b && b->s) {
     fh_tree_sig_release(b->s);
     b->s = NULL;
   }
+  FH_LUA_GC_END;
   return 0;
 }
 

@@ -362,8 +362,10 @@ static int l_generator(lua_State *L) {
   return 1;
 }
 static int gen_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   gen_box *b = fh__lua_testudata(L, 1, FH_GENERATOR_MT);
   if (b && b->g) fh_generator_free(b->g), b->g = NULL;
+  FH_LUA_GC_END;
   return 0;
 }
 static int gen_seed(lua_State *L) {
@@ -489,11 +491,13 @@ static int t_newindex(lua_State *L) {
 }
 
 static int t_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   fh_tensor_box *b = fh__lua_testudata(L, 1, FH_TENSOR_MT);
   if (b && b->t) {
     fh_tensor_release(b->t);
     b->t = NULL;
   }
+  FH_LUA_GC_END;
   return 0;
 }
 

@@ -42,11 +42,13 @@ static fh_trace *checktrace(lua_State *L, const char *fn) {
 }
 
 static int t_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   trace_box *b = fh__lua_testudata(L, 1, FH_TRACE_MT);
   if (b && b->t) {
     fh_trace_free(b->t);
     b->t = NULL;
   }
+  FH_LUA_GC_END;
   return 0;
 }
 

@@ -197,11 +197,13 @@ static int l_is_prime(lua_State *L) {
 }
 
 static int ctx_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   fh_context_box *b = fh__lua_testudata(L, 1, FH_CONTEXT_MT);
   if (b && b->c) {
     fh_ckks_context_release(b->c);
     b->c = NULL;
   }
+  FH_LUA_GC_END;
   return 0;
 }
 
@@ -560,11 +562,13 @@ static int l_value_ctor(lua_State *L) {
 }
 
 static int v_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   fh_value_box *b = fh__lua_testudata(L, 1, FH_VALUE_MT);
   if (b && b->v) {
     fh_value_release(b->v);
     b->v = NULL;
   }
+  FH_LUA_GC_END;
   return 0;
 }
 
@@ -976,8 +980,10 @@ static void guard_clear(load_guard *g) {
 }
 
 static int guard_gc(lua_State *L) {
+  FH_LUA_GC_BEGIN;
   load_guard *g = fh__lua_testudata(L, 1, FH_LOAD_GUARD_MT);
   if (g) guard_clear(g);
+  FH_LUA_GC_END;
   return 0;
 }
 

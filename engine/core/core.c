@@ -34,12 +34,7 @@ const char *fh_status_kind(fh_status s) {
   return kind_names[s];
 }
 
-typedef struct fh_error_record {
-  fh_status status;
-  char message[FH_ERROR_MESSAGE_MAX];
-  char path[512];
-  char stage[32];
-} fh_error_record;
+typedef fh_error_saved fh_error_record;
 
 static _Thread_local fh_error_record err_rec;
 
@@ -80,6 +75,9 @@ fh_status fh_error_status(void) { return err_rec.status; }
 const char *fh_error_message(void) { return err_rec.message; }
 const char *fh_error_path(void) { return err_rec.path; }
 const char *fh_error_stage(void) { return err_rec.stage; }
+void fh_error_save(fh_error_saved *out) { *out = err_rec; }
+void fh_error_restore(const fh_error_saved *saved) { err_rec = *saved; }
+
 void fh_error_clear(void) {
   err_rec.status = FH_OK;
   err_rec.message[0] = err_rec.path[0] = err_rec.stage[0] = '\0';

@@ -90,6 +90,18 @@ const char *fh_error_message(void);
 const char *fh_error_path(void);
 const char *fh_error_stage(void);
 void fh_error_clear(void);
+/* A copy of the calling thread's error record. Code that may record and
+ * clear errors of its own while another error is pending (Lua finalizers,
+ * which run at any allocation, also between a failed call and the raise of
+ * its error) saves the record first and restores it after. */
+typedef struct fh_error_saved {
+  fh_status status;
+  char message[FH_ERROR_MESSAGE_MAX];
+  char path[512];
+  char stage[32];
+} fh_error_saved;
+void fh_error_save(fh_error_saved *out);
+void fh_error_restore(const fh_error_saved *saved);
 
 /* Reference counts (atomic: the CUDA host callbacks may release). */
 typedef struct fh_refcount {
