@@ -99,10 +99,12 @@ else
 end
 t_keys = now() - t_keys
 
+-- the matrix, vectors, encryption, reference and error bound of the main job
+-- (examples/matvec.lua; docs/ckks.md, "Noise and tolerances")
+local matvec = dofile((arg and arg[0] and arg[0]:match("^(.*)/") or ".") .. "/matvec.lua")
 local gen = fh.Generator(opts.seed)
-local function uniform(n) return (fh.rand({ n }, { generator = gen, dtype = "float64" }) * 2 - 1):tolist() end
-local M = {}
-for j = 1, size do M[j] = uniform(size) end
+local function uniform(n) return matvec.uniform(gen, n) end
+local M = matvec.matrix(gen, size)
 local function diagonal(i) -- prepared plaintext of diagonal i (0-based)
   local d = {}
   for j = 0, size - 1 do d[j + 1] = M[j + 1][(j + i) % size + 1] end
@@ -122,20 +124,7 @@ local function partial(a, b, ct_v)
   return acc
 end
 
-local function encrypt_vector(v)
-  local s = {}
-  for j = 1, size do s[j], s[size + j] = v[j], v[j] end
-  return engine:coefficient_domain_to_ntt_domain(engine:encrypt_message(s, pk))
-end
-local function reference(v)
-  local y = {}
-  for j = 1, size do
-    local s = 0
-    for k = 1, size do s = s + M[j][k] * v[k] end
-    y[j] = s
-  end
-  return y
-end
+local function encrypt_vector(v) return matvec.encrypt_vector(engine, pk, v, size) end
 
 -- ---- capture: the rank's partial sum ----------------------------------------------------------
 local Program = dist.device == "cpu" and ex.HostGraphProgram or ex.CudaGraphProgram
@@ -156,8 +145,6 @@ say("distributed CKKS matrix-vector product by cyclic diagonals: size %d, %d ran
   Program == ex.HostGraphProgram and "HostGraphProgram" or "CudaGraphProgram")
 say("keys: rank 0 made them and sent every rank its block's rotation keys (%.1f ms)", t_keys * 1e3)
 
--- ---- the error bound (examples/matvec.lua; docs/ckks.md, "Noise and tolerances") -----------------
-local matvec = dofile((arg and arg[0] and arg[0]:match("^(.*)/") or ".") .. "/matvec.lua")
 local BOUND = matvec.error_bound(engine.context, size)
 
 -- ---- runs ---------------------------------------------------------------------------------------------
@@ -177,7 +164,7 @@ for run = 1, opts.runs do
   local t = dist.all_gather(fh.tensor({ t1 - t0, t2 - t1 }, { dtype = "float64" }))
   times[run] = t
   if R == 0 then
-    local want = reference(v)
+    local want = matvec.reference(M, v, size)
     want[1] = want[1] + opts.inject_error
     local got = engine:decrypt_message(y, sk, { is_real = true }):cpu():tolist()
     local err = 0

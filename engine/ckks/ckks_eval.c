@@ -258,6 +258,24 @@ fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_va
   return st;
 }
 
+/* The element-wise arguments of a rescale's passes over the lo rows left at
+ * `level` (primes p[1..lo]): b is the dropped row's coefficients for
+ * RESCALE and LIFT (drop_half, k[i] = q_level mod q_i), the lifted rows for
+ * SUB_ADD_MUL; the constants q_level^-1 mod q_i for the passes that scale. */
+static void rescale_ew_init(fh__ckks_launcher *L, const fh_ckks_tables *tb, fh_ckks_ew_args *f, int op, int64_t G,
+                            const int32_t *p, int level, int lo, const uint64_t *b, int64_t b_gs, int nq) {
+  fh__ckks_ew_init(L, f, op, G, p + 1, lo);
+  f->b = b;
+  f->b_gs = b_gs;
+  const uint64_t qd = tb->host[level].q;
+  if (op != FH_CKKS_EW_SUB_ADD_MUL) {
+    f->drop_half = qd / 2;
+    for (int i = 0; i < lo; ++i) f->k[i] = qd % tb->host[level + 1 + i].q;
+  }
+  if (op != FH_CKKS_EW_LIFT)
+    for (int i = 0; i < lo; ++i) fh__ckks_ew_set_const(L, f, i, tb->rescale_inv[(size_t)level * nq + level + 1 + i]);
+}
+
 fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, fh_value **out) {
   const char *op = "rescale_to_next_level";
   fh_status st;
@@ -283,63 +301,39 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
       (!ntt || (st = fh__ckks_temp(&L, 3, tshape, &ts[2])) == FH_OK) &&
       (st = fh__ckks_alloc_poly(e, &L, g.comps, &g, lo, &ts[3])) == FH_OK) {
     const uint64_t *c = fh__ckks_ptr(ts[0]);
-    uint64_t *w = ntt ? fh__ckks_ptr(ts[1]) : NULL, *t = ntt ? fh__ckks_ptr(ts[2]) : NULL, *o = fh__ckks_ptr(ts[3]);
-    const uint64_t *src = c;
-    int64_t src_gs = (int64_t)la * n;
+    uint64_t *o = fh__ckks_ptr(ts[3]);
+    const int64_t gs = (int64_t)la * n, ogs = (int64_t)lo * n;
+    fh_ckks_ew_args f;
     if (!ntt) {
       /* coefficients: one pass, out_i = (c_i - [c_level]_{q_i}) q_level^-1, the
        * dropped row centred and reduced per coefficient (no temporary) */
-      fh_ckks_ew_args f;
-      fh__ckks_ew_init(&L, &f, FH_CKKS_EW_RESCALE, G, p + 1, lo);
+      rescale_ew_init(&L, tb, &f, FH_CKKS_EW_RESCALE, G, p, level, lo, c, gs, nq);
       f.out = o;
-      f.out_gs = (int64_t)lo * n;
+      f.out_gs = ogs;
       f.a = c + n;
-      f.a_gs = (int64_t)la * n;
-      f.b = c;
-      f.b_gs = (int64_t)la * n;
-      const uint64_t qd = tb->host[level].q;
-      f.drop_half = qd / 2;
-      for (int i = 0; i < lo; ++i) {
-        fh__ckks_ew_set_const(&L, &f, i, tb->rescale_inv[(size_t)level * nq + level + 1 + i]);
-        f.k[i] = qd % tb->host[level + 1 + i].q;
+      f.a_gs = gs;
+      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
+    } else {
+      /* NTT domain: the dropped row in coefficients (an INTT), its centred
+       * residues t_i modulo the other primes (FH_CKKS_EW_LIFT), their NTT,
+       * then out_i = (c_i - t_i) q_level^-1 */
+      uint64_t *w = fh__ckks_ptr(ts[1]), *t = fh__ckks_ptr(ts[2]);
+      st = fh__ckks_ntt(&L, false, w, n, c, gs, G, p, 1);
+      if (st == FH_OK) {
+        rescale_ew_init(&L, tb, &f, FH_CKKS_EW_LIFT, G, p, level, lo, w, n, nq);
+        f.out = t;
+        f.out_gs = ogs;
+        st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
       }
-      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
-    }
-    /* NTT domain: the dropped row in coefficients (an INTT), its centred
-     * conversion to the other primes, their NTT, then the subtract-and-scale */
-    if (st == FH_OK && ntt) {
-      st = fh__ckks_ntt(&L, false, w, n, c, src_gs, G, p, 1);
-      src = w;
-      src_gs = n;
-    }
-    /* t_i = its centred representative (-q_level/2, q_level/2] modulo the remaining
-     * primes: a centred base conversion from one prime (the table's ones) */
-    if (st == FH_OK && ntt) {
-      fh_ckks_ew_args f;
-      fh__ckks_ew_init(&L, &f, FH_CKKS_EW_LIFT, G, p + 1, lo);
-      f.out = t;
-      f.out_gs = (int64_t)lo * n;
-      f.b = src;
-      f.b_gs = src_gs;
-      const uint64_t qd = tb->host[level].q;
-      f.drop_half = qd / 2;
-      for (int i = 0; i < lo; ++i) f.k[i] = qd % tb->host[level + 1 + i].q;
-      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
-    }
-    if (st == FH_OK && ntt) st = fh__ckks_ntt(&L, true, t, (int64_t)lo * n, t, (int64_t)lo * n, G, p + 1, lo);
-    if (st == FH_OK && ntt) {
-      fh_ckks_ew_args f;
-      fh__ckks_ew_init(&L, &f, FH_CKKS_EW_SUB_ADD_MUL, G, p + 1, lo);
-      f.out = o;
-      f.out_gs = (int64_t)lo * n;
-      f.a = c + n;
-      f.a_gs = (int64_t)la * n;
-      f.b = t;
-      f.b_gs = (int64_t)lo * n;
-      /* out_i = (c_i - t_i) q_level^-1: the exact rounding of c / q_level */
-      for (int i = 0; i < lo; ++i)
-        fh__ckks_ew_set_const(&L, &f, i, tb->rescale_inv[(size_t)level * nq + level + 1 + i]);
-      st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
+      if (st == FH_OK) st = fh__ckks_ntt(&L, true, t, ogs, t, ogs, G, p + 1, lo);
+      if (st == FH_OK) {
+        rescale_ew_init(&L, tb, &f, FH_CKKS_EW_SUB_ADD_MUL, G, p, level, lo, t, ogs, nq);
+        f.out = o;
+        f.out_gs = ogs;
+        f.a = c + n;
+        f.a_gs = gs;
+        st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
+      }
     }
   }
   if (st == FH_OK) st = wrap_ct(e, ts[3], level + 1, scale, ct->state.polynomial_domain, out);

@@ -100,7 +100,7 @@ fh_status fh_ckks_fhelium_ntt_order(uint64_t q, int log_n, uint64_t psi, uint32_
 _Static_assert(sizeof(fh_ckks_prime) % sizeof(uint64_t) == 0, "fh_ckks_prime is a whole number of words");
 
 typedef struct layout {
-  size_t primes, ntt, rot, ksi, garner, ones, bconv, total;
+  size_t primes, ntt, rot, ksi, garner, bconv, total;
 } layout;
 
 static int digit_lo(const fh_ckks_tables *t, int j) { return t->digit_start[j]; }
@@ -263,8 +263,6 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
   w += 2 * (2 * (size_t)n + 1);
   lo.garner = w;
   w += (size_t)nq * (size_t)nq;
-  lo.ones = w;
-  w += 2 + FH_CKKS_MAX_PRIMES;
   lo.bconv = w;
   size_t *modup_off = NULL, *moddown_off = NULL;
   if (np > 0) {
@@ -371,12 +369,6 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
     gar[(size_t)i * nq + i] = fh_mod_inv_prime(prod, m);
   }
 
-  /* single-source base conversion: shat_inv = 1, matrix of ones */
-  uint64_t *ones = base + lo.ones;
-  ones[0] = 1;
-  ones[1] = 0; /* a zero Shoup companion is exact for w = 1: x*1 - 0*q = x < q */
-  for (int i = 0; i < FH_CKKS_MAX_PRIMES; ++i) ones[2 + i] = 1;
-
   /* key-switching base conversions and host constants */
   int src[FH_CKKS_MAX_PRIMES], dst[FH_CKKS_MAX_PRIMES];
   for (int l = 0; l < nq && np > 0; ++l) {
@@ -430,7 +422,6 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
   t->rot_group = d + lo.rot;
   t->ksi = (const double *)(d + lo.ksi);
   t->garner = d + lo.garner;
-  t->ones = d + lo.ones;
   for (int l = 0; l < nq && np > 0; ++l) {
     for (int j = 0; j < t->dnum; ++j)
       t->modup[l * t->dnum + j] = digit_active(t, j, l) ? d + modup_off[l * t->dnum + j] : NULL;

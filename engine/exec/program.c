@@ -143,14 +143,14 @@ fh_status fh_program_new(fh_program_kind kind, fh_buffer *inputs, fh_program **o
   if (st != FH_OK) {
     /* releasing the stream and the pool may clear the thread's error record
      * (the allocator's stream-retirement path): keep the error */
-    char msg[FH_ERROR_MESSAGE_MAX];
-    snprintf(msg, sizeof msg, "%s", fh_error_message());
-    fh_status kind = fh_error_status();
+    fh_error_saved err;
+    fh_error_save(&err);
     if (p->side) fh_stream_release(p->side);
     if (p->pool) fh_mempool_free(p->pool);
     if (p->tape) fh_tape_free(p->tape);
     fh_free(p);
-    return fh_error_set(kind != FH_OK ? kind : st, "%s", msg);
+    fh_error_restore(&err);
+    return st;
   }
   fh_buffer_retain(inputs);
   p->inputs = inputs;

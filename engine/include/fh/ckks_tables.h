@@ -78,7 +78,6 @@ typedef struct fh_ckks_tables {
   /* Garner table [nq][nq] over the reversed chain r_k = q_{nq-1-k}:
    * [i][m] = prod_{k<m} r_k mod r_i (m < i), [i][i] = (prod_{k<i} r_k)^-1 mod r_i */
   const uint64_t *garner;
-  const uint64_t *ones;      /* base-conversion constants for a single source prime: (1, shoup(1)), then 1s */
   /* fast base conversion constants (fh_ckks_bconv_args.consts):
    * modup[level * dnum + digit]: the digit's active primes -> every other active Q prime (in chain
    * order), then all P primes; moddown[level]: P primes -> active Q primes. NULL where the digit
