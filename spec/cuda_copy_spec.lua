@@ -97,6 +97,31 @@ describe("copies between pageable, pinned and CUDA memory", function()
     U.assert_same(m, hm, "strided host destination")
   end)
 
+  gpu_it("stages pageable host-to-device copies through one fixed pinned ring: many in flight, each its own bytes", function()
+    local s = fh.cuda.Stream {}
+    local n, copies = 8192, 1500 -- float32: 32 KiB each, 47 MiB in all: the 24 MiB ring wraps
+    local d = fh.zeros({ copies, n }, { device = "cuda" })
+    d:select(1, 1):copy_(fh.zeros({ n }), { stream = s, non_blocking = true }) -- the ring exists from here on
+    s:synchronize()
+    local p0 = fh.cuda.pinned_memory_stats()
+    fh.cuda._spin(50, s) -- the DMAs queue behind the spin: the ring fills and later copies wait for free bytes
+    for i = 1, copies do
+      local h = fh.full({ n }, i) -- a fresh pageable source, dropped at once
+      d:select(1, i):copy_(h, { stream = s, non_blocking = true })
+    end
+    local p1 = fh.cuda.pinned_memory_stats()
+    s:synchronize()
+    assert.equal(p0.reserved, p1.reserved, "the pinned pool did not grow")
+    assert.equal(p0.cuda_allocs, p1.cuda_allocs)
+    local want = fh.arange(1, copies + 1, { dtype = "float32" }):view({ copies, 1 }):expand(copies, n):contiguous()
+    assert.is_true(fh.equal(want, d:cpu()), "every copy landed its own bytes")
+    -- empty_cache waits for the ring's DMAs and gives its memory back
+    fh.cuda.empty_cache()
+    assert.is_true(fh.cuda.pinned_memory_stats().reserved <= p0.reserved - 24 * 2 ^ 20)
+    d:select(1, 2):copy_(fh.full({ n }, -1)) -- and a later copy makes a new ring
+    assert.equal(-1, fh.sum(d:select(1, 2)):item() / n)
+  end)
+
   H.gpu_window_it("a non_blocking copy from pageable memory is correct although the source changes at once", function()
     local g = fh.Generator(H.seed("non_blocking pageable"))
     local s = fh.cuda.Stream {}

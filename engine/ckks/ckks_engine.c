@@ -1033,7 +1033,7 @@ static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, 
 }
 
 fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                             int64_t gs_d, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
+                             int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
                              int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs) {
   const fh_ckks_tables *tb = e->tb;
   fh__ckks_ks_geo k;
@@ -1044,7 +1044,8 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
   const bool cuda = fh_device_is_cuda(L->dev);
   fh_status st;
   if ((st = fh__ckks_temp(L, 4, dshape, &D)) || (st = fh__ckks_temp(L, 4, ashape, &acc)) ||
-      (cuda && (st = fh__ckks_temp(L, 3, sshape, &S))) || (st = ks_temps(L, &k, G, &W, &T)))
+      (cuda && tb->log_n > FH_CKKS_CUDA_ROW_LOG && (st = fh__ckks_temp(L, 3, sshape, &S))) ||
+      (st = ks_temps(L, &k, G, &W, &T)))
     goto done;
   /* 1-3. mod-up, NTT of the extended digits, inner product with the key: one launch
    * (fh_ckks_ks_core_args), D its scratch */
@@ -1060,6 +1061,8 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
     memcpy(c.key_row, k.qp, sizeof(int32_t) * (size_t)k.lk);
     c.scaled = S ? fh__ckks_ptr(S) : NULL;
     c.scaled_gs = (int64_t)k.la * n;
+    c.in_ntt = d_ntt;
+    c.in_ntt_gs = gs_d;
     if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &c, sizeof c))) goto done;
   }
   st = ks_moddown(e, L, level, &k, G, fh__ckks_ptr(acc), fh__ckks_ptr(W), fh__ckks_ptr(T), ntt_out, out0, out1,

@@ -244,14 +244,15 @@ fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_va
   int64_t gs = (int64_t)g.la * fh_ckks_engine_context(e)->ring_degree, cs = g.B * gs;
   if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = data_of(&L, rlk, &ts[1])) == FH_OK &&
       (st = fh__ckks_alloc_poly(e, &L, 2, &g, g.la, &ts[2])) == FH_OK) {
-    const uint64_t *c = fh__ckks_ptr(ts[0]), *d = c + 2 * cs;
+    const uint64_t *c = fh__ckks_ptr(ts[0]), *d = c + 2 * cs, *d_ntt = NULL;
     if (ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &ts[3])) == FH_OK) {
       st = fh__ckks_ntt(&L, false, fh__ckks_ptr(ts[3]), gs, d, gs, g.B, p, g.la);
+      d_ntt = d;
       d = fh__ckks_ptr(ts[3]);
     }
     uint64_t *o = fh__ckks_ptr(ts[2]);
     if (st == FH_OK)
-      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, ts[1], ntt, o, o + cs, gs, c, c + cs, gs);
+      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, c, c + cs, gs);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], g.level, ct->state.scale, ct->state.polynomial_domain, out);
   release_all(ts, 4);
@@ -485,13 +486,15 @@ static fh_status apply_galois(fh_ckks_engine *e, const char *op, const fh_value 
       (st = fh__ckks_alloc_poly(e, &L, 2, &g, g.la, &ts[2])) == FH_OK &&
       (st = fh__ckks_alloc_poly(e, &L, 2, &g, g.la, &ts[3])) == FH_OK) {
     st = fh__ckks_automorph(&L, ntt, galois, fh__ckks_ptr(ts[3]), gs, fh__ckks_ptr(ts[0]), gs, 2 * g.B, p, g.la);
-    const uint64_t *A = fh__ckks_ptr(ts[3]), *d = A + cs;
+    const uint64_t *A = fh__ckks_ptr(ts[3]), *d = A + cs, *d_ntt = NULL;
     if (st == FH_OK && ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &ts[4])) == FH_OK) {
       st = fh__ckks_ntt(&L, false, fh__ckks_ptr(ts[4]), gs, d, gs, g.B, p, g.la);
+      d_ntt = d;
       d = fh__ckks_ptr(ts[4]);
     }
     uint64_t *o = fh__ckks_ptr(ts[2]);
-    if (st == FH_OK) st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, ts[1], ntt, o, o + cs, gs, A, NULL, gs);
+    if (st == FH_OK)
+      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, A, NULL, gs);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], g.level, ct->state.scale, ct->state.polynomial_domain, out);
   release_all(ts, 5);

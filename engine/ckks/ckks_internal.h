@@ -54,13 +54,14 @@ fh_status fh__ckks_no_capture(const fh_ckks_engine *e, const char *op);
 
 /* ---- key switching ------------------------------------------------------------ */
 /* d: coefficient-domain standard rows [G, la, N] (group stride gs_d) over the
- * active Q rows of `level`; key: contiguous key-switching data
+ * active Q rows of `level`; d_ntt: the same rows in the NTT domain (same
+ * stride) when the caller has them, else NULL; key: contiguous key-switching data
  * [dnum, 2, #Q + #P, N]. Writes u0 + u1 s ~ d s' into out0/out1 (rows
  * [G, la, N] with group stride out_gs), in the NTT domain (ntt_out) or the
  * coefficient domain, adding add0/add1 (same layout as out, may alias out;
  * NULL: nothing added). */
 fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                             int64_t gs_d, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
+                             int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
                              int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs);
 
 /* Hoisted key switches of automorphisms of one polynomial d (as above): begin runs the

@@ -147,6 +147,8 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
   constexpr int r = R == 8 ? 3 : R == 4 ? 2 : 1;
   const int t_lo = 1 << log_tlo;
   const int per = M / R;
+  /* logical word indices fit 32 bits (N <= 2^17, offsets inside one row) */
+  const uint32_t off = (uint32_t)g.offset, aoff = (uint32_t)g.aoff, total = (uint32_t)g.total;
   /* adjacent threads take adjacent words: across arrays when the arrays are
    * adjacent columns (astride 1), else along an array */
   const bool arrays_fast = src.astride == 1;
@@ -154,7 +156,11 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
     const int a = arrays_fast ? w % narr : w / per, item = arrays_fast ? w / narr : w % per;
     const int b = item >> log_tlo, q = item & (t_lo - 1);
     const int x0 = b * R * t_lo + q;
-    const int64_t base = g.offset + (int64_t)a * g.aoff + x0;
+    /* base - q is a multiple of R t_lo (the offsets are multiples of the arrays' length
+     * M >= R t_lo), so at a stage of half-size t = 2^log_t the words x0 + j t_lo of the
+     * pass fall in groups (base >> (log_t + 1)) + (j >> (log_t + 1 - log_tlo)): one
+     * twiddle per group, read once */
+    const uint32_t base = off + (uint32_t)a * aoff + (uint32_t)x0;
     uint64_t v[R];
 #pragma unroll
     for (int j = 0; j < R; ++j) v[j] = src.p[a * src.astride + (x0 + j * t_lo) * src.kstride];
@@ -163,24 +169,19 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
       const int h = FORWARD ? (R >> (si + 1)) : (1 << si); /* pair distance, in j */
       const int log_t = log_tlo + (FORWARD ? (r - 1 - si) : si);
       const bool fused = fuse && log_t + 1 == g.log_total; /* the stage t = total / 2 */
-      const int64_t m = g.total >> (log_t + 1);
+      const uint32_t g0 = (total >> (log_t + 1)) + (base >> (log_t + 1));
+      /* the 2^k groups of this stage among the R words: k = r - si (forward) or si + 1 */
+      const int gshift = FORWARD ? (r - si) : (si + 1); /* j >> gshift is the group within the pass */
 #pragma unroll
       for (int j = 0; j < R; ++j) {
         if (j & h) continue;
+        const uint32_t gi = g0 + (uint32_t)(j >> gshift);
         if (FORWARD) {
-          if (fused) {
-            ct_first(v[j], v[j + h], c, P);
-          } else {
-            const int64_t gi = m + ((base + (int64_t)j * t_lo) >> (log_t + 1));
-            ct_bfly(v[j], v[j + h], P.w[gi], P.ws[gi], P);
-          }
+          if (fused) ct_first(v[j], v[j + h], c, P);
+          else ct_bfly(v[j], v[j + h], __ldg(P.w + gi), __ldg(P.ws + gi), P);
         } else {
-          if (fused) {
-            gs_last(v[j], v[j + h], c, P);
-          } else {
-            const int64_t gi = m + ((base + (int64_t)j * t_lo) >> (log_t + 1));
-            gs_bfly(v[j], v[j + h], P.w[gi], P.ws[gi], P);
-          }
+          if (fused) gs_last(v[j], v[j + h], c, P);
+          else gs_bfly(v[j], v[j + h], __ldg(P.w + gi), __ldg(P.ws + gi), P);
         }
       }
     }
@@ -222,7 +223,7 @@ __device__ void ntt_stages(ntt_view src, ntt_view dst, ntt_view sm, int narr, in
  * the "column" kernel transforms the N2 columns (stride N2, the stages t >= N2),
  * the "chunk" kernel the N1 chunks (the stages t < N2). A block takes NTT_TILE words:
  * NTT_TILE / N1 adjacent columns, or NTT_TILE / N2 adjacent chunks. */
-constexpr int NTT_TILE_LOG = 11;
+constexpr int NTT_TILE_LOG = FH_CKKS_CUDA_ROW_LOG;
 constexpr int NTT_TILE = 1 << NTT_TILE_LOG;
 static_assert(NTT_TILE * sizeof(uint64_t) <= 48 * 1024, "an NTT tile fits the default shared memory");
 
@@ -599,6 +600,54 @@ fh_status k_modup(const void *argp, void *stream) {
  * Small rings (N <= NTT_TILE) run the three kernels in turn. */
 constexpr uint64_t KS_FLAG = (uint64_t)1 << 63;
 
+/* The centred conversion of one coefficient (ks1, md1) from the flagged scaled source
+ * residues y_i = base[off[i] + j] (ks0, md0: bit 63 is the lift's flag, y_i > s_i / 2) to
+ * the target prime t of c: sum_i y_i (Shat_i mod t) - v (S mod t), v the flags counted.
+ * The block's constants (conv_consts) hold the row's factors in Montgomery form,
+ * rowm[i] = (Shat_i mod t) R mod t, so a sum of four products (each < 2^62 t: the
+ * sources are below 2^62) takes one Montgomery reduction, exact and in [0, t);
+ * corr[v] = v S mod t. */
+struct conv_consts {
+  uint64_t rowm[FH_CKKS_MAX_PRIMES];
+  int64_t off[FH_CKKS_MAX_PRIMES];
+  uint64_t corr[FH_CKKS_MAX_PRIMES + 1];
+  uint64_t smt;
+};
+
+/* every thread of the block: row the target's factors (Shat_i mod t), s0 the first
+ * source prime; source i is row src_row[i] (i when src_row is NULL) of N words */
+__device__ __forceinline__ void conv_consts_init(conv_consts &k, const uint64_t *row, int ns, uint64_t s0,
+                                                 const int32_t *src_row, int64_t n, const fh_ckks_prime &c,
+                                                 bool center) {
+  for (int i = threadIdx.x; i < ns; i += blockDim.x) {
+    k.rowm[i] = fh_shoup_mul(row[i], c.r1, c.r1_shoup, c.q);
+    k.off[i] = (int64_t)(src_row ? src_row[i] : i) * n;
+  }
+  if (center && threadIdx.x == 0) k.smt = fh_mod_mul(row[0], s0 % c.bar.q, &c.bar); /* S mod t */
+  __syncthreads();
+  if (center)
+    for (int m = threadIdx.x; m <= ns; m += blockDim.x) k.corr[m] = fh_mod_mul((uint64_t)m, k.smt, &c.bar);
+  __syncthreads();
+}
+
+__device__ __forceinline__ uint64_t conv_flagged(const uint64_t *base, int64_t j, int ns, const conv_consts &k,
+                                                 const fh_ckks_prime &c, bool center) {
+  uint32_t cnt = 0;
+  uint64_t r = 0;
+  for (int i0 = 0; i0 < ns; i0 += 4) {
+    const int i1 = i0 + 4 < ns ? i0 + 4 : ns;
+    unsigned __int128 acc = 0;
+    for (int i = i0; i < i1; ++i) {
+      const uint64_t yv = base[k.off[i] + j];
+      cnt += (uint32_t)(yv >> 63);
+      acc += (unsigned __int128)(yv & ~KS_FLAG) * k.rowm[i];
+    }
+    r = fh_mod_add(r, fh_mont_reduce((uint64_t)acc, (uint64_t)(acc >> 64), c.q, c.qinv), c.q);
+  }
+  if (center && cnt) r = fh_mod_sub(r, k.corr[cnt], c.q);
+  return r;
+}
+
 /* ks0: a block per (source row, coefficient range): [x * shat_inv]_{s} of the row's digit,
  * once, with KS_FLAG set when it is above s / 2 (primes are below 2^63, so bit 63 is free) */
 __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
@@ -620,14 +669,14 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
   }
 }
 
-__global__ void __launch_bounds__(NTT_THREADS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+__global__ void __launch_bounds__(NTT_THREADS, 4) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   __shared__ uint64_t sm[NTT_TILE];
-  __shared__ uint64_t smt[1];
-  __shared__ uint64_t corr[FH_CKKS_MAX_PRIMES + 1]; /* corr[m] = m * S mod t, S the digit's product */
+  __shared__ conv_consts kc;
   const fh_ckks_modup_args &u = a.up;
   const int jd = blockIdx.y / u.nrows, r = blockIdx.y - jd * u.nrows;
   const int ns = u.nsrc[jd], f = u.first[jd];
   const bool own = r >= f && r < f + ns;
+  if (own && a.in_ntt) return; /* ks2 reads the input's NTT rows */
   const int t = r < f ? r : r - ns; /* target index when !own */
   const ntt_split sp = ntt_split_of(u.log_n);
   const int64_t n = (int64_t)1 << u.log_n;
@@ -636,40 +685,16 @@ __global__ void __launch_bounds__(NTT_THREADS) ks1_kernel(const __grid_constant_
   const int p = u.prime[r];
   const fh_ckks_prime c = u.primes[p];
   const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
-  const uint64_t *row = u.consts[jd] + 2 * ns + (int64_t)t * ns;
-  if (!own && u.center && threadIdx.x == 0)
-    smt[0] = fh_mod_mul(row[0], u.primes[u.prime[f]].q % c.bar.q, &c.bar);
-  __syncthreads();
-  if (!own && u.center)
-    for (int m = threadIdx.x; m <= ns; m += blockDim.x) corr[m] = fh_mod_mul((uint64_t)m, smt[0], &c.bar);
-  __syncthreads();
+  if (!own) /* from ks0's scaled rows of the digit */
+    conv_consts_init(kc, u.consts[jd] + 2 * ns + (int64_t)t * ns, ns, u.primes[u.prime[f]].q, NULL, n, c, u.center);
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, u.ngroups) {
     const uint64_t *in = u.in + g * u.in_gs;
-    const uint64_t *ys = a.scaled + g * a.scaled_gs + (int64_t)f * n; /* ks0's scaled rows of the digit */
+    const uint64_t *ys = a.scaled + g * a.scaled_gs + (int64_t)f * n;
     for (int e = threadIdx.x; e < tile; e += blockDim.x) {
       const int k = e / cols, col = e - k * cols;
       const int64_t j = (int64_t)k * n2 + c0 + col;
-      uint64_t v;
-      if (own) {
-        v = in[(int64_t)r * n + j];
-      } else {
-        uint32_t cnt = 0;
-        uint64_t acc_r = 0;
-        unsigned __int128 acc = 0;
-        for (int i = 0; i < ns; ++i) {
-          const uint64_t yv = ys[(int64_t)i * n + j];
-          cnt += (uint32_t)(yv >> 63);
-          acc += (unsigned __int128)(yv & ~KS_FLAG) * row[i];
-          if ((i & 15) == 15 || i == ns - 1) { /* each product < 2^124: reduce every 16 terms */
-            acc_r = fh_mod_add(acc_r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), &c.bar), c.q);
-            acc = 0;
-          }
-        }
-        if (u.center && cnt) acc_r = fh_mod_sub(acc_r, corr[cnt], c.q);
-        v = acc_r;
-      }
-      sm[e] = v;
+      sm[e] = own ? in[(int64_t)r * n + j] : conv_flagged(ys, j, ns, kc, c, u.center);
     }
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
@@ -698,13 +723,19 @@ __global__ void __launch_bounds__(NTT_THREADS) ks2_kernel(const __grid_constant_
 #pragma unroll
     for (int k = 0; k < KS2_PER_THREAD; ++k) acc0[k] = acc1[k] = 0;
     for (int jd = 0; jd < u.ndigits; ++jd) {
-      const ntt_view src = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + base, 1, n2};
-      ntt_stages<true>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
+      /* a digit's own rows are the input's NTT rows when given (ks1 skipped them) */
+      const uint64_t *x_ntt = NULL;
+      if (a.in_ntt && r >= u.first[jd] && r < u.first[jd] + u.nsrc[jd]) {
+        x_ntt = a.in_ntt + g * a.in_ntt_gs + (int64_t)r * n + base;
+      } else {
+        const ntt_view src = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + base, 1, n2};
+        ntt_stages<true>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
+      }
       const uint64_t *k0 = key + (int64_t)jd * a.key_ds, *k1 = k0 + a.key_cs;
 #pragma unroll
       for (int k = 0; k < KS2_PER_THREAD; ++k) {
         const int e = threadIdx.x + k * NTT_THREADS;
-        const uint64_t x = sm[e];
+        const uint64_t x = x_ntt ? x_ntt[e] : sm[e];
         acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, k0[e], c.q, c.qinv), c.q);
         acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, k1[e], c.q, c.qinv), c.q);
       }
@@ -799,8 +830,7 @@ __global__ void __launch_bounds__(EW_THREADS) md0_kernel(const __grid_constant__
 
 __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
   __shared__ uint64_t sm[NTT_TILE];
-  __shared__ uint64_t smt[1];
-  __shared__ uint64_t corr[FH_CKKS_MAX_PRIMES + 1]; /* corr[m] = m * P mod q_l */
+  __shared__ conv_consts kc;
   const fh_ckks_bconv_args &b = a.conv;
   const int l = blockIdx.y, ns = b.nsrc;
   const ntt_split sp = ntt_split_of(b.log_n);
@@ -810,33 +840,15 @@ __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant_
   const int p = b.dst_prime[l];
   const fh_ckks_prime c = b.primes[p];
   const ntt_prime P = ntt_prime_at(b.primes, a.ntt, p, b.log_n, true);
-  const uint64_t *row = b.consts + 2 * ns + (int64_t)l * ns;
-  if (b.center && ns > 0 && threadIdx.x == 0)
-    smt[0] = fh_mod_mul(row[0], b.primes[b.src_prime[0]].q % c.bar.q, &c.bar);
-  __syncthreads();
-  if (b.center && ns > 0)
-    for (int m = threadIdx.x; m <= ns; m += blockDim.x) corr[m] = fh_mod_mul((uint64_t)m, smt[0], &c.bar);
-  __syncthreads();
+  const bool center = b.center && ns > 0;
+  conv_consts_init(kc, b.consts + 2 * ns + (int64_t)l * ns, ns, ns > 0 ? b.primes[b.src_prime[0]].q : 1, b.src_row,
+                   n, c, center); /* from md0's scaled rows */
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, b.ngroups) {
-    const uint64_t *in = b.in + g * b.in_gs; /* md0's scaled rows */
+    const uint64_t *in = b.in + g * b.in_gs;
     for (int e = threadIdx.x; e < NTT_TILE; e += blockDim.x) {
       const int k = e / cols, col = e - k * cols;
-      const int64_t j = (int64_t)k * n2 + c0 + col;
-      uint32_t cnt = 0;
-      uint64_t acc_r = 0;
-      unsigned __int128 acc = 0;
-      for (int i = 0; i < ns; ++i) {
-        const uint64_t yv = in[(int64_t)b.src_row[i] * n + j];
-        cnt += (uint32_t)(yv >> 63);
-        acc += (unsigned __int128)(yv & ~KS_FLAG) * row[i];
-        if ((i & 15) == 15 || i == ns - 1) {
-          acc_r = fh_mod_add(acc_r, fh_barrett128((uint64_t)acc, (uint64_t)(acc >> 64), &c.bar), c.q);
-          acc = 0;
-        }
-      }
-      if (b.center && cnt) acc_r = fh_mod_sub(acc_r, corr[cnt], c.q);
-      sm[e] = acc_r;
+      sm[e] = conv_flagged(in, (int64_t)k * n2 + c0 + col, ns, kc, c, center);
     }
     __syncthreads();
     const ntt_view src = {sm, cols, 1};

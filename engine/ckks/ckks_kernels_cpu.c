@@ -813,19 +813,40 @@ static fh_status cpu_ks_core(const void *argp) {
   const fh_ckks_modup_args *u = &a->up;
   fh_status st = cpu_modup(u);
   if (st != FH_OK) return st;
+  const int64_t n = (int64_t)1 << u->log_n;
   fh_ckks_ntt_args t;
   memset(&t, 0, sizeof t);
   t.in_gs = t.out_gs = u->out_ds;
-  t.ngroups = u->ndigits;
-  t.nlimbs = u->nrows;
   t.log_n = u->log_n;
   t.primes = u->primes;
   t.ntt = a->ntt;
-  memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
   for (int64_t g = 0; g < u->ngroups && st == FH_OK; ++g) {
-    t.out = u->out + g * u->out_gs;
-    t.in = t.out;
-    st = cpu_ntt(&t);
+    uint64_t *D = u->out + g * u->out_gs;
+    if (a->in_ntt == NULL) { /* every row of every digit */
+      t.out = D;
+      t.in = t.out;
+      t.ngroups = u->ndigits;
+      t.nlimbs = u->nrows;
+      memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
+      st = cpu_ntt(&t);
+      continue;
+    }
+    /* the rows before and after each digit's own rows, which are the input's NTT rows */
+    t.ngroups = 1;
+    for (int j = 0; j < u->ndigits && st == FH_OK; ++j) {
+      uint64_t *Dj = D + j * u->out_ds;
+      const int f = u->first[j], e = f + u->nsrc[j];
+      const int lo[2] = {0, e}, hi[2] = {f, u->nrows};
+      for (int k = 0; k < 2 && st == FH_OK; ++k) {
+        if (hi[k] <= lo[k]) continue;
+        t.out = Dj + lo[k] * n;
+        t.in = t.out;
+        t.nlimbs = hi[k] - lo[k];
+        memcpy(t.prime, u->prime + lo[k], sizeof(int32_t) * (size_t)t.nlimbs);
+        st = cpu_ntt(&t);
+      }
+      memcpy(Dj + f * n, a->in_ntt + g * a->in_ntt_gs + f * n, sizeof(uint64_t) * (size_t)(e - f) * (size_t)n);
+    }
   }
   if (st != FH_OK) return st;
   fh_ckks_ks_args k;

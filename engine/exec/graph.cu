@@ -260,12 +260,14 @@ fh_status fh__graph_launch(fh__graph *g, fh_stream *s) {
 
 void fh__graph_free(fh__graph *g) {
   if (g == NULL) return;
+  fh_error_saved keep;
+  fh_error_save(&keep);
   if (fh__cuda_use_device(g->dev) == FH_OK) {
     /* an executable graph destroyed while in flight is freed on completion */
     if (g->exec) (void)cudaGraphExecDestroy(g->exec);
     if (g->graph) (void)cudaGraphDestroy(g->graph);
   }
   (void)cudaGetLastError();
-  fh_error_clear();
+  fh_error_restore(&keep);
   fh_free(g);
 }

@@ -213,6 +213,8 @@ static fh_status pend_push(arena *a, cudaEvent_t ev, int evdev, fh__block *b) {
 /* Record an event on `s` guarding `b`; on any failure, wait for the stream
  * instead (slow but safe). */
 static void guard_with_event(arena *a, fh__block *b, fh_stream *s) {
+  fh_error_saved keep; /* a release may run while the caller's error is pending */
+  fh_error_save(&keep);
   cudaEvent_t ev = NULL;
   int d = s->dev.index;
   if (fh__cuda_use_device(d) == FH_OK && fh__cuda_event_get(d, &ev) == FH_OK) {
@@ -224,7 +226,7 @@ static void guard_with_event(arena *a, fh__block *b, fh_stream *s) {
     (void)cudaEventDestroy(ev);
   }
   (void)cudaGetLastError();
-  fh_error_clear();
+  fh_error_restore(&keep);
   (void)cudaStreamSynchronize(s->h);
   (void)cudaGetLastError();
 }
@@ -257,6 +259,8 @@ static void drain_events_locked(arena *a) {
 
 /* give the arena's cached blocks back to CUDA */
 static void release_cached_locked(arena *a) {
+  fh_error_saved keep;
+  fh_error_save(&keep);
   if (!a->pinned) (void)fh__cuda_use_device(a->dev);
   for (int c = 0; c < NCLS; ++c) {
     while (a->bins[c]) {
@@ -272,7 +276,7 @@ static void release_cached_locked(arena *a) {
     }
   }
   (void)cudaGetLastError();
-  fh_error_clear();
+  fh_error_restore(&keep);
 }
 
 /* Is any stream of the block capturing now (a capture begun outside the
@@ -677,6 +681,7 @@ fh_status fh_cuda_empty_cache(void) {
     return fh_error_set(FH_ERR_CUDA, "CUDA is not available: %s", fh_cuda_unavailable_reason());
   ensure_arenas();
   if (fh__cuda_captures_active()) return FH_OK; /* cudaFree is forbidden during capture */
+  fh__copy_release_staging();
   int n = fh_cuda_device_count();
   for (int i = 0; i < n; ++i) {
     arena *a = &g_dev[i];

@@ -85,6 +85,11 @@ void fh__cuda_process_deferred_destroys(void);
  * fh_mempool_end when no capture remains). */
 void fh__pinned_process_deferred(void);
 
+/* The staging rings of pageable host-to-device copies (copy.cu): their DMAs
+ * waited for and their pinned memory given back (called by
+ * fh_cuda_empty_cache outside captures; keeps the caller's error). */
+void fh__copy_release_staging(void);
+
 /* Parallel host memcpy (worker threads for large sizes). */
 void fh__host_memcpy(void *dst, const void *src, size_t n);
 

@@ -253,11 +253,13 @@ static bool defer_push(void ***arr, size_t *n, size_t *cap, void *p) {
 }
 
 static void stream_destroy(fh_stream *s) {
+  fh_error_saved keep; /* the last release may come while the caller's error is pending */
+  fh_error_save(&keep);
   /* its cached blocks become idle after the work queued so far */
   fh__cuda_alloc_stream_retired(s);
   if (fh__cuda_use_device(s->dev.index) == FH_OK) (void)cudaStreamDestroy(s->h);
   (void)cudaGetLastError();
-  fh_error_clear();
+  fh_error_restore(&keep);
   fh_free(s);
 }
 

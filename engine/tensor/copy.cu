@@ -9,14 +9,15 @@
  * Pinned host memory moves with one cudaMemcpyAsync; the pinned storage is
  * recorded on the stream, so it is not reused before the copy ends.
  *
- * Pageable host memory goes through a pipeline of pinned staging buffers
- * (triple buffered, chunks of up to 8 MiB, taken from the pinned caching
- * allocator): host to device, chunk k is copied into a free buffer by
- * several host threads while the DMA of chunks k-1 and k-2 runs; device to
- * host, the DMAs run ahead while finished chunks are copied out. A
+ * Pageable host memory goes through pinned staging memory in chunks of up
+ * to 8 MiB: host to device, through a fixed ring per device (below), chunk
+ * k copied into it by several host threads while the DMAs of the chunks
+ * before it run; device to host, through three buffers from the pinned
+ * caching allocator, the DMAs running ahead while finished chunks are
+ * copied out. A
  * non_blocking copy from pageable memory returns once the last chunk is in
  * pinned memory: the source may be changed or freed at once, and the
- * staging buffers stay guarded (record-stream) until their DMA completes. A
+ * ring's bytes are not reused until their DMA completes. A
  * copy into pageable memory always completes before returning.
  *
  * During a CUDA capture only copies between device memory and pinned memory
@@ -130,7 +131,143 @@ void fh__host_memcpy(void *dst, const void *src, size_t n) {
   pthread_mutex_unlock(&P_busy);
 }
 
-/* ---- staged pageable transfers ----------------------------------------------- */
+/* ---- the staging ring -----------------------------------------------------------
+ * Host-to-device copies from pageable memory go through one ring of pinned
+ * memory per device (STAGE_RING bytes, taken from the pinned allocator at
+ * the first such copy and kept until fh_cuda_empty_cache). Each chunk takes
+ * the next free bytes of the ring and an event recorded after its DMA; a
+ * chunk that needs bytes an earlier DMA may still read first waits on the
+ * host for the oldest DMAs to end. So the pinned memory that staging uses
+ * is fixed however many copies are in flight (a pool of per-copy blocks
+ * grows to the most ever in flight at once), small copies pack densely
+ * (a thousand 32 KiB copies in flight wait for nothing), and a copy of many
+ * chunks still overlaps the host copy of one chunk with the DMAs of the
+ * two before it. The ring's lock is held for the whole copy. */
+#define STAGE_RING ((size_t)STAGE_NBUF * STAGE_CHUNK)
+#define STAGE_ALIGN ((size_t)4096)
+#define STAGE_REGIONS 1024
+
+typedef struct ring_region {
+  size_t off;
+  cudaEvent_t ev;
+} ring_region;
+typedef struct stage_ring {
+  pthread_mutex_t mu;
+  fh_storage *buf;                  /* NULL until the first staged copy */
+  ring_region q[STAGE_REGIONS];     /* the chunks in flight, oldest first (a circular queue) */
+  int first, count;
+  size_t head;                      /* where the next chunk goes when it fits */
+} stage_ring;
+static stage_ring g_ring[FH_CUDA_MAX_DEVICES];
+static pthread_once_t g_ring_once = PTHREAD_ONCE_INIT;
+static void ring_init(void) {
+  for (int i = 0; i < FH_CUDA_MAX_DEVICES; ++i) pthread_mutex_init(&g_ring[i].mu, NULL);
+}
+
+/* the oldest chunk's DMA ends (the host waits); its bytes are free again */
+static cudaError_t ring_pop(stage_ring *r, int dev) {
+  ring_region *g = &r->q[r->first];
+  cudaError_t e = cudaEventSynchronize(g->ev);
+  fh__cuda_event_put(dev, g->ev);
+  r->first = (r->first + 1) % STAGE_REGIONS;
+  if (--r->count == 0) r->head = 0;
+  return e;
+}
+
+/* the offset of len free bytes (len <= STAGE_CHUNK), waiting for the oldest DMAs as needed */
+static cudaError_t ring_claim(stage_ring *r, int dev, size_t len, size_t *off) {
+  for (;;) {
+    if (r->count == 0) {
+      *off = 0;
+      return cudaSuccess;
+    }
+    if (r->count < STAGE_REGIONS) {
+      const size_t tail = r->q[r->first].off;
+      if (r->head > tail) { /* in use: [tail, head); free: [head, end) and [0, tail) */
+        if (r->head + len <= STAGE_RING) {
+          *off = r->head;
+          return cudaSuccess;
+        }
+        if (len <= tail) {
+          *off = 0;
+          return cudaSuccess;
+        }
+      } else if (r->head + len <= tail) { /* wrapped: free is [head, tail) */
+        *off = r->head;
+        return cudaSuccess;
+      }
+    }
+    cudaError_t e = ring_pop(r, dev);
+    if (e != cudaSuccess) return e;
+  }
+}
+
+static fh_status staged_h2d(char *d, const char *h, size_t n, fh_stream *s) {
+  const int dev = s->dev.index;
+  pthread_once(&g_ring_once, ring_init);
+  stage_ring *r = &g_ring[dev];
+  pthread_mutex_lock(&r->mu);
+  fh_status st = FH_OK;
+  if (r->buf == NULL) st = fh_storage_new(fh_cpu(), STAGE_RING, FH_STORAGE_PINNED, &r->buf);
+  /* allocating may have switched the runtime's device (freeing blocks of another) */
+  if (st == FH_OK) st = fh__cuda_use_device(dev);
+  cudaError_t e = cudaSuccess;
+  const char *what = "cudaMemcpyAsync";
+  for (size_t off = 0; off < n && st == FH_OK && e == cudaSuccess; off += STAGE_CHUNK) {
+    const size_t len = n - off < STAGE_CHUNK ? n - off : STAGE_CHUNK;
+    size_t at;
+    cudaEvent_t ev;
+    if ((e = ring_claim(r, dev, (len + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN, &at)) != cudaSuccess) {
+      what = "cudaEventSynchronize";
+      break;
+    }
+    if ((st = fh__cuda_event_get(dev, &ev)) != FH_OK) break;
+    char *slot = (char *)r->buf->data + at;
+    fh__host_memcpy(slot, h + off, len);
+    if ((e = cudaMemcpyAsync(d + off, slot, len, cudaMemcpyHostToDevice, s->h)) == cudaSuccess &&
+        (e = cudaEventRecord(ev, s->h)) != cudaSuccess)
+      what = "cudaEventRecord";
+    if (e != cudaSuccess) {
+      /* (a failed record leaves a DMA that nothing waits for: CUDA's errors there are sticky) */
+      fh__cuda_event_put(dev, ev);
+      break;
+    }
+    const int k = (r->first + r->count) % STAGE_REGIONS;
+    r->q[k].off = at;
+    r->q[k].ev = ev;
+    r->count++;
+    r->head = at + (len + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (st == FH_OK && e != cudaSuccess) st = fh__cuda_fail(e, what);
+  return st;
+}
+
+/* fh_cuda_empty_cache: every ring's DMAs waited for, its memory back to the pinned pool */
+void fh__copy_release_staging(void) {
+  fh_error_saved keep;
+  fh_error_save(&keep);
+  pthread_once(&g_ring_once, ring_init);
+  for (int dev = 0; dev < FH_CUDA_MAX_DEVICES; ++dev) {
+    stage_ring *r = &g_ring[dev];
+    pthread_mutex_lock(&r->mu);
+    if (r->buf != NULL && fh__cuda_use_device(dev) == FH_OK) {
+      bool ok = true;
+      while (r->count > 0) ok = ring_pop(r, dev) == cudaSuccess && ok;
+      /* after a failed wait (a sticky CUDA error) the DMAs' state is unknown: the ring stays */
+      if (ok) {
+        fh_storage_release(r->buf);
+        r->buf = NULL;
+      }
+    }
+    pthread_mutex_unlock(&r->mu);
+  }
+  fh_error_restore(&keep);
+}
+
+/* ---- staged device-to-host transfers ----------------------------------------------
+ * Buffers from the pinned caching allocator; the copy completes before it returns,
+ * so they go back to the pool free. */
 typedef struct stage {
   fh_storage *buf[STAGE_NBUF];
   cudaEvent_t ev[STAGE_NBUF];
@@ -167,31 +304,6 @@ static fh_status stage_open(stage *sg, size_t n, fh_stream *s) {
       return fh_error_set(keep, "%s", msg);
     }
   }
-  return FH_OK;
-}
-
-static fh_status staged_h2d(char *d, const char *h, size_t n, fh_stream *s) {
-  stage sg;
-  fh_status st = stage_open(&sg, n, s);
-  /* allocating may have switched the runtime's device (freeing blocks of another) */
-  if (st == FH_OK && (st = fh__cuda_use_device(s->dev.index)) != FH_OK) stage_close(&sg, s);
-  if (st != FH_OK) return st;
-  size_t chunk = n < STAGE_CHUNK ? n : STAGE_CHUNK;
-  cudaError_t e = cudaSuccess;
-  const char *what = "cudaMemcpyAsync";
-  for (size_t off = 0, k = 0; off < n && e == cudaSuccess; off += chunk, ++k) {
-    size_t len = n - off < chunk ? n - off : chunk;
-    int b = (int)(k % (size_t)sg.nbuf);
-    if (k >= (size_t)sg.nbuf && (e = cudaEventSynchronize(sg.ev[b])) != cudaSuccess) {
-      what = "cudaEventSynchronize";
-      break;
-    }
-    fh__host_memcpy(sg.buf[b]->data, h + off, len);
-    if ((e = cudaMemcpyAsync(d + off, sg.buf[b]->data, len, cudaMemcpyHostToDevice, s->h)) != cudaSuccess) break;
-    if ((e = cudaEventRecord(sg.ev[b], s->h)) != cudaSuccess) what = "cudaEventRecord";
-  }
-  stage_close(&sg, s);
-  if (e != cudaSuccess) return fh__cuda_fail(e, what);
   return FH_OK;
 }
 

@@ -233,6 +233,9 @@ typedef struct fh_ckks_modup_args {
  * FH_K_CKKS_MODUP, FH_K_CKKS_NTT and FH_K_CKKS_KS_INNER do in turn, with the same result:
  * on CUDA the conversion is fused into the NTT's first kernel and the inner product
  * into its second, so the digits cross memory twice instead of six times. */
+/* On CUDA a ring of N <= 2^FH_CKKS_CUDA_ROW_LOG words takes whole rows through one
+ * block's shared memory; larger rings run the fused two-kernel shapes. */
+#define FH_CKKS_CUDA_ROW_LOG 11
 typedef struct fh_ckks_ks_core_args {
   fh_ckks_modup_args up;
   const uint64_t *ntt; /* the twiddle table (fh_ckks_ntt_args.ntt) */
@@ -242,11 +245,17 @@ typedef struct fh_ckks_ks_core_args {
   int64_t key_ds, key_cs;
   int32_t key_row[FH_CKKS_MAX_PRIMES];
   /* scratch of the digits' source rows ([G][rows of all digits][N], group stride
-   * scaled_gs): on CUDA each source residue is scaled by its digit's shat_inv once
-   * here (bit 63 flags the centred lift) instead of once per target row; unused on
-   * the CPU, contents afterwards unspecified */
+   * scaled_gs): on CUDA with N > 2^FH_CKKS_CUDA_ROW_LOG each source residue is scaled
+   * by its digit's shat_inv once here (bit 63 flags the centred lift) instead of once
+   * per target row; unused (may be NULL) on the CPU and for smaller rings, contents
+   * afterwards unspecified */
   uint64_t *scaled;
   int64_t scaled_gs;
+  /* optional (NULL: none): up.in's rows in the NTT domain, group stride in_ntt_gs; a
+   * digit's own rows of the extended digits are then these words, copied rather than
+   * transformed again (the same result: the NTT of up.in's rows) */
+  const uint64_t *in_ntt;
+  int64_t in_ntt_gs;
 } fh_ckks_ks_core_args;
 
 /* ---- the mod-down of a key switch, NTT-domain result ------------------------------
