@@ -9,8 +9,11 @@
 -- The vector is encrypted as [v, v, 0, ...] so that a left rotation by i
 -- (rotate_by_step(ct, -i): slot j <- slot j + i) wraps modulo `size` in the
 -- first `size` slots; each diagonal is a prepared plaintext. One program
--- run is `size - 1` hoisted rotations, `size` plaintext products, `size - 1` additions
--- and one rescale.
+-- run is one linear transform (engine:linear_transform: the `size - 1`
+-- rotations, `size` plaintext products and their sum with one mod-up and one
+-- mod-down, docs/ckks.md "Linear transforms") and one rescale; the form
+-- "rotate_many" runs `size - 1` hoisted rotations, `size` plaintext products,
+-- `size - 1` additions and one rescale instead.
 local fh = require "fhelium"
 
 local M = {}
@@ -36,14 +39,29 @@ end
 
 --- program(ct_v) -> ct_y on `engine`: one dynamic input (the encrypted
 --- vector), the diagonals and the engine bound by closure, so the execution
---- layer can capture it and replay it with new inputs.
-function M.program(engine, matrix, size)
+--- layer can capture it and replay it with new inputs. opts.form:
+--- "linear_transform" (default: one engine:linear_transform of plaintexts
+--- over QP) or "rotate_many" (hoisted rotations, then products and sums).
+function M.program(engine, matrix, size, opts)
+  local form = opts and opts.form or "linear_transform"
+  assert(form == "linear_transform" or form == "rotate_many", "matvec.program: form is linear_transform or rotate_many")
+  local basis = form == "linear_transform" and "QP" or "Q"
   local diagonals = {}
   for i = 0, size - 1 do
     local d = {}
     for j = 0, size - 1 do d[j + 1] = matrix[j + 1][(j + i) % size + 1] end
     -- a float64 tensor, not a table: a table of two numbers would read as one complex {re, im}
-    diagonals[i] = engine:prepare_plaintext_for_multiplication(engine:encode(fh.tensor(d, { dtype = "float64" })))
+    diagonals[i] = engine:prepare_plaintext_for_multiplication(engine:encode(fh.tensor(d, { dtype = "float64" }),
+      { basis = basis }))
+  end
+  if form == "linear_transform" then
+    -- sum_i d_i * rotate(ct_v, -i): every rotation and product over QP, one mod-down
+    local steps, pts = {}, {}
+    for i = 0, size - 1 do
+      steps[i + 1] = -i
+      pts[i + 1] = diagonals[i]
+    end
+    return function(ct_v) return engine:rescale_to_next_level(engine:linear_transform(ct_v, steps, pts)) end
   end
   -- the size - 1 rotations of ct_v are hoisted (rotate_many: one mod-up of
   -- the key switch shared by every step; the same words as rotate_by_step each)

@@ -270,15 +270,16 @@ static int l_modup(lua_State *L) {
   return 1;
 }
 
-/* _ckks.encode(tables, msg, scale, nlimbs) */
+/* _ckks.encode(tables, msg, scale, nlimbs [, with_p]) */
 static int l_encode(lua_State *L) {
   const char *fn = "_ckks.encode";
   fh_ckks_tables *tb = check_tables(L, 1, fn);
   fh_tensor *m = fh__lua_checktensor(L, 2, fn, "msg");
   double scale = luaL_checknumber(L, 3);
   int nl = (int)fh__lua_checkint(L, 4, fn, "nlimbs", 0, FH_CKKS_MAX_PRIMES);
+  bool with_p = lua_toboolean(L, 5);
   fh_tensor_box *b = fh__lua_new_tensor_box(L);
-  fh__lua_check(L, fh_ckks_poly_encode(tb, m, scale, nl, &b->t));
+  fh__lua_check(L, fh_ckks_poly_encode(tb, m, scale, nl, with_p, &b->t));
   return 1;
 }
 
@@ -603,9 +604,9 @@ static int e_create_conjugation_key(lua_State *L) {
   return push_result(L, st_, v, fn);
 }
 
-/* ---- encoding: engine:_encode(tensor, level, scale, method) (the Lua layer
- * handles options; method: the public method that encodes, "encode" or
- * "encrypt_message", which names the errors) ----- */
+/* ---- encoding: engine:_encode(tensor, level, scale, method [, basis]) (the Lua
+ * layer handles options; method: the public method that encodes, "encode" or
+ * "encrypt_message", which names the errors; basis "Q" or "QP") ----- */
 static int e_encode(lua_State *L) {
   const char *fn = luaL_optstring(L, 5, "encode");
   char name[96];
@@ -615,8 +616,11 @@ static int e_encode(lua_State *L) {
   int level = (int)fh__lua_checkint(L, 3, name, "level", INT32_MIN, INT32_MAX);
   if (lua_type(L, 4) != LUA_TNUMBER)
     return fh__lua_raise(L, FH_ERR_TYPE, "%s: scale expected a number, got %s", name, fh__lua_typename(L, 4));
+  fh_modulus_basis basis = FH_BASIS_Q;
+  if (!lua_isnoneornil(L, 6) && fh_basis_parse(luaL_checkstring(L, 6), &basis) != FH_OK)
+    return fh__lua_error_named(L, name);
   fh_value *v = NULL;
-  fh_status st_ = fh_ckks_encode(e, m, level, lua_tonumber(L, 4), &v);
+  fh_status st_ = fh_ckks_encode_basis(e, m, level, lua_tonumber(L, 4), basis, &v);
   return push_result(L, st_, v, fn);
 }
 
@@ -747,6 +751,54 @@ static int e_rotate_many(lua_State *L) {
   return 1;
 }
 
+/* engine:linear_transform(ct, steps, plaintexts [, keys]) -> sum of plaintexts[i] * (ct rotated by steps[i]) */
+static int e_linear_transform(lua_State *L) {
+  const char *fn = "linear_transform", *name = "CkksEngine:linear_transform";
+  fh_ckks_engine *e = check_engine(L, fn);
+  fh_value *ct = arg_value(L, 2, fn, "ct", false);
+  if (!lua_istable(L, 3) || fh__lua_totensor(L, 3))
+    return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 2 (steps) expected a list of integers, got %s", name,
+                         fh__lua_typename(L, 3));
+  int n = (int)lua_objlen(L, 3);
+  if (n < 1) return fh__lua_raise(L, FH_ERR_VALUE, "%s: steps is empty", name);
+  if (n > 1 << 16) return fh__lua_raise(L, FH_ERR_VALUE, "%s: at most 65536 steps, got %d", name, n);
+  if (!lua_istable(L, 4) || fh__lua_totensor(L, 4) || (int)lua_objlen(L, 4) != n)
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 3 (plaintexts) expected a list of %d plaintexts (one per step), got %s",
+                         name, n, lua_istable(L, 4) && !fh__lua_totensor(L, 4) ? "a list of another length" : fh__lua_typename(L, 4));
+  bool with_keys = !lua_isnoneornil(L, 5);
+  if (with_keys && (!lua_istable(L, 5) || (int)lua_objlen(L, 5) != n))
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 4 (keys) expected a list of %d rotation keys", name, n);
+  /* scratch owned by Lua (freed by the GC); the values stay alive in the argument lists */
+  int64_t *steps = lua_newuserdata(L, sizeof *steps * (size_t)n);
+  const fh_value **pts = lua_newuserdata(L, sizeof *pts * (size_t)n);
+  const fh_value **keys = lua_newuserdata(L, sizeof *keys * (size_t)n);
+  for (int i = 0; i < n; ++i) {
+    char what[32];
+    lua_rawgeti(L, 3, i + 1);
+    snprintf(what, sizeof what, "steps[%d]", i + 1);
+    steps[i] = fh__lua_checkint(L, lua_gettop(L), name, what, -((int64_t)1 << 40), (int64_t)1 << 40);
+    lua_pop(L, 1);
+    lua_rawgeti(L, 4, i + 1);
+    pts[i] = fh__lua_tovalue(L, -1);
+    if (pts[i] == NULL)
+      return fh__lua_raise(L, FH_ERR_TYPE, "%s: plaintexts[%d] expected a Plaintext, got %s", name, i + 1,
+                           fh__lua_typename(L, -1));
+    lua_pop(L, 1);
+    keys[i] = NULL;
+    if (with_keys) {
+      lua_rawgeti(L, 5, i + 1);
+      keys[i] = fh__lua_tovalue(L, -1);
+      if (keys[i] == NULL)
+        return fh__lua_raise(L, FH_ERR_TYPE, "%s: keys[%d] expected a RotationKey, got %s", name, i + 1,
+                             fh__lua_typename(L, -1));
+      lua_pop(L, 1);
+    }
+  }
+  fh_value *v = NULL;
+  fh_status st_ = fh_ckks_linear_transform(e, ct, steps, n, pts, with_keys ? keys : NULL, &v);
+  return push_result(L, st_, v, fn);
+}
+
 static int e_stack_batch(lua_State *L) {
   const char *fn = "stack_batch";
   fh_ckks_engine *e = check_engine(L, fn);
@@ -799,6 +851,7 @@ static void fh__lua_open_ckks_engine(lua_State *L) {
       {"rotate_by_step", e_rotate_by_step},
       {"rotate_with_key", e_rotate_with_key},
       {"rotate_many", e_rotate_many},
+      {"linear_transform", e_linear_transform},
       {"conjugate", e_conjugate},
       {"stack_batch", e_stack_batch},
       {"sum_ciphertext_batch", e_sum_batch},

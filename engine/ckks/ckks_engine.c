@@ -239,6 +239,13 @@ int fh__ckks_active_primes(const fh_ckks_engine *e, int level, int32_t *p) {
   return n;
 }
 
+int fh__ckks_value_primes(const fh_ckks_engine *e, const fh_value *v, int32_t *p) {
+  int n = fh__ckks_active_primes(e, v->state.level, p);
+  if (v->state.modulus_basis == FH_BASIS_QP)
+    for (int i = 0; i < e->ctx->num_p; ++i) p[n++] = e->ctx->num_q + i;
+  return n;
+}
+
 fh_status fh__ckks_alloc_poly(fh_ckks_engine *e, fh__ckks_launcher *L, int lead, const fh__ckks_geo *g, int la,
                               fh_tensor **out) {
   int64_t shape[FH_MAX_DIMS];
@@ -546,7 +553,16 @@ fh_status fh_ckks_create_conjugation_key(fh_ckks_engine *e, const fh_value *sk, 
 
 /* ---- encoding ---------------------------------------------------------------------------- */
 fh_status fh_ckks_encode(fh_ckks_engine *e, fh_tensor *msg, int32_t level, double scale, fh_value **out) {
+  return fh_ckks_encode_basis(e, msg, level, scale, FH_BASIS_Q, out);
+}
+
+fh_status fh_ckks_encode_basis(fh_ckks_engine *e, fh_tensor *msg, int32_t level, double scale, fh_modulus_basis basis,
+                               fh_value **out) {
   const char *op = "encode";
+  if (basis != FH_BASIS_Q && basis != FH_BASIS_QP)
+    return fh_error_set(FH_ERR_VALUE, "%s: basis must be Q or QP, got %d", op, (int)basis);
+  if (basis == FH_BASIS_QP && e->ctx->num_p == 0)
+    return fh_error_set(FH_ERR_STATE, "%s: basis QP needs P primes, and the context has none", op);
   if (level < 0 || level > e->ctx->max_level)
     return fh_error_set(FH_ERR_STATE, "%s: level %d is outside [0, %d] (max_level)", op, level, e->ctx->max_level);
   if (!(scale > 0) || !isfinite(scale))
@@ -582,9 +598,9 @@ fh_status fh_ckks_encode(fh_ckks_engine *e, fh_tensor *msg, int32_t level, doubl
       if (st == FH_OK) st = fh_tensor_to(exp, e->dev, false, NULL, false, &m);
     }
   }
-  if (st == FH_OK) st = fh_ckks_poly_encode(e->tb, m, scale, la, &data);
+  if (st == FH_OK) st = fh_ckks_poly_encode(e->tb, m, scale, la, basis == FH_BASIS_QP, &data);
   if (st == FH_OK)
-    st = fh_plaintext_rns_new(e->ctx, data, level, scale, FH_BASIS_Q, FH_DOMAIN_COEFFICIENT, FH_RESIDUE_STANDARD, out);
+    st = fh_plaintext_rns_new(e->ctx, data, level, scale, basis, FH_DOMAIN_COEFFICIENT, FH_RESIDUE_STANDARD, out);
   if (exp) fh_tensor_release(exp);
   if (m) fh_tensor_release(m);
   if (data) fh_tensor_release(data);
@@ -933,7 +949,7 @@ static void modup_args(const fh_ckks_tables *tb, int level, const fh__ckks_ks_ge
 }
 
 /* The key's digits from j0 on, as the inner product reads them. */
-static const uint64_t *key_digits(const fh__ckks_ks_geo *k, const fh_tensor *key, int64_t *ds, int64_t *cs) {
+const uint64_t *fh__ckks_key_digits(const fh__ckks_ks_geo *k, const fh_tensor *key, int64_t *ds, int64_t *cs) {
   int64_t krows = (int64_t)(k->nq + k->np) * k->n;
   *ds = 2 * krows;
   *cs = krows;
@@ -1057,7 +1073,7 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
     c.out = fh__ckks_ptr(acc);
     c.out_gs = 2 * (int64_t)k.lk * n;
     c.out_cs = (int64_t)k.lk * n;
-    c.key = key_digits(&k, key, &c.key_ds, &c.key_cs);
+    c.key = fh__ckks_key_digits(&k, key, &c.key_ds, &c.key_cs);
     memcpy(c.key_row, k.qp, sizeof(int32_t) * (size_t)k.lk);
     c.scaled = S ? fh__ckks_ptr(S) : NULL;
     c.scaled_gs = (int64_t)k.la * n;
@@ -1077,7 +1093,7 @@ done:
 }
 
 fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                               int64_t gs_d, fh__ckks_hoist *h) {
+                               int64_t gs_d, bool steps, fh__ckks_hoist *h) {
   const fh_ckks_tables *tb = e->tb;
   memset(h, 0, sizeof *h);
   ks_geo_of(tb, level, &h->k);
@@ -1087,7 +1103,7 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
   const int64_t n = k->n, rs = (int64_t)k->lk * n;
   int64_t dshape[4] = {G, k->ndig, k->lk, n}, ashape[4] = {G, 2, k->lk, n};
   fh_status st;
-  if ((st = fh__ckks_temp(L, 4, dshape, &h->D)) || (st = fh__ckks_temp(L, 4, dshape, &h->Dr)) ||
+  if ((st = fh__ckks_temp(L, 4, dshape, &h->D)) || (steps && (st = fh__ckks_temp(L, 4, dshape, &h->Dr))) ||
       (st = fh__ckks_temp(L, 4, ashape, &h->acc)) || (st = ks_temps(L, k, G, &h->W, &h->T))) {
     fh__ckks_hoist_end(h);
     return st;
@@ -1120,7 +1136,7 @@ fh_status fh__ckks_hoist_step(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_
   ip.digits = fh__ckks_ptr(h->Dr);
   ip.digits_gs = (int64_t)k->ndig * rs;
   ip.digit_stride = rs;
-  ip.key = key_digits(k, key, &ip.key_ds, &ip.key_cs);
+  ip.key = fh__ckks_key_digits(k, key, &ip.key_ds, &ip.key_cs);
   ip.ngroups = h->G;
   ip.ndigits = k->ndig;
   ip.nlimbs = k->lk;
@@ -1131,6 +1147,12 @@ fh_status fh__ckks_hoist_step(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_
   if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_INNER, &ip, sizeof ip)) != FH_OK) return st;
   return ks_moddown(e, L, h->level, k, h->G, fh__ckks_ptr(h->acc), fh__ckks_ptr(h->W), fh__ckks_ptr(h->T), ntt_out,
                     out0, out1, out_gs, add0, NULL, add_gs);
+}
+
+fh_status fh__ckks_hoist_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *out0,
+                                 uint64_t *out1, int64_t out_gs) {
+  return ks_moddown(e, L, h->level, &h->k, h->G, fh__ckks_ptr(h->acc), fh__ckks_ptr(h->W), fh__ckks_ptr(h->T), true,
+                    out0, out1, out_gs, NULL, NULL, 0);
 }
 
 void fh__ckks_hoist_end(fh__ckks_hoist *h) {

@@ -349,9 +349,7 @@ fh_status fh_ckks_prepare_plaintext_for_multiplication(fh_ckks_engine *e, const 
   if ((st = fh__ckks_need_type(op, "pt", pt, FH_PLAINTEXT)) != FH_OK) return st;
   if (pt->state.representation == FH_REPR_RNS) {
     if ((st = fh__ckks_need_engine(e, op, "pt", pt)) != FH_OK) return st;
-    if (pt->state.modulus_basis != FH_BASIS_Q)
-      return fh_error_set(FH_ERR_STATE, "%s: modulus_basis of pt is %s, expected Q", op,
-                          fh_basis_name((fh_modulus_basis)pt->state.modulus_basis));
+    /* basis Q or QP (a linear transform's plaintexts): the result keeps it */
     if (pt->state.polynomial_domain == FH_DOMAIN_NTT) {
       fh_value_retain((fh_value *)pt);
       *out = (fh_value *)pt;
@@ -428,7 +426,8 @@ static fh_status convert_domain(fh_ckks_engine *e, const fh_value *v, bool to_nt
                         fh_value_type_name(t));
   }
   if ((st = fh__ckks_need_engine(e, op, "the value", v)) != FH_OK) return st;
-  if (v->state.modulus_basis != FH_BASIS_Q)
+  /* plaintexts over QP too (a linear transform's): their P rows transform like the Q rows */
+  if (v->state.modulus_basis != FH_BASIS_Q && !(is_pt && v->state.modulus_basis == FH_BASIS_QP))
     return fh_error_set(FH_ERR_STATE, "%s: modulus_basis is %s, expected Q", op,
                         fh_basis_name((fh_modulus_basis)v->state.modulus_basis));
   if ((st = need_domain(op, "the value", v, to_ntt ? FH_DOMAIN_COEFFICIENT : FH_DOMAIN_NTT, "")) != FH_OK) return st;
@@ -438,7 +437,7 @@ static fh_status convert_domain(fh_ckks_engine *e, const fh_value *v, bool to_nt
   if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
   fh_tensor *ts[2] = {NULL, NULL};
   int32_t p[FH_CKKS_MAX_PRIMES];
-  fh__ckks_active_primes(e, g.level, p);
+  fh__ckks_value_primes(e, v, p);
   int64_t gs = (int64_t)g.la * fh_ckks_engine_context(e)->ring_degree;
   int lead = is_pt ? 0 : g.comps;
   if ((st = data_of(&L, v, &ts[0])) == FH_OK && (st = fh__ckks_alloc_poly(e, &L, lead, &g, g.la, &ts[1])) == FH_OK) {
@@ -454,7 +453,8 @@ static fh_status convert_domain(fh_ckks_engine *e, const fh_value *v, bool to_nt
   if (st == FH_OK) {
     fh_polynomial_domain d = to_ntt ? FH_DOMAIN_NTT : FH_DOMAIN_COEFFICIENT;
     if (is_pt)
-      st = fh_plaintext_rns_new(fh_ckks_engine_context(e), ts[1], g.level, v->state.scale, FH_BASIS_Q, d,
+      st = fh_plaintext_rns_new(fh_ckks_engine_context(e), ts[1], g.level, v->state.scale,
+                                (fh_modulus_basis)v->state.modulus_basis, d,
                                 to_ntt ? FH_RESIDUE_MONTGOMERY : FH_RESIDUE_STANDARD, out);
     else
       st = wrap_ct(e, ts[1], g.level, v->state.scale, d, out);
@@ -541,25 +541,12 @@ fh_status fh_ckks_rotate_with_key(fh_ckks_engine *e, const fh_value *ct, const f
   return apply_galois(e, op, ct, fh__ckks_galois_of_step(e, rk->state.step), rk, out);
 }
 
-fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64_t *steps, int nsteps,
-                              const fh_value *const *keys, fh_value **outs) {
-  const char *op = "rotate_many";
-  fh_status st;
-  if ((st = rotate_check(e, op, ct)) != FH_OK) return st;
-  if (nsteps < 0) return fh_error_set(FH_ERR_VALUE, "%s: %d steps", op, nsteps);
-  if (nsteps == 0) return FH_OK;
-  /* every step's key first: nothing is launched unless all are there */
-  const fh_value **rk = fh_calloc((size_t)nsteps, sizeof *rk);
-  int64_t *canon = fh_calloc((size_t)nsteps, sizeof *canon);
-  fh_value **res = fh_calloc((size_t)nsteps, sizeof *res);
-  fh_tensor **data = fh_calloc((size_t)nsteps, sizeof *data);
-  if (!rk || !canon || !res || !data) {
-    fh_free(rk);
-    fh_free(canon);
-    fh_free(res);
-    fh_free(data);
-    return fh_error_set(FH_ERR_MEMORY, "%s: out of memory", op);
-  }
+/* The rotation key of each step (canonical[r], rk[r]; rk NULL for a step of 0): keys[r] when
+ * given (checked: a rotation key of this engine for that step), else the engine's. Names
+ * steps[i] and keys[i] in its errors. */
+static fh_status step_keys(fh_ckks_engine *e, const char *op, const int64_t *steps, int nsteps,
+                           const fh_value *const *keys, int64_t *canon, const fh_value **rk) {
+  fh_status st = FH_OK;
   for (int r = 0; r < nsteps && st == FH_OK; ++r) {
     int64_t c = canon[r] = fh_ckks_canonical_step(e, steps[r]);
     const fh_value *k = keys ? keys[r] : NULL;
@@ -584,8 +571,31 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
       }
       if ((st = fh__ckks_need_key(e, op, "a rotation key", k, FH_ROTATION_KEY, FH_BASIS_QP)) != FH_OK) break;
     }
-    rk[r] = k;
+    rk[r] = c != 0 ? k : NULL;
   }
+  return st;
+}
+
+fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64_t *steps, int nsteps,
+                              const fh_value *const *keys, fh_value **outs) {
+  const char *op = "rotate_many";
+  fh_status st;
+  if ((st = rotate_check(e, op, ct)) != FH_OK) return st;
+  if (nsteps < 0) return fh_error_set(FH_ERR_VALUE, "%s: %d steps", op, nsteps);
+  if (nsteps == 0) return FH_OK;
+  /* every step's key first: nothing is launched unless all are there */
+  const fh_value **rk = fh_calloc((size_t)nsteps, sizeof *rk);
+  int64_t *canon = fh_calloc((size_t)nsteps, sizeof *canon);
+  fh_value **res = fh_calloc((size_t)nsteps, sizeof *res);
+  fh_tensor **data = fh_calloc((size_t)nsteps, sizeof *data);
+  if (!rk || !canon || !res || !data) {
+    fh_free(rk);
+    fh_free(canon);
+    fh_free(res);
+    fh_free(data);
+    return fh_error_set(FH_ERR_MEMORY, "%s: out of memory", op);
+  }
+  st = step_keys(e, op, steps, nsteps, keys, canon, rk);
   fh__ckks_geo g;
   fh__ckks_geo_of(ct, &g);
   const bool ntt = ct->state.polynomial_domain == FH_DOMAIN_NTT;
@@ -617,7 +627,7 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
       d = fh__ckks_ptr(dt);
     }
     if (st == FH_OK) st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &a0);
-    if (st == FH_OK && (st = fh__ckks_hoist_begin(e, &L, g.level, g.B, d, gs, &h)) == FH_OK) hoisted = true;
+    if (st == FH_OK && (st = fh__ckks_hoist_begin(e, &L, g.level, g.B, d, gs, true, &h)) == FH_OK) hoisted = true;
     for (int r = 0; r < nsteps && st == FH_OK; ++r) {
       if (canon[r] == 0) continue;
       int saved = L.nuses;
@@ -645,6 +655,135 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
   fh_free(canon);
   fh_free(res);
   fh_free(data);
+  return st;
+}
+
+/* ---- linear transforms (double hoisting) ------------------------------------------------------
+ * sum_i pts[i] * rotate(ct, steps[i]) with one mod-up and one mod-down (FH_K_CKKS_LT): every
+ * rotation and plaintext product runs over QP, before the mod-down, so the plaintexts carry the
+ * P rows too (basis QP). */
+fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const int64_t *steps, int nsteps,
+                                   const fh_value *const *pts, const fh_value *const *keys, fh_value **out) {
+  const char *op = "linear_transform";
+  fh_status st;
+  if ((st = rotate_check(e, op, ct)) ||
+      (st = need_domain(op, "ct", ct, FH_DOMAIN_NTT, " (convert with coefficient_domain_to_ntt_domain first)")))
+    return st;
+  if (nsteps < 1) return fh_error_set(FH_ERR_VALUE, "%s: %d steps (expected at least one)", op, nsteps);
+  const fh_ckks_tables *tb = fh_ckks_engine_tables(e);
+  if (tb->np == 0)
+    return fh_error_set(FH_ERR_STATE, "%s: the context has no P primes (a linear transform runs over QP)", op);
+  fh__ckks_geo gc;
+  fh__ckks_geo_of(ct, &gc);
+  for (int i = 0; i < nsteps; ++i) {
+    const fh_value *pt = pts[i];
+    char arg[40];
+    snprintf(arg, sizeof arg, "plaintexts[%d]", i + 1);
+    if ((st = fh__ckks_need_type(op, arg, pt, FH_PLAINTEXT)) != FH_OK) return st;
+    if (pt->state.representation != FH_REPR_RNS)
+      return fh_error_set(FH_ERR_STATE,
+                          "%s: representation of %s is %s, expected a prepared rns plaintext over QP (encode with "
+                          "{basis = \"QP\"}, then prepare_plaintext_for_multiplication)",
+                          op, arg, fh_representation_name((fh_representation)pt->state.representation));
+    if ((st = fh__ckks_need_engine(e, op, arg, pt)) != FH_OK) return st;
+    if (pt->state.modulus_basis != FH_BASIS_QP)
+      return fh_error_set(FH_ERR_STATE, "%s: modulus_basis of %s is %s, expected QP (encode with {basis = \"QP\"})", op,
+                          arg, fh_basis_name((fh_modulus_basis)pt->state.modulus_basis));
+    if ((st = need_domain(op, arg, pt, FH_DOMAIN_NTT, " (call prepare_plaintext_for_multiplication first)")) != FH_OK)
+      return st;
+    if (pt->state.level != ct->state.level) return level_mismatch(op, "ct", ct->state.level, arg, pt->state.level);
+    if (!fh__ckks_scales_match(pts[0]->state.scale, pt->state.scale))
+      return scale_mismatch(op, "plaintexts[1]", pts[0]->state.scale, arg, pt->state.scale);
+    fh__ckks_geo gp;
+    fh__ckks_geo_of(pt, &gp);
+    if (gp.nbatch != 0 && !fh__ckks_same_batch(&gc, &gp)) return batch_mismatch(op);
+  }
+  double scale = ct->state.scale * pts[0]->state.scale;
+  if (!isfinite(scale)) return fh_error_set(FH_ERR_STATE, "%s: scale of the product overflows", op);
+  /* every step's key before anything is launched */
+  const fh_value **rk = fh_calloc((size_t)nsteps, sizeof *rk);
+  int64_t *canon = fh_calloc((size_t)nsteps, sizeof *canon);
+  fh_tensor **ptd = fh_calloc((size_t)nsteps, sizeof *ptd);
+  if (!rk || !canon || !ptd) {
+    st = fh_error_set(FH_ERR_MEMORY, "%s: out of memory", op);
+  } else {
+    st = step_keys(e, op, steps, nsteps, keys, canon, rk);
+  }
+  const int64_t n = fh_ckks_engine_context(e)->ring_degree, gs = (int64_t)gc.la * n, cs = gc.B * gs;
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, gc.level, p);
+  fh__ckks_launcher L;
+  fh_tensor *cd = NULL, *dt = NULL, *res = NULL;
+  fh__ckks_hoist h;
+  bool hoisted = false;
+  if (st == FH_OK) st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e));
+  for (int i = 0; i < nsteps && st == FH_OK; ++i) st = fh_tensor_contiguous(fh_value_data(pts[i]), &ptd[i]);
+  if (st == FH_OK) st = data_of(&L, ct, &cd);
+  if (st == FH_OK) st = fh__ckks_alloc_poly(e, &L, 2, &gc, gc.la, &res);
+  /* c1 in the coefficient domain, its extended digits in the NTT domain (h.D) */
+  if (st == FH_OK && (st = fh__ckks_alloc_poly(e, &L, 0, &gc, gc.la, &dt)) == FH_OK)
+    st = fh__ckks_ntt(&L, false, fh__ckks_ptr(dt), gs, fh__ckks_ptr(cd) + cs, gs, gc.B, p, gc.la);
+  if (st == FH_OK && (st = fh__ckks_hoist_begin(e, &L, gc.level, gc.B, fh__ckks_ptr(dt), gs, false, &h)) == FH_OK)
+    hoisted = true;
+  const fh__ckks_ks_geo *k = &h.k;
+  for (int i0 = 0; i0 < nsteps && st == FH_OK; i0 += FH_CKKS_LT_STEPS) {
+    fh_ckks_lt_args a;
+    memset(&a, 0, sizeof a);
+    const int64_t rs = (int64_t)k->lk * n;
+    a.out = fh__ckks_ptr(h.acc);
+    a.out_gs = 2 * rs;
+    a.out_cs = rs;
+    a.d = fh__ckks_ptr(h.D);
+    a.d_gs = (int64_t)k->ndig * rs;
+    a.d_ds = rs;
+    a.x = fh__ckks_ptr(cd);
+    a.x_gs = gs;
+    a.x_cs = cs;
+    a.ngroups = gc.B;
+    a.ndigits = k->ndig;
+    a.nrows = k->lk;
+    a.nq_rows = k->la;
+    a.log_n = tb->log_n;
+    a.nsteps = nsteps - i0 < FH_CKKS_LT_STEPS ? nsteps - i0 : FH_CKKS_LT_STEPS;
+    a.accumulate = i0 > 0;
+    a.primes = tb->primes_dev;
+    memcpy(a.prime, k->qp, sizeof(int32_t) * (size_t)k->lk);
+    memcpy(a.key_row, k->qp, sizeof(int32_t) * (size_t)k->lk);
+    for (int r = 0; r < k->la; ++r) {
+      a.pmod[r] = tb->p_mod[gc.level + r];
+      a.pmod_shoup[r] = fh_shoup_precompute(a.pmod[r], tb->primes[gc.level + r]);
+    }
+    int saved = L.nuses;
+    for (int s = 0; s < a.nsteps; ++s) {
+      const int i = i0 + s;
+      a.pt[s] = fh__ckks_ptr(ptd[i]);
+      a.pt_gs[s] = ptd[i]->ndim > 2 ? rs : 0;
+      fh__ckks_use(&L, ptd[i]);
+      if (rk[i] != NULL) {
+        a.galois[s] = fh__ckks_galois_of_step(e, canon[i]);
+        a.key[s] = fh__ckks_key_digits(k, fh_value_data(rk[i]), &a.key_ds, &a.key_cs);
+        fh__ckks_use(&L, fh_value_data(rk[i]));
+      } else {
+        a.galois[s] = 1;
+      }
+    }
+    st = fh__ckks_submit(&L, FH_K_CKKS_LT, &a, sizeof a);
+    L.nuses = saved;
+  }
+  if (st == FH_OK) {
+    uint64_t *o = fh__ckks_ptr(res);
+    st = fh__ckks_hoist_moddown(e, &L, &h, o, o + cs, gs);
+  }
+  if (st == FH_OK) st = wrap_ct(e, res, gc.level, scale, FH_DOMAIN_NTT, out);
+  if (hoisted) fh__ckks_hoist_end(&h);
+  fh_tensor *ts[3] = {cd, dt, res};
+  release_all(ts, 3);
+  if (ptd)
+    for (int i = 0; i < nsteps; ++i)
+      if (ptd[i]) fh_tensor_release(ptd[i]);
+  fh_free(rk);
+  fh_free(canon);
+  fh_free(ptd);
   return st;
 }
 

@@ -44,6 +44,9 @@ void fh__ckks_geo_of(const fh_value *v, fh__ckks_geo *g);
 bool fh__ckks_same_batch(const fh__ckks_geo *a, const fh__ckks_geo *b);
 /* prime ids of the active Q rows at `level` into p; returns their count. */
 int fh__ckks_active_primes(const fh_ckks_engine *e, int level, int32_t *p);
+/* prime ids of an RNS value's rows (its level's active Q rows, then every P row for
+ * basis QP) into p; returns their count. */
+int fh__ckks_value_primes(const fh_ckks_engine *e, const fh_value *v, int32_t *p);
 /* New contiguous uint64 tensor [lead..., *batch, la, N] (lead: 0 or 1 extent). */
 fh_status fh__ckks_alloc_poly(fh_ckks_engine *e, fh__ckks_launcher *L, int lead, const fh__ckks_geo *g, int la,
                               fh_tensor **out);
@@ -65,8 +68,9 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
                              int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs);
 
 /* Hoisted key switches of automorphisms of one polynomial d (as above): begin runs the
- * mod-up and the NTT of the extended digits once and keeps them with the scratch of the
- * steps in h (new references, in L's uses); each step switches the automorphism
+ * mod-up and the NTT of the extended digits once and keeps them (h->D, [G][ndig][lk][N])
+ * with the scratch of a mod-down (h->acc [G][2][lk][N], h->W, h->T) and, with `steps`, of
+ * the steps (h->Dr) in h (new references, in L's uses); each step switches the automorphism
  * X -> X^galois of d with `key` into out0, out1 (+ add0 on the first component), the
  * same words as fh__ckks_keyswitch of that automorphism of d; end releases h. A caller
  * adds the step's own tensors (key, outputs, add0) to L's uses around each step. */
@@ -82,11 +86,19 @@ typedef struct fh__ckks_hoist {
   fh_tensor *D, *Dr, *acc, *W, *T;
 } fh__ckks_hoist;
 fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                               int64_t gs_d, fh__ckks_hoist *h);
+                               int64_t gs_d, bool steps, fh__ckks_hoist *h);
+/* The mod-down of h->acc (NTT domain, [G][2][lk][N]) into out0, out1 (NTT domain, group
+ * stride out_gs) at h's level. */
+fh_status fh__ckks_hoist_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *out0,
+                                 uint64_t *out1, int64_t out_gs);
 fh_status fh__ckks_hoist_step(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t galois,
                               const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs,
                               const uint64_t *add0, int64_t add_gs);
 void fh__ckks_hoist_end(fh__ckks_hoist *h);
+
+/* A key-switching key's digits from k->j0 on (the key's data, contiguous): the first digit's
+ * address, the digit stride (ds) and the component stride (cs), in words. */
+const uint64_t *fh__ckks_key_digits(const fh__ckks_ks_geo *k, const fh_tensor *key, int64_t *ds, int64_t *cs);
 
 /* Galois element of a rotation by r (X -> X^(5^-r mod num_slots)). */
 uint64_t fh__ckks_galois_of_step(const fh_ckks_engine *e, int64_t r);

@@ -983,6 +983,73 @@ fh_status k_ks_inner(const void *argp, void *stream) {
   return launched("kernel 'ckks_ks_inner'");
 }
 
+/* ==== a linear transform's sum over QP (double hoisting) ==============================
+ * A thread per (row, coefficient): every step of the launch in turn, the sums in
+ * registers, one store per component. The automorphism's source slot keeps each aligned
+ * block of 2^b slots inside one aligned block of 2^b slots (the low b bits of the output
+ * slot only reach the low b bits of the source), so a warp's gathers of D and x stay in
+ * one 256-byte run: the reads coalesce like the key's. */
+__device__ __forceinline__ uint32_t automorph_src(uint32_t s, uint64_t gal, int log_n) {
+  const uint64_t k = bitrev(s, log_n), e = ((2 * k + 1) * gal) & ((2 * ((uint64_t)1 << log_n)) - 1);
+  return bitrev((uint32_t)((e - 1) >> 1), log_n);
+}
+
+__global__ void __launch_bounds__(EW_THREADS) lt_kernel(const __grid_constant__ fh_ckks_lt_args a) {
+  const int l = blockIdx.y;
+  const int64_t n = (int64_t)1 << a.log_n;
+  const fh_ckks_prime &pr = a.primes[a.prime[l]];
+  const uint64_t q = pr.q, qi = pr.qinv;
+  const bool qrow = l < a.nq_rows;
+  const uint64_t pm = qrow ? a.pmod[l] : 0, pms = qrow ? a.pmod_shoup[l] : 0;
+  const int nd = a.ndigits;
+  GROUPS(g, a.ngroups) {
+    uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
+    const uint64_t *dig = a.d ? a.d + g * a.d_gs + (int64_t)l * n : NULL;
+    const uint64_t *x0 = a.x + g * a.x_gs + (int64_t)l * n, *x1 = x0 + a.x_cs;
+    COEFFS(i, n) {
+      uint64_t r0 = a.accumulate ? o0[i] : 0, r1 = a.accumulate ? o1[i] : 0;
+      for (int s = 0; s < a.nsteps; ++s) {
+        const uint64_t *key = a.key[s];
+        const uint32_t src = key ? automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
+        uint64_t t0 = 0, t1 = 0;
+        if (key) {
+          const uint64_t *k0 = key + (int64_t)a.key_row[l] * n + i;
+          /* sums of 4 products < 4 q^2 < q 2^64: one Montgomery reduction per 4 digits */
+          for (int d0 = 0; d0 < nd; d0 += 4) {
+            const int d1 = d0 + 4 < nd ? d0 + 4 : nd;
+            unsigned __int128 acc0 = 0, acc1 = 0;
+            for (int d = d0; d < d1; ++d) {
+              const uint64_t v = __ldg(dig + d * a.d_ds + src);
+              acc0 += (unsigned __int128)v * __ldcs(k0 + d * a.key_ds);
+              acc1 += (unsigned __int128)v * __ldcs(k0 + d * a.key_ds + a.key_cs);
+            }
+            t0 = fh_mod_add(t0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
+            t1 = fh_mod_add(t1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
+          }
+        }
+        if (qrow) {
+          t0 = fh_mod_add(t0, fh_shoup_mul(x0[src], pm, pms, q), q);
+          if (!key) t1 = fh_mod_add(t1, fh_shoup_mul(x1[src], pm, pms, q), q);
+        }
+        const uint64_t p = a.pt[s][g * a.pt_gs[s] + (int64_t)l * n + i];
+        r0 = fh_mod_add(r0, fh_mont_mul(t0, p, q, qi), q);
+        r1 = fh_mod_add(r1, fh_mont_mul(t1, p, q, qi), q);
+      }
+      o0[i] = r0;
+      o1[i] = r1;
+    }
+  }
+}
+
+fh_status k_lt(const void *argp, void *stream) {
+  const fh_ckks_lt_args *a = (const fh_ckks_lt_args *)argp;
+  if (a->ngroups <= 0 || a->nrows <= 0 || a->nsteps <= 0) return FH_OK;
+  const int64_t n = (int64_t)1 << a->log_n;
+  const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
+  lt_kernel<<<dim3(blocks_for(n, threads), a->nrows, grid_z(a->ngroups)), threads, 0, (cudaStream_t)stream>>>(*a);
+  return launched("kernel 'ckks_lt'");
+}
+
 /* ==== automorphisms ================================================================== */
 __global__ void __launch_bounds__(EW_THREADS) automorph_kernel(const __grid_constant__ fh_ckks_automorph_args a) {
   const int l = blockIdx.y;
@@ -1515,5 +1582,5 @@ fh_status k_decode(const void *argp, void *stream) {
 
 const fh_cuda_kernel_fn fh__ckks_cuda_kernels[FH_K_CKKS_COUNT] = {
     k_ntt, k_intt, k_ew, k_tensor, k_bconv, k_ks_inner, k_automorph, k_encode, k_decode, k_modup, k_ks_core,
-    k_moddown,
+    k_moddown, k_lt,
 };

@@ -33,7 +33,7 @@
 const char *const fh__ckks_kernel_names[FH_K_CKKS_COUNT] = {
     "ckks_ntt",   "ckks_intt",      "ckks_ew",          "ckks_tensor",     "ckks_bconv",
     "ckks_ks_inner", "ckks_automorph", "ckks_encode", "ckks_decode", "ckks_modup", "ckks_ks_core",
-    "ckks_moddown",
+    "ckks_moddown", "ckks_lt",
 };
 
 /* ---- NTT ------------------------------------------------------------------------ */
@@ -907,7 +907,73 @@ static fh_status cpu_moddown(const void *argp) {
   return FH_OK;
 }
 
+/* ---- a linear transform's sum over QP (double hoisting) --------------------------------- */
+/* NTT-domain automorphism: the source slot of output slot s (FH_K_CKKS_AUTOMORPH) */
+static uint32_t automorph_src(uint32_t s, uint64_t gal, int log_n) {
+  const uint64_t k = bitrev32(s, log_n), e = ((2 * k + 1) * gal) & ((2 * ((uint64_t)1 << log_n)) - 1);
+  return bitrev32((uint32_t)((e - 1) >> 1), log_n);
+}
+
+static fh_status cpu_lt(const void *argp) {
+  const fh_ckks_lt_args *a = argp;
+  const int64_t n = (int64_t)1 << a->log_n;
+  const int nd = a->ndigits, ns = a->nsteps;
+  if (ns <= 0 || a->ngroups <= 0) return FH_OK;
+  /* each keyed step's permutation once per launch (the same for every row) */
+  uint32_t *perm = fh_malloc(sizeof *perm * (size_t)n * (size_t)ns);
+  if (perm == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_lt: out of memory");
+  for (int s = 0; s < ns; ++s)
+    for (int64_t i = 0; i < n; ++i)
+      perm[(int64_t)s * n + i] = a->key[s] ? automorph_src((uint32_t)i, a->galois[s], a->log_n) : (uint32_t)i;
+  FH_FOR_ROWS(a->ngroups, a->nrows, n) {
+      const fh_ckks_prime *pr = &a->primes[a->prime[l]];
+      const uint64_t q = pr->q, qi = pr->qinv;
+      const bool qrow = l < a->nq_rows;
+      const uint64_t pm = qrow ? a->pmod[l] : 0, pms = qrow ? a->pmod_shoup[l] : 0;
+      uint64_t *restrict o0 = a->out + g * a->out_gs + (int64_t)l * n, *restrict o1 = o0 + a->out_cs;
+      const uint64_t *x0 = qrow ? a->x + g * a->x_gs + (int64_t)l * n : NULL, *x1 = qrow ? x0 + a->x_cs : NULL;
+      const uint64_t *dig[FH_CKKS_MAX_DIGITS], *k0[FH_CKKS_MAX_DIGITS], *k1[FH_CKKS_MAX_DIGITS];
+      for (int d = 0; d < nd; ++d) dig[d] = a->d + g * a->d_gs + d * a->d_ds + (int64_t)l * n;
+      for (int s = 0; s < ns; ++s) {
+        const uint32_t *ps = perm + (int64_t)s * n;
+        const uint64_t *pt = a->pt[s] + g * a->pt_gs[s] + (int64_t)l * n;
+        const bool keyed = a->key[s] != NULL, first = s == 0 && !a->accumulate;
+        for (int d = 0; keyed && d < nd; ++d) {
+          k0[d] = a->key[s] + d * a->key_ds + (int64_t)a->key_row[l] * n;
+          k1[d] = k0[d] + a->key_cs;
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          const uint32_t src = ps[i];
+          uint64_t t0 = 0, t1 = 0;
+          if (keyed) {
+            /* sums of 4 products < 4 q^2 < q 2^64: one Montgomery reduction per 4 digits */
+            for (int d0 = 0; d0 < nd; d0 += 4) {
+              const int d1 = d0 + 4 < nd ? d0 + 4 : nd;
+              unsigned __int128 acc0 = 0, acc1 = 0;
+              for (int d = d0; d < d1; ++d) {
+                const uint64_t v = dig[d][src];
+                acc0 += (unsigned __int128)v * k0[d][i];
+                acc1 += (unsigned __int128)v * k1[d][i];
+              }
+              t0 = fh_mod_add(t0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
+              t1 = fh_mod_add(t1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
+            }
+          }
+          if (qrow) {
+            t0 = fh_mod_add(t0, fh_shoup_mul(x0[src], pm, pms, q), q);
+            if (!keyed) t1 = fh_mod_add(t1, fh_shoup_mul(x1[src], pm, pms, q), q);
+          }
+          const uint64_t v0 = fh_mont_mul(t0, pt[i], q, qi), v1 = fh_mont_mul(t1, pt[i], q, qi);
+          o0[i] = first ? v0 : fh_mod_add(o0[i], v0, q);
+          o1[i] = first ? v1 : fh_mod_add(o1[i], v1, q);
+        }
+      }
+    }
+  fh_free(perm);
+  return FH_OK;
+}
+
 const fh_cpu_kernel_fn fh__ckks_cpu_kernels[FH_K_CKKS_COUNT] = {
     cpu_ntt, cpu_intt, cpu_ew, cpu_tensor, cpu_bconv, cpu_ks_inner, cpu_automorph, cpu_encode, cpu_decode, cpu_modup,
-    cpu_ks_core, cpu_moddown,
+    cpu_ks_core, cpu_moddown, cpu_lt,
 };

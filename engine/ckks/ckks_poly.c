@@ -389,7 +389,8 @@ fh_status fh_ckks_check_message(const fh_ckks_tables *tb, const fh_tensor *msg, 
   return FH_OK;
 }
 
-fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, int nlimbs, fh_tensor **result) {
+fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, int nlimbs, bool with_p,
+                              fh_tensor **result) {
   const char *what = "ckks encode";
   fh_status st;
   if (nlimbs < 1 || nlimbs > tb->nq)
@@ -421,7 +422,8 @@ fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, 
   }
   int64_t shape[FH_MAX_DIMS];
   memcpy(shape, msg->shape, sizeof(int64_t) * (size_t)(msg->ndim - 1));
-  shape[msg->ndim - 1] = nlimbs;
+  const int nrows = nlimbs + (with_p ? tb->np : 0);
+  shape[msg->ndim - 1] = nrows;
   shape[msg->ndim] = tb->n;
   fh_tensor_options o = {FH_UINT64, tb->device, false, false};
   int64_t wshape[2] = {ngroups, tb->n};
@@ -436,19 +438,20 @@ fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, 
     a.out = fh__ckks_ptr(out);
     a.in = (const double *)fh_tensor_data(in);
     a.work = (double *)fh_tensor_data(work);
-    a.out_gs = (int64_t)nlimbs * tb->n;
+    a.out_gs = (int64_t)nrows * tb->n;
     a.in_gs = s * (complex_in ? 2 : 1);
     a.work_gs = tb->n;
     a.ngroups = ngroups;
     a.nslots_in = s;
     a.in_complex = complex_in;
-    a.nlimbs = nlimbs;
+    a.nlimbs = nrows;
     a.log_n = tb->log_n;
     a.scale = scale;
     a.primes = tb->primes_dev;
     a.rot_group = tb->rot_group;
     a.ksi = tb->ksi;
     for (int i = 0; i < nlimbs; ++i) a.prime[i] = tb->nq - nlimbs + i;
+    for (int i = nlimbs; i < nrows; ++i) a.prime[i] = tb->nq + i - nlimbs; /* the P primes */
     if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_ENCODE, &a, sizeof a);
   }
   fh_tensor_release(in);

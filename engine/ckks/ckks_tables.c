@@ -147,6 +147,7 @@ static void tables_free(fh_ckks_tables *t) {
   fh_free(t->moddown);
   fh_free(t->rescale_inv);
   fh_free(t->p_inv);
+  fh_free(t->p_mod);
   fh_free(t);
 }
 
@@ -292,10 +293,11 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
 
   t->rescale_inv = fh_calloc((size_t)nq * (size_t)nq, sizeof(uint64_t));
   t->p_inv = fh_calloc((size_t)nq, sizeof(uint64_t));
+  t->p_mod = fh_calloc((size_t)nq, sizeof(uint64_t));
   fh_tensor *host = NULL;
   fh_tensor_options o = {FH_UINT64, fh_cpu(), false, false};
   int64_t shape[1] = {(int64_t)lo.total};
-  if (!t->rescale_inv || !t->p_inv) {
+  if (!t->rescale_inv || !t->p_inv || !t->p_mod) {
     st = fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
   } else {
     st = fh_tensor_empty(1, shape, &o, &host);
@@ -399,6 +401,7 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
       const fh_modulus *m = &t->host[i].bar;
       uint64_t pm = 1 % m->q;
       for (int k = 0; k < np; ++k) pm = fh_mod_mul(pm, primes[nq + k] % m->q, m);
+      t->p_mod[i] = pm;
       t->p_inv[i] = fh_mod_inv_prime(pm, m);
     }
   }

@@ -83,12 +83,28 @@ local function encode_options(self, fn, opts)
   return level, scale, opts.complex == true
 end
 
---- engine:encode(msg, {level=0, scale=context.default_scale, complex=false})
+--- engine:encode(msg, {level=0, scale=context.default_scale, complex=false, basis="Q"})
 --- -> RNS Plaintext (coefficient domain). msg: see M.to_message (missing
---- slots are zero).
+--- slots are zero). basis = "QP" adds the rows of the P primes (the
+--- plaintexts of engine:linear_transform).
+local encode_basis_opts = { level = true, scale = true, complex = true, basis = true }
 function methods.encode(self, msg, opts)
+  local basis = "Q"
+  if opts ~= nil then
+    check_opts("encode", opts, encode_basis_opts)
+    if opts.basis ~= nil then
+      if opts.basis ~= "Q" and opts.basis ~= "QP" then
+        raise("ValueError", ("CkksEngine:encode: option 'basis' expected \"Q\" or \"QP\", got %s"):format(
+          type(opts.basis) == "string" and ("'" .. opts.basis .. "'") or type(opts.basis)))
+      end
+      basis = opts.basis
+      local rest = {}
+      for k, v in pairs(opts) do if k ~= "basis" then rest[k] = v end end
+      opts = rest
+    end
+  end
   local level, scale, complex = encode_options(self, "encode", opts)
-  return self:_encode(M.to_message(msg, "encode", complex), level, scale, "encode")
+  return self:_encode(M.to_message(msg, "encode", complex), level, scale, "encode", basis)
 end
 
 local decode_opts = { is_real = true }

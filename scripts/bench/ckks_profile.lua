@@ -10,12 +10,12 @@
 local fh = require "fhelium"
 local lib = dofile((arg[0]:match("^(.*)/") or ".") .. "/lib.lua")
 
-local opts = { slots = "8192", ops = "ntt,multiply,relinearize,rescale,rotate", reps = "1" }
+local opts = { slots = "8192", ops = "ntt,multiply,relinearize,rescale,rotate", reps = "1", matvec = "8" }
 local i = 1
 while arg and i <= #arg do
   local k = arg[i]:match("^%-%-(.+)$")
   if not k or opts[k] == nil or arg[i + 1] == nil then
-    io.stderr:write("usage: ckks_profile.lua [--slots 8192] [--ops ntt,relinearize,...] [--reps 1]\n")
+    io.stderr:write("usage: ckks_profile.lua [--slots 8192] [--ops ntt,relinearize,...] [--reps 1] [--matvec 8]\n")
     os.exit(2)
   end
   opts[k] = arg[i + 1]
@@ -33,6 +33,11 @@ local sk = e:create_secret_key()
 local pk = e:create_public_key(sk)
 local rlk = e:create_relinearization_key(sk)
 local rk = e:create_rotation_key(sk, 1)
+local eight = {}
+for i = 1, 8 do
+  eight[i] = i
+  if i > 1 then e:create_rotation_key(sk, i) end
+end
 local x = (fh.randn({ e.context.num_slots }, { generator = fh.Generator(1), dtype = "float64" }) * 0.01):cuda()
 local ct = e:encrypt(e:encode(x), pk)
 local cn = e:coefficient_domain_to_ntt_domain(ct)
@@ -51,9 +56,20 @@ local ops = {
   rescale_coef = function() return e:rescale_to_next_level(relc) end,
   mul_relin_rescale = function() return e:rescale_to_next_level(e:relinearize(e:multiply(cn, cn), rlk)) end,
   rotate = function() return e:rotate_with_key(cn, rk) end,
+  rotate_8_hoisted = function() return e:rotate_many(cn, eight) end,
   encode = function() return e:encode(x) end,
   decrypt = function() return e:decrypt_message(cn, sk, { is_real = true }) end,
 }
+-- the main job's program (examples/matvec.lua) at size opts.matvec, as ops["matvec"]
+if opts.ops:find("matvec", 1, true) then
+  local matvec = dofile((arg[0]:match("^(.*)/") or ".") .. "/../../examples/matvec.lua")
+  local size = tonumber(opts.matvec)
+  local g = fh.Generator(2)
+  matvec.create_keys(e, sk, size)
+  local program = matvec.program(e, matvec.matrix(g, size), size)
+  local v = matvec.encrypt_vector(e, pk, matvec.uniform(g, size), size)
+  ops.matvec = function() return program(v) end
+end
 local reps = tonumber(opts.reps)
 for name in opts.ops:gmatch("[%w_]+") do
   local fn = assert(ops[name], "unknown op " .. name)

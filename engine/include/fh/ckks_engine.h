@@ -100,6 +100,11 @@ int64_t fh_ckks_canonical_step(const fh_ckks_engine *e, int64_t r);
  * slots are zero) or 0-dim (the value in every slot). The result is an RNS
  * plaintext at `level` and `scale` in the coefficient domain. */
 fh_status fh_ckks_encode(fh_ckks_engine *e, fh_tensor *msg, int32_t level, double scale, fh_value **out);
+/* The same over the basis Q (as fh_ckks_encode) or QP: the rows of every P prime follow the
+ * active Q rows (the plaintexts of fh_ckks_linear_transform). StateError for QP when the
+ * context has no P prime. */
+fh_status fh_ckks_encode_basis(fh_ckks_engine *e, fh_tensor *msg, int32_t level, double scale, fh_modulus_basis basis,
+                               fh_value **out);
 /* A slots plaintext -> RNS at its level and scale; an RNS plaintext is
  * returned as is (a new reference). */
 fh_status fh_ckks_encode_plaintext(fh_ckks_engine *e, const fh_value *pt, fh_value **out);
@@ -151,6 +156,17 @@ fh_status fh_ckks_rotate_with_key(fh_ckks_engine *e, const fh_value *ct, const f
  * before anything is launched; on failure outs is untouched. */
 fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64_t *steps, int nsteps,
                               const fh_value *const *keys, fh_value **outs);
+/* The linear transform sum_i pts[i] * rotate_by_step(ct, steps[i]) (i < nsteps) of an NTT-domain
+ * ciphertext, by double hoisting: one mod-up of ct's key switch, every rotation and plaintext
+ * product over QP, one mod-down (FH_K_CKKS_LT). pts[i]: prepared plaintexts over QP (encoded
+ * with basis QP, NTT domain, Montgomery residues) at ct's level, one scale for all, unbatched
+ * or with ct's batch; steps may repeat and may be 0. The result has ct's level, scale
+ * ct.scale * pts[0].scale and the NTT domain; it decrypts to the sum (its rounding error
+ * is that of one key switch, not multiplied by the plaintexts), but its words differ from
+ * those of separate rotations, products and additions. keys as for fh_ckks_rotate_many.
+ * Everything is checked before anything is launched. New reference in *out. */
+fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const int64_t *steps, int nsteps,
+                                   const fh_value *const *pts, const fh_value *const *keys, fh_value **out);
 /* Complex conjugation of every slot; ck NULL: the engine's conjugation key. */
 fh_status fh_ckks_conjugate(fh_ckks_engine *e, const fh_value *ct, const fh_value *ck, fh_value **out);
 /* Stack n ciphertexts with equal state and batch shape along a new leading

@@ -68,6 +68,7 @@ enum {
   FH_K_CKKS_MODUP,                  /* fh_ckks_modup_args: every digit's mod-up conversion at once */
   FH_K_CKKS_KS_CORE,                /* fh_ckks_ks_core_args: mod-up, NTT and key inner product fused */
   FH_K_CKKS_MODDOWN,                /* fh_ckks_moddown_args: conversion, NTT and (a - t) P^-1 fused */
+  FH_K_CKKS_LT,                     /* fh_ckks_lt_args: a linear transform's sum over QP (double hoisting) */
   FH_K_CKKS_END
 };
 #define FH_K_CKKS_COUNT (FH_K_CKKS_END - FH_K_CKKS_NTT)
@@ -299,6 +300,47 @@ typedef struct fh_ckks_ks_args {
   int32_t prime[FH_CKKS_MAX_PRIMES];
   int32_t key_row[FH_CKKS_MAX_PRIMES];
 } fh_ckks_ks_args;
+
+/* ---- the sum of a linear transform over QP (double hoisting) -------------------
+ * A linear transform sum_s pt_s * rotate(x, step_s) of a ciphertext x = (x_0, x_1) (NTT
+ * domain) is computed before any mod-down: with the extended digits D of x_1 (the
+ * mod-up of every digit and its NTT, [G][ndigits][nrows][N] as FH_K_CKKS_MODUP then
+ * FH_K_CKKS_NTT write them), the rotation by a step with automorphism sigma and key k is
+ * (P sigma(x_0) + sum_j sigma(D_j) k_j[0], sum_j sigma(D_j) k_j[1]) over QP, and a step
+ * of 0 is (P x_0, P x_1). So, for the rows r < nrows (prime prime[r]: the nq_rows active
+ * Q rows, then the P rows) and the components c = 0, 1:
+ *   out[c][r] (+)= sum_s pt_s[r] * ( sum_j sigma_s(D_j)[r] * key_s[j][c][key_row[r]]
+ *                                    + [r < nq_rows] pmod[r] * sigma_s(x_{c'})[r] )
+ * where the second term is present for c = 0 (c' = 0) when the step has a key, and for
+ * both components (c' = c) when it has none (key[s] == NULL: the step 0, galois[s] = 1,
+ * no digits read). sigma_s(v) at slot i is v at the slot of point psi^(galois[s] (2k + 1)),
+ * k = bitrev(i) (FH_K_CKKS_AUTOMORPH's NTT-domain permutation). Products of two NTT-domain
+ * values are Montgomery products; pmod[r] = P mod q_r multiplies by Shoup (pmod_shoup).
+ * Every result is the canonical residue in [0, q). A mod-down of out then gives the
+ * transform at the ciphertext's level: one mod-down for every step instead of one each.
+ * accumulate = 0 writes out, 1 adds to it (a transform of more than FH_CKKS_LT_STEPS
+ * steps takes several launches). Rows: D row (g, j, r) at D + g * d_gs + j * d_ds + r * N;
+ * x_c row (g, r) at x + g * x_gs + c * x_cs + r * N; key_s row (j, c, row) at
+ * key[s] + j * key_ds + c * key_cs + row * N; pt_s row (g, r) at pt[s] + g * pt_gs[s] + r * N
+ * (pt_gs 0: one plaintext for every group); out row (g, c, r) at
+ * out + g * out_gs + c * out_cs + r * N. out must not alias the inputs. */
+#define FH_CKKS_LT_STEPS 16
+typedef struct fh_ckks_lt_args {
+  uint64_t *out;
+  const uint64_t *d, *x;
+  int64_t out_gs, out_cs, d_gs, d_ds, x_gs, x_cs;
+  int64_t key_ds, key_cs;
+  int64_t ngroups;
+  int32_t ndigits, nrows, nq_rows, log_n, nsteps, accumulate;
+  const fh_ckks_prime *primes;
+  uint64_t galois[FH_CKKS_LT_STEPS];
+  const uint64_t *key[FH_CKKS_LT_STEPS];
+  const uint64_t *pt[FH_CKKS_LT_STEPS];
+  int64_t pt_gs[FH_CKKS_LT_STEPS];
+  int32_t prime[FH_CKKS_MAX_PRIMES];
+  int32_t key_row[FH_CKKS_MAX_PRIMES];
+  uint64_t pmod[FH_CKKS_MAX_PRIMES], pmod_shoup[FH_CKKS_MAX_PRIMES];
+} fh_ckks_lt_args;
 
 /* ---- automorphism X -> X^g (g odd, taken mod 2N) ------------------------------
  * Coefficient domain: out[(i g) mod N] = (-1)^floor(i g / N mod 2) in[i].

@@ -43,12 +43,14 @@ fh_status fh_ckks_poly_automorph(fh_ckks_tables *tb, fh_tensor *t, const int *id
                                  bool ntt_domain, fh_tensor **result);
 /* Encode messages msg [*, s] (float64 or complex128, s <= N/2, missing
  * slots zero) at `scale` into coefficient-domain rows over the last nlimbs
- * Q primes (the active rows of level nq - nlimbs): result [*, nlimbs, N].
+ * Q primes (the active rows of level nq - nlimbs), then, with_p, every P
+ * prime: result [*, nlimbs (+ np), N].
  * ValueError for non-finite values or a scaled magnitude that does not fit
  * the modulus (|x| * scale >= Q/2); the values are checked on the host when
  * they are CPU data and no host capture is active (the kernel maps
  * non-finite values to 0). */
-fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, int nlimbs, fh_tensor **result);
+fh_status fh_ckks_poly_encode(fh_ckks_tables *tb, fh_tensor *msg, double scale, int nlimbs, bool with_p,
+                              fh_tensor **result);
 /* The host check of the above on a CPU message (any layout): ValueError for
  * a non-finite value or a magnitude that would wrap around. Callers that
  * move a CPU message to a device run it first. */
@@ -85,7 +87,7 @@ fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor
 fh_status fh_ckks_poly_modup(fh_ckks_tables *tb, fh_tensor *t, int level, fh_tensor **result);
 
 /* ---- internal: launch helper for the evaluator ----------------------------- */
-#define FH_CKKS_MAX_USES 24
+#define FH_CKKS_MAX_USES 48
 typedef struct fh__ckks_launcher {
   fh_ckks_tables *tb; /* borrowed */
   fh_device dev;

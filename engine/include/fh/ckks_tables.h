@@ -86,9 +86,10 @@ typedef struct fh_ckks_tables {
   const uint64_t **moddown;
   /* host-side per-level constants, [level][i] for the Q prime rows i > level:
    * rescale at `level` (dropping q_level): q_level^-1 mod q_i;
-   * mod-down: P^-1 mod q_i (any level; the mod-down rounds by a centered conversion). */
+   * mod-down: P^-1 mod q_i (any level; the mod-down rounds by a centered conversion); P mod q_i. */
   uint64_t *rescale_inv;  /* [nq][nq] (level-major) */
   uint64_t *p_inv;        /* [nq] */
+  uint64_t *p_mod;        /* [nq]: P mod q_i (a linear transform's P x terms, FH_K_CKKS_LT) */
 } fh_ckks_tables;
 
 /* Build the tables for N = 2^log_n and the chain primes[0..nq+np-1] on
