@@ -561,8 +561,6 @@ fh_status fh_ckks_encode_basis(fh_ckks_engine *e, fh_tensor *msg, int32_t level,
   const char *op = "encode";
   if (basis != FH_BASIS_Q && basis != FH_BASIS_QP)
     return fh_error_set(FH_ERR_VALUE, "%s: basis must be Q or QP, got %d", op, (int)basis);
-  if (basis == FH_BASIS_QP && e->ctx->num_p == 0)
-    return fh_error_set(FH_ERR_STATE, "%s: basis QP needs P primes, and the context has none", op);
   if (level < 0 || level > e->ctx->max_level)
     return fh_error_set(FH_ERR_STATE, "%s: level %d is outside [0, %d] (max_level)", op, level, e->ctx->max_level);
   if (!(scale > 0) || !isfinite(scale))

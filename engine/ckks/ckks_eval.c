@@ -671,8 +671,6 @@ fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const 
     return st;
   if (nsteps < 1) return fh_error_set(FH_ERR_VALUE, "%s: %d steps (expected at least one)", op, nsteps);
   const fh_ckks_tables *tb = fh_ckks_engine_tables(e);
-  if (tb->np == 0)
-    return fh_error_set(FH_ERR_STATE, "%s: the context has no P primes (a linear transform runs over QP)", op);
   fh__ckks_geo gc;
   fh__ckks_geo_of(ct, &gc);
   for (int i = 0; i < nsteps; ++i) {

@@ -101,8 +101,7 @@ int64_t fh_ckks_canonical_step(const fh_ckks_engine *e, int64_t r);
  * plaintext at `level` and `scale` in the coefficient domain. */
 fh_status fh_ckks_encode(fh_ckks_engine *e, fh_tensor *msg, int32_t level, double scale, fh_value **out);
 /* The same over the basis Q (as fh_ckks_encode) or QP: the rows of every P prime follow the
- * active Q rows (the plaintexts of fh_ckks_linear_transform). StateError for QP when the
- * context has no P prime. */
+ * active Q rows (the plaintexts of fh_ckks_linear_transform; every context has P primes). */
 fh_status fh_ckks_encode_basis(fh_ckks_engine *e, fh_tensor *msg, int32_t level, double scale, fh_modulus_basis basis,
                                fh_value **out);
 /* A slots plaintext -> RNS at its level and scale; an RNS plaintext is
