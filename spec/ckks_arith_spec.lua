@@ -448,6 +448,23 @@ describe("ckks sampling", function()
     assert.is_true(math.abs(below / n - 0.5) < 0.02)
   end)
 
+  it("computes runs of ternary and Gaussian rows as the host samplers draw them (FH_K_CKKS_SAMPLE)", function()
+    -- the kernel takes a reserved run of the stream: the same words, the same rows, and the stream
+    -- continues after them; skips put the run across the generator's 512-word buffers
+    for _, log_n in ipairs { 1, 6, 10 } do
+      local tb = C.tables(log_n, fh.tensor(C.find_primes(40, log_n, 1):tolist(), { dtype = "uint64" }), 1)
+      for _, skip in ipairs { 0, 3, 500, 511, 512, 1000 } do
+        for _, rows in ipairs { { 1, 0 }, { 0, 1 }, { 2, 3 } } do
+          local a, na = C.sample_run(tb, rows[1], rows[2], { seed = 7 + skip, skip = skip })
+          local b, nb = C.sample_run(tb, rows[1], rows[2], { seed = 7 + skip, skip = skip, sequential = true })
+          local what = ("N=2^%d, %d ternary and %d Gaussian rows after %d words"):format(log_n, rows[1], rows[2], skip)
+          assert.is_true(fh.equal(a, b), what)
+          assert.is_true(fh.equal(na, nb), what .. ": the stream's next word")
+        end
+      end
+    end
+  end)
+
   it("is deterministic with a seed and differs without", function()
     local a = C.sample("gaussian", 64, { seed = 42 })
     assert.is_true(fh.equal(a, C.sample("gaussian", 64, { seed = 42 })))

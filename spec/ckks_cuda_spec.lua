@@ -178,6 +178,14 @@ describe("CKKS kernels on CUDA", function()
           same(ac, ag, ("automorph %d, %s domain"):format(g, ntt and "ntt" or "coefficient"))
         end
       end
+      -- ternary and Gaussian rows from a keystream run: the host samplers' rows, and the stream
+      -- continues where theirs does (ChaCha20 computed on the device)
+      for _, skip in ipairs { 0, 5, 509 } do
+        local rc, nc = C.sample_run(tc, 2, 3, { seed = seed + skip, skip = skip, sequential = true })
+        local rg, ng = C.sample_run(tg, 2, 3, { seed = seed + skip, skip = skip })
+        same(rc, rg, ("sample run after %d words"):format(skip))
+        assert.is_true(fh.equal(nc, ng), "the stream's next word")
+      end
       -- encode and decode (the same special FFT, bit for bit)
       local slots = n / 2
       local msg = fh.rand({ G, slots }, { dtype = "float64", generator = fh.Generator(seed) }) - 0.5
@@ -189,6 +197,8 @@ describe("CKKS kernels on CUDA", function()
           same(pc, pg, ("encode %s, %d limbs"):format(m[1], nl))
           local dc, dg = both("decode", pc, 2 ^ 30, true)
           same(dc, dg, ("decode of the encoding, %d limbs"):format(nl))
+          local qc, qg = both("encode", m[2], 2 ^ 30, nl, true)
+          same(qc, qg, ("encode %s, %d limbs and the P primes"):format(m[1], nl))
         end
       end
       -- decode of uniform residues: values far beyond 128 bits take the multi-word path

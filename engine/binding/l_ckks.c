@@ -330,6 +330,50 @@ static int l_sample(lua_State *L) {
   return 1;
 }
 
+/* _ckks.sample_run(tables, nt, ng, {seed=, skip=0, sequential=false}) -> rows, next: a seeded
+ * stream, `skip` words drawn first, then nt ternary and ng Gaussian rows of N coefficients
+ * (FH_K_CKKS_SAMPLE on the tables' device, or with sequential the host samplers one after the
+ * other), and the stream's next word (a uint64 tensor of one element). */
+static int l_sample_run(lua_State *L) {
+  const char *fn = "_ckks.sample_run";
+  fh_ckks_tables *tb = check_tables(L, 1, fn);
+  int nt = (int)fh__lua_checkint(L, 2, fn, "nt", 0, 1 << 16), ng = (int)fh__lua_checkint(L, 3, fn, "ng", 0, 1 << 16);
+  static const char *const opts[] = {"seed", "skip", "sequential", NULL};
+  fh__lua_checkopts(L, 4, fn, opts);
+  uint64_t seed = 0, skip = 0;
+  bool sequential = false;
+  if (lua_istable(L, 4)) {
+    lua_getfield(L, 4, "seed");
+    if (!lua_isnil(L, -1)) seed = check_u64(L, lua_gettop(L), fn, "seed");
+    lua_getfield(L, 4, "skip");
+    if (!lua_isnil(L, -1)) skip = check_u64(L, lua_gettop(L), fn, "skip");
+    lua_getfield(L, 4, "sequential");
+    sequential = lua_toboolean(L, -1);
+    lua_pop(L, 3);
+  }
+  fh_tensor_box *b = fh__lua_new_tensor_box(L);
+  fh_ckks_rng *r = NULL;
+  fh__lua_check(L, fh_ckks_rng_new(&seed, &r));
+  for (uint64_t i = 0; i < skip; ++i) (void)fh_ckks_rng_u64(r);
+  fh_status st = FH_OK;
+  if (sequential) {
+    int64_t shape[2] = {(int64_t)nt + ng, tb->n};
+    fh_tensor_options o = {FH_INT64, fh_cpu(), false, false};
+    if ((st = fh_tensor_empty(2, shape, &o, &b->t)) == FH_OK) {
+      int64_t *p = (int64_t *)fh_tensor_data(b->t);
+      for (int i = 0; i < nt; ++i) fh_ckks_sample_ternary(r, p + (int64_t)i * tb->n, (size_t)tb->n);
+      for (int i = 0; i < ng; ++i) fh_ckks_sample_gaussian(r, p + (int64_t)(nt + i) * tb->n, (size_t)tb->n);
+    }
+  } else {
+    st = fh_ckks_poly_sample(tb, r, nt, ng, &b->t);
+  }
+  uint64_t next = fh_ckks_rng_u64(r);
+  fh_ckks_rng_free(r);
+  fh__lua_check(L, st);
+  push_u64_tensor(L, &next, 1);
+  return 2;
+}
+
 /* _ckks.capture(fn) -> tape: runs fn() with a host tape active on this
  * thread (CPU launches are recorded, not run) and returns the tape;
  * tape:replay() runs the recorded launches, #tape / tape:length() counts
@@ -395,7 +439,7 @@ void fh__lua_open_ckks(lua_State *L) {
   static const luaL_Reg internal[] = {
       {"find_primes", l_find_primes}, {"is_prime", l_is_prime}, {"tables", l_tables}, {"ntt", l_ntt},
       {"intt", l_intt},               {"ew", l_ew},             {"automorph", l_automorph},
-      {"encode", l_encode},           {"decode", l_decode},     {"sample", l_sample},
+      {"encode", l_encode},           {"decode", l_decode},     {"sample", l_sample}, {"sample_run", l_sample_run},
       {"capture", l_capture},         {"tensor", l_tensor},     {"bconv", l_bconv},
       {"ks_inner", l_ks_inner},       {"modup", l_modup},       {NULL, NULL}};
   lua_newtable(L);

@@ -278,25 +278,25 @@ static fh_status upload(fh_ckks_engine *e, fh_tensor *host, fh_tensor **out) {
   return fh_tensor_to(host, e->dev, false, NULL, false, out);
 }
 
-enum { SMALL_TERNARY, SMALL_GAUSSIAN };
-/* int64 [count, N] of small signed values on the engine's device; kinds[i]
- * gives the distribution of row i. */
-static fh_status sample_small(fh_ckks_engine *e, fh__ckks_launcher *L, int64_t count, const int *kinds,
-                              fh_tensor **out) {
-  int64_t n = e->ctx->ring_degree;
-  int64_t shape[2] = {count, n};
-  fh_tensor_options o = {FH_INT64, fh_cpu(), false, false};
-  fh_tensor *h = NULL;
-  fh_status st = fh_tensor_empty(2, shape, &o, &h);
+/* int64 [nt + ng, N] of small signed values on the engine's device: nt ternary rows, then ng
+ * Gaussian rows, from the next run of the engine's stream (FH_K_CKKS_SAMPLE, computed on the
+ * device itself: the same words, so the same rows, on every device). New tensor in L's uses. */
+static fh_status sample_small(fh_ckks_engine *e, fh__ckks_launcher *L, int64_t nt, int64_t ng, fh_tensor **out) {
+  const int64_t n = e->ctx->ring_degree;
+  int64_t shape[2] = {nt + ng, n};
+  fh_status st = fh__ckks_temp(L, 2, shape, out);
   if (st != FH_OK) return st;
-  int64_t *p = (int64_t *)fh_tensor_data(h);
-  for (int64_t i = 0; i < count; ++i) {
-    if (kinds[i] == SMALL_TERNARY) fh_ckks_sample_ternary(e->rng, p + i * n, (size_t)n);
-    else fh_ckks_sample_gaussian(e->rng, p + i * n, (size_t)n);
-  }
-  st = upload(e, h, out);
-  fh_tensor_release(h);
-  if (st == FH_OK) fh__ckks_use(L, *out);
+  fh_ckks_sample_args a;
+  memset(&a, 0, sizeof a);
+  a.out = (int64_t *)fh_tensor_data(*out);
+  a.n = n;
+  a.nt = (int32_t)nt;
+  a.ng = (int32_t)ng;
+  fh_ckks_rng_reserve(e->rng, (uint64_t)nt * fh_ckks_ternary_words((uint64_t)n) +
+                                  (uint64_t)ng * fh_ckks_gaussian_words((uint64_t)n), &a.pos);
+  memcpy(a.cdt, fh_ckks_gaussian_table(), sizeof a.cdt);
+  st = fh__ckks_submit(L, FH_K_CKKS_SAMPLE, &a, sizeof a);
+  fh_ckks_wipe(&a.pos, sizeof a.pos);
   return st;
 }
 
@@ -349,10 +349,9 @@ fh_status fh_ckks_create_secret_key(fh_ckks_engine *e, fh_value **out) {
   if ((st = fh__ckks_launcher_init(&L, e->tb)) != FH_OK) return st;
   int32_t qp[FH_CKKS_MAX_PRIMES];
   int nqp = all_primes(e, qp);
-  int kinds[1] = {SMALL_TERNARY};
   fh_tensor *s = NULL, *rns = NULL;
   int64_t n = e->ctx->ring_degree;
-  if ((st = sample_small(e, &L, 1, kinds, &s)) == FH_OK && (st = small_to_rns(e, &L, s, 1, qp, nqp, &rns)) == FH_OK)
+  if ((st = sample_small(e, &L, 1, 0, &s)) == FH_OK && (st = small_to_rns(e, &L, s, 1, qp, nqp, &rns)) == FH_OK)
     st = fh__ckks_ntt(&L, true, fh__ckks_ptr(rns), nqp * n, fh__ckks_ptr(rns), nqp * n, 1, qp, nqp);
   fh_tensor *data = NULL;
   if (st == FH_OK) {
@@ -378,11 +377,10 @@ fh_status fh_ckks_create_public_key(fh_ckks_engine *e, const fh_value *sk, fh_va
   int32_t q[FH_CKKS_MAX_PRIMES];
   fh__ckks_active_primes(e, 0, q);
   fh_tensor *skd = NULL, *a = NULL, *es = NULL, *er = NULL, *data = NULL;
-  int kinds[1] = {SMALL_GAUSSIAN};
   int64_t shape[3] = {2, nq, n};
   if ((st = fh_tensor_contiguous(fh_value_data(sk), &skd)) != FH_OK) return st;
   fh__ckks_use(&L, skd);
-  if ((st = sample_uniform(e, &L, 1, q, nq, &a)) == FH_OK && (st = sample_small(e, &L, 1, kinds, &es)) == FH_OK &&
+  if ((st = sample_uniform(e, &L, 1, q, nq, &a)) == FH_OK && (st = sample_small(e, &L, 0, 1, &es)) == FH_OK &&
       (st = small_to_rns(e, &L, es, 1, q, nq, &er)) == FH_OK && (st = fh__ckks_temp(&L, 3, shape, &data)) == FH_OK &&
       (st = fh__ckks_ntt(&L, true, fh__ckks_ptr(er), 0, fh__ckks_ptr(er), 0, 1, q, nq)) == FH_OK) {
     uint64_t *b = fh__ckks_ptr(data), *ap = b + (int64_t)nq * n;
@@ -408,11 +406,9 @@ static fh_status make_ks_key(fh_ckks_engine *e, fh__ckks_launcher *L, const uint
   int32_t qp[FH_CKKS_MAX_PRIMES];
   all_primes(e, qp);
   fh_tensor *a = NULL, *es = NULL, *er = NULL, *data = NULL;
-  int kinds[FH_CKKS_MAX_PRIMES];
-  for (int j = 0; j < dnum; ++j) kinds[j] = SMALL_GAUSSIAN;
   int64_t shape[4] = {dnum, 2, nall, n};
   fh_status st = FH_OK;
-  if ((st = sample_uniform(e, L, dnum, qp, nall, &a)) == FH_OK && (st = sample_small(e, L, dnum, kinds, &es)) == FH_OK &&
+  if ((st = sample_uniform(e, L, dnum, qp, nall, &a)) == FH_OK && (st = sample_small(e, L, 0, dnum, &es)) == FH_OK &&
       (st = small_to_rns(e, L, es, dnum, qp, nall, &er)) == FH_OK && (st = fh__ckks_temp(L, 4, shape, &data)) == FH_OK &&
       (st = fh__ckks_ntt(L, true, fh__ckks_ptr(er), rows, fh__ckks_ptr(er), rows, dnum, qp, nall)) == FH_OK) {
     uint64_t *b = fh__ckks_ptr(data), *ap = b + rows;
@@ -750,13 +746,10 @@ static fh_status encrypt_core(fh_ckks_engine *e, const fh__ckks_geo *g, fh_polyn
   int32_t p[FH_CKKS_MAX_PRIMES];
   fh__ckks_active_primes(e, g->level, p);
   fh_tensor *pkd = NULL, *small = NULL, *r = NULL, *data = NULL;
-  int *kinds = fh_malloc(sizeof(int) * (size_t)(3 * B));
-  if (kinds == NULL) return fh_error_set(FH_ERR_MEMORY, "out of memory encrypting");
-  for (int64_t i = 0; i < 3 * B; ++i) kinds[i] = i < B ? SMALL_TERNARY : SMALL_GAUSSIAN;
   if ((st = fh_tensor_contiguous(fh_value_data(pk), &pkd)) == FH_OK) {
     fh__ckks_use(&L, pkd);
     if (m) fh__ckks_use(&L, m);
-    if ((st = sample_small(e, &L, 3 * B, kinds, &small)) == FH_OK &&
+    if ((st = sample_small(e, &L, B, 2 * B, &small)) == FH_OK &&
         (st = small_to_rns(e, &L, small, 3 * B, p, la, &r)) == FH_OK &&
         (st = fh__ckks_alloc_poly(e, &L, 2, g, la, &data)) == FH_OK &&
         (st = fh__ckks_ntt(&L, true, fh__ckks_ptr(r), gs, fh__ckks_ptr(r), gs, B, p, la)) == FH_OK) {
@@ -771,7 +764,6 @@ static fh_status encrypt_core(fh_ckks_engine *e, const fh__ckks_geo *g, fh_polyn
       if (st == FH_OK && m) st = fh__ckks_ew(&L, FH_CKKS_EW_ADD, B, p, la, c, gs, c, gs, fh__ckks_ptr(m), gs);
     }
   }
-  fh_free(kinds);
   if (st == FH_OK) st = fh_ciphertext_new(e->ctx, data, g->level, scale, FH_BASIS_Q, domain, out);
   fh_tensor *ts[4] = {pkd, small, r, data};
   for (int i = 0; i < 4; ++i)

@@ -33,7 +33,7 @@
 const char *const fh__ckks_kernel_names[FH_K_CKKS_COUNT] = {
     "ckks_ntt",   "ckks_intt",      "ckks_ew",          "ckks_tensor",     "ckks_bconv",
     "ckks_ks_inner", "ckks_automorph", "ckks_encode", "ckks_decode", "ckks_modup", "ckks_ks_core",
-    "ckks_moddown", "ckks_lt",
+    "ckks_moddown", "ckks_lt", "ckks_sample",
 };
 
 /* ---- NTT ------------------------------------------------------------------------ */
@@ -973,7 +973,29 @@ static fh_status cpu_lt(const void *argp) {
   return FH_OK;
 }
 
+/* ---- small random rows from a keystream run ------------------------------------------------ */
+static fh_status cpu_sample(const void *argp) {
+  const fh_ckks_sample_args *a = argp;
+  const int64_t n = a->n;
+  const uint64_t tw = fh_ckks_ternary_words((uint64_t)n), gw = fh_ckks_gaussian_words((uint64_t)n);
+  const uint64_t total = (uint64_t)a->nt * tw + (uint64_t)a->ng * gw;
+  if (total == 0) return FH_OK;
+  uint64_t *w = fh_malloc(sizeof *w * (size_t)total);
+  if (w == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_sample: out of memory");
+  fh_ckks_stream_words(&a->pos, total, w);
+  for (int r = 0; r < a->nt; ++r)
+    for (int64_t i = 0; i < n; ++i) a->out[r * n + i] = fh_ckks_ternary_of(w[r * tw + (uint64_t)i]);
+  for (int k = 0; k < a->ng; ++k) {
+    const uint64_t *g = w + (uint64_t)a->nt * tw + (uint64_t)k * gw;
+    int64_t *o = a->out + (int64_t)(a->nt + k) * n;
+    for (int64_t i = 0; i < n; ++i) o[i] = fh_ckks_gaussian_of(g[65 * (i / 64) + 1 + i % 64], g[65 * (i / 64)], (int)(i % 64), a->cdt);
+  }
+  fh_ckks_wipe(w, sizeof *w * (size_t)total);
+  fh_free(w);
+  return FH_OK;
+}
+
 const fh_cpu_kernel_fn fh__ckks_cpu_kernels[FH_K_CKKS_COUNT] = {
     cpu_ntt, cpu_intt, cpu_ew, cpu_tensor, cpu_bconv, cpu_ks_inner, cpu_automorph, cpu_encode, cpu_decode, cpu_modup,
-    cpu_ks_core, cpu_moddown, cpu_lt,
+    cpu_ks_core, cpu_moddown, cpu_lt, cpu_sample,
 };

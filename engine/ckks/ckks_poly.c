@@ -804,3 +804,28 @@ fh_status fh_ckks_poly_modup(fh_ckks_tables *tb, fh_tensor *t, int level, fh_ten
   fh_tensor_release(in);
   return fh__deliver(st, out, result);
 }
+
+fh_status fh_ckks_poly_sample(fh_ckks_tables *tb, fh_ckks_rng *r, int nt, int ng, fh_tensor **result) {
+  const char *what = "ckks sample";
+  if (nt < 0 || ng < 0) return fh_error_set(FH_ERR_VALUE, "%s: %d ternary and %d Gaussian rows", what, nt, ng);
+  fh__ckks_launcher L;
+  fh_status st = fh__ckks_launcher_init(&L, tb);
+  if (st != FH_OK) return st;
+  int64_t shape[2] = {(int64_t)nt + ng, tb->n};
+  fh_tensor_options o = {FH_INT64, tb->device, false, false};
+  fh_tensor *out = NULL;
+  if ((st = fh_tensor_empty(2, shape, &o, &out)) != FH_OK) return st;
+  fh__ckks_use(&L, out);
+  fh_ckks_sample_args a;
+  memset(&a, 0, sizeof a);
+  a.out = (int64_t *)fh_tensor_data(out);
+  a.n = tb->n;
+  a.nt = nt;
+  a.ng = ng;
+  fh_ckks_rng_reserve(r, (uint64_t)nt * fh_ckks_ternary_words((uint64_t)tb->n) +
+                             (uint64_t)ng * fh_ckks_gaussian_words((uint64_t)tb->n), &a.pos);
+  memcpy(a.cdt, fh_ckks_gaussian_table(), sizeof a.cdt);
+  st = fh__ckks_submit(&L, FH_K_CKKS_SAMPLE, &a, sizeof a);
+  fh_ckks_wipe(&a.pos, sizeof a.pos);
+  return fh__deliver(st, out, result);
+}

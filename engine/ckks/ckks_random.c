@@ -104,15 +104,7 @@ void fh_ckks_sample_uniform(fh_ckks_rng *r, uint64_t q, uint64_t *out, size_t n)
 }
 
 void fh_ckks_sample_ternary(fh_ckks_rng *r, int64_t *out, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    uint64_t w = fh_ckks_rng_u64(r);
-    for (int b = 0; b < 32 && i < n; ++b, w >>= 2) {
-      unsigned v = (unsigned)(w & 3);
-      if (v == 3) continue; /* reject: keeps {-1, 0, 1} exactly uniform */
-      out[i++] = (int64_t)v - 1;
-    }
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = fh_ckks_ternary_of(fh_ckks_rng_u64(r));
 }
 
 /* cdt[k] = floor(2^64 * P(|x| <= k)) for k < BOUND; P(|x| <= BOUND) = 1. */
@@ -132,16 +124,71 @@ static void cdt_build(void) {
   }
 }
 
-void fh_ckks_sample_gaussian(fh_ckks_rng *r, int64_t *out, size_t n) {
+const uint64_t *fh_ckks_gaussian_table(void) {
   pthread_once(&cdt_once, cdt_build);
+  return cdt;
+}
+
+void fh_ckks_sample_gaussian(fh_ckks_rng *r, int64_t *out, size_t n) {
+  const uint64_t *t = fh_ckks_gaussian_table();
   uint64_t signs = 0;
   for (size_t i = 0; i < n; ++i) {
     if (i % 64 == 0) signs = fh_ckks_rng_u64(r); /* one sign bit per sample */
     uint64_t u = fh_ckks_rng_u64(r);
-    uint64_t sign = (signs >> (i % 64)) & 1;
-    int64_t k = 0;
-    for (int j = 0; j < FH_CKKS_GAUSS_BOUND; ++j) k += u >= cdt[j];
-    /* |x| = 0 has one sign: the sign bit is used but changes nothing */
-    out[i] = sign ? -k : k;
+    out[i] = fh_ckks_gaussian_of(u, signs, (int)(i % 64), t);
   }
+}
+
+/* ---- reserved runs -------------------------------------------------------------------------- */
+void fh_ckks_wipe(void *p, size_t n) { sodium_memzero(p, n); }
+
+static uint32_t le32(const unsigned char *b) {
+  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+void fh_ckks_rng_reserve(fh_ckks_rng *r, uint64_t nwords, fh_ckks_stream_pos *p) {
+  const uint64_t blocks = RNG_BUF / 64;
+  /* usable bytes of a nonce: blocks [0, 2^32 - 64) (refill moves on before the last 64) */
+  const uint64_t limit = ((uint64_t)UINT32_MAX + 1 - blocks) * 64;
+  /* the next unread byte (the buffer holds blocks [counter - 64, counter)), rounded up to a word */
+  uint64_t at = ((uint64_t)r->counter - blocks) * 64 + ((r->pos + 7) & ~(size_t)7);
+  uint64_t end = at + 8 * nwords;
+  if (end > limit) {
+    sodium_increment(r->nonce, sizeof r->nonce);
+    at = 0;
+    end = 8 * nwords;
+  }
+  for (int i = 0; i < 8; ++i) p->key[i] = le32(r->key + 4 * i);
+  for (int i = 0; i < 3; ++i) p->nonce[i] = le32(r->nonce + 4 * i);
+  p->block = (uint32_t)(at / 64);
+  p->word = (uint32_t)(at % 64 / 8);
+  /* continue after the run: refill from the block holding `end` (the next nonce when that is
+   * the first unusable block: then end % 64 is 0) */
+  r->counter = (uint32_t)(end / 64);
+  refill(r);
+  r->pos = (size_t)(end % 64);
+}
+
+void fh_ckks_stream_words(const fh_ckks_stream_pos *p, uint64_t nwords, uint64_t *out) {
+  unsigned char key[crypto_stream_chacha20_ietf_KEYBYTES], nonce[crypto_stream_chacha20_ietf_NONCEBYTES];
+  for (int i = 0; i < 32; ++i) key[i] = (unsigned char)(p->key[i / 4] >> (8 * (i % 4)));
+  for (int i = 0; i < 12; ++i) nonce[i] = (unsigned char)(p->nonce[i / 4] >> (8 * (i % 4)));
+  /* blocks of 8 words from p->block on: generate into out in pieces, skipping p->word words */
+  unsigned char buf[RNG_BUF];
+  static const unsigned char zeros[RNG_BUF];
+  uint64_t done = 0, skip = p->word;
+  uint32_t block = p->block;
+  while (done < nwords) {
+    /* only the blocks the run still needs (they stay below the nonce's unused tail) */
+    uint64_t need = (skip + (nwords - done) + 7) / 8, nb = need < RNG_BUF / 64 ? need : RNG_BUF / 64;
+    crypto_stream_chacha20_ietf_xor_ic(buf, zeros, (unsigned long long)nb * 64, nonce, block, key);
+    for (uint64_t w = skip; w < nb * 8 && done < nwords; ++w) {
+      const unsigned char *b = buf + 8 * w;
+      out[done++] = (uint64_t)le32(b) | (uint64_t)le32(b + 4) << 32;
+    }
+    skip = 0;
+    block += (uint32_t)nb;
+  }
+  sodium_memzero(buf, sizeof buf);
+  sodium_memzero(key, sizeof key);
 }

@@ -43,6 +43,7 @@
 #define FH_CKKS_KERNELS_H
 
 #include "fh/ckks_context.h" /* FH_CKKS_MAX_PRIMES, FH_CKKS_MAX_LOG_N */
+#include "fh/ckks_random.h"  /* fh_ckks_stream_pos, the samplers of one word */
 #include "fh/kernels.h"      /* FH_K_TENSOR_END */
 #include "fh/modarith.h"
 
@@ -69,6 +70,7 @@ enum {
   FH_K_CKKS_KS_CORE,                /* fh_ckks_ks_core_args: mod-up, NTT and key inner product fused */
   FH_K_CKKS_MODDOWN,                /* fh_ckks_moddown_args: conversion, NTT and (a - t) P^-1 fused */
   FH_K_CKKS_LT,                     /* fh_ckks_lt_args: a linear transform's sum over QP (double hoisting) */
+  FH_K_CKKS_SAMPLE,                 /* fh_ckks_sample_args: ternary and Gaussian rows from a keystream run */
   FH_K_CKKS_END
 };
 #define FH_K_CKKS_COUNT (FH_K_CKKS_END - FH_K_CKKS_NTT)
@@ -341,6 +343,24 @@ typedef struct fh_ckks_lt_args {
   int32_t key_row[FH_CKKS_MAX_PRIMES];
   uint64_t pmod[FH_CKKS_MAX_PRIMES], pmod_shoup[FH_CKKS_MAX_PRIMES];
 } fh_ckks_lt_args;
+
+/* ---- small random rows from a reserved keystream run ---------------------------------
+ * out: nt ternary rows, then ng Gaussian rows, of n int64 coefficients each (row r at
+ * out + r * n), from the run at pos (fh/ckks_random.h): ternary row r takes words
+ * [r n, (r + 1) n), Gaussian row k the next fh_ckks_gaussian_words(n) words after the
+ * ternary rows and the Gaussian rows before it (its sign word of coefficients 64 b ..
+ * 64 b + 63 first, then their value words), exactly as fh_ckks_sample_ternary and
+ * fh_ckks_sample_gaussian read a stream. The CPU draws the words from libsodium
+ * (fh_ckks_stream_words), CUDA computes the ChaCha20 blocks itself: the same words, so the
+ * same rows. cdt: the Gaussian table (fh_ckks_gaussian_table). The block holds the
+ * stream's key: the caller zeroes its copy after the submit. */
+typedef struct fh_ckks_sample_args {
+  int64_t *out;
+  int64_t n;
+  int32_t nt, ng;
+  fh_ckks_stream_pos pos;
+  uint64_t cdt[FH_CKKS_GAUSS_BOUND];
+} fh_ckks_sample_args;
 
 /* ---- automorphism X -> X^g (g odd, taken mod 2N) ------------------------------
  * Coefficient domain: out[(i g) mod N] = (-1)^floor(i g / N mod 2) in[i].

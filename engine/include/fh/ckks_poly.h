@@ -17,6 +17,7 @@
 #ifndef FH_CKKS_POLY_H
 #define FH_CKKS_POLY_H
 
+#include "fh/ckks_random.h"
 #include "fh/ckks_tables.h"
 
 #ifdef __cplusplus
@@ -85,6 +86,10 @@ fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor
  * copied and extended to the other active Q rows and the P rows with the
  * tables' digit constants (fh_ckks_modup_args; centered). */
 fh_status fh_ckks_poly_modup(fh_ckks_tables *tb, fh_tensor *t, int level, fh_tensor **result);
+
+/* nt ternary rows, then ng Gaussian rows, of N int64 coefficients on the tables' device, from
+ * the next run of r's stream (FH_K_CKKS_SAMPLE; r continues after it): result [nt + ng, N]. */
+fh_status fh_ckks_poly_sample(fh_ckks_tables *tb, fh_ckks_rng *r, int nt, int ng, fh_tensor **result);
 
 /* ---- internal: launch helper for the evaluator ----------------------------- */
 #define FH_CKKS_MAX_USES 48

@@ -10,15 +10,21 @@
  * AND REPRODUCIBLE EXPERIMENTS ONLY: anyone who knows or guesses the seed
  * can recompute the secret key. Never use a seed for real data.
  *
- * Distributions.
+ * Distributions. Words are the keystream's consecutive 8-byte little-endian
+ * chunks.
  *   uniform mod q: rejection sampling on ceil(log2 q)-bit words (no modulo bias);
- *   ternary secret: each coefficient independently uniform in {-1, 0, 1}
- *     (the distribution of the homomorphic encryption standard's tables),
- *     by rejection sampling 2-bit values;
+ *   ternary (the secret, an encryption's mask): coefficient i from word i alone,
+ *     floor(3 w / 2^64) - 1 (fh_ckks_ternary_of): each of -1, 0, 1 with
+ *     probability within 2^-64 of 1/3 (the distribution of the homomorphic
+ *     encryption standard's tables, to a statistical distance of n 2^-64);
  *   error: centred discrete Gaussian with sigma = 3.2, support bounded at
  *     |x| <= 19 (6 sigma, as SEAL and the HE standard's estimates), sampled by
  *     inversion with a 64-bit cumulative distribution table computed in long
- *     double at first use (a constant-time scan of the whole table).
+ *     double at first use (a constant-time scan of the whole table): per 64
+ *     coefficients one word of sign bits, then one word per coefficient.
+ * Both small samplers take a fixed number of words per coefficient, so a run
+ * of them can be reserved (fh_ckks_rng_reserve) and computed anywhere, on the
+ * host or on a GPU (FH_K_CKKS_SAMPLE), with the same results.
  *
  * Ownership: fh_ckks_rng_new returns an owned generator (fh_ckks_rng_free).
  * A generator is not thread-safe. */
@@ -26,6 +32,7 @@
 #define FH_CKKS_RANDOM_H
 
 #include "fh/core.h"
+#include "fh/modarith.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,6 +52,42 @@ uint64_t fh_ckks_rng_u64(fh_ckks_rng *r);
 void fh_ckks_sample_uniform(fh_ckks_rng *r, uint64_t q, uint64_t *out, size_t n);
 void fh_ckks_sample_ternary(fh_ckks_rng *r, int64_t *out, size_t n);
 void fh_ckks_sample_gaussian(fh_ckks_rng *r, int64_t *out, size_t n);
+
+/* ---- reserved runs of the keystream ----------------------------------------
+ * A run of words: the stream's key and nonce (little-endian 32-bit words, as
+ * ChaCha20's state holds them), the ChaCha20-IETF block of its first word and
+ * the word's offset (0..7) in that block. Holds the stream key: zero it
+ * (sodium_memzero) when done. */
+typedef struct fh_ckks_stream_pos {
+  uint32_t key[8];
+  uint32_t nonce[3];
+  uint32_t block, word;
+} fh_ckks_stream_pos;
+/* The next nwords words of r's stream (from its next unread word; a run that
+ * would reach the last 64 blocks of a nonce starts at block 0 of the next
+ * nonce, as the generator's own refills do); r continues after them. nwords
+ * < 2^34. */
+void fh_ckks_rng_reserve(fh_ckks_rng *r, uint64_t nwords, fh_ckks_stream_pos *pos);
+/* The words of a run on the host (libsodium's keystream): out[0..nwords). */
+void fh_ckks_stream_words(const fh_ckks_stream_pos *pos, uint64_t nwords, uint64_t *out);
+/* Zero n bytes at p in a way the compiler keeps (sodium_memzero): keystream, keys. */
+void fh_ckks_wipe(void *p, size_t n);
+/* The Gaussian sampler's cumulative table (FH_CKKS_GAUSS_BOUND words, built at
+ * first use). */
+const uint64_t *fh_ckks_gaussian_table(void);
+/* Words the small samplers take for n coefficients. */
+FH_HD uint64_t fh_ckks_ternary_words(uint64_t n) { return n; }
+FH_HD uint64_t fh_ckks_gaussian_words(uint64_t n) { return n + (n + 63) / 64; }
+/* Coefficient i of a ternary run from its word w; of a Gaussian run from its
+ * value word u, its sign word (the word of the 64 coefficients i belongs to)
+ * and bit i mod 64 of it. Shared by host and device code. */
+FH_HD int64_t fh_ckks_ternary_of(uint64_t w) { return (int64_t)fh_mulhi64(w, 3) - 1; }
+FH_HD int64_t fh_ckks_gaussian_of(uint64_t u, uint64_t signs, int bit, const uint64_t *cdt) {
+  int64_t k = 0;
+  for (int j = 0; j < FH_CKKS_GAUSS_BOUND; ++j) k += u >= cdt[j];
+  /* |x| = 0 has one sign: the sign bit is used but changes nothing */
+  return (signs >> bit) & 1 ? -k : k;
+}
 
 #ifdef __cplusplus
 }
