@@ -4,9 +4,9 @@
 --                                          [--preset slots8192-scale40-levels7-int64]
 --
 -- y = M v for a public size x size matrix M and an encrypted vector v, by
--- cyclic diagonals (examples/matvec.lua builds the program: `size - 1`
--- hoisted rotations, `size` plaintext products, `size - 1` additions and one
--- rescale).
+-- cyclic diagonals (examples/matvec.lua builds the program: one linear
+-- transform, the `size - 1` rotations and `size` plaintext products summed
+-- with one mod-up and one mod-down, then one rescale).
 --
 -- The computation is `program(ct_v)`: a function of its one dynamic input
 -- (the encrypted vector) whose static state (engine, keys, diagonals) is

@@ -207,14 +207,19 @@ local function matvec(slots, sizes)
   local pk = e:create_public_key(sk)
   for size in sizes:gmatch("%d+") do
     size = tonumber(size)
-    -- examples/matrix_vector.lua's program (examples/matvec.lua: hoisted rotations)
+    -- examples/matrix_vector.lua's program (examples/matvec.lua: one linear transform), and
+    -- the same product with hoisted rotations, products and sums (form rotate_many), reported
     matvec_lib.create_keys(e, sk, size)
     local g = fh.Generator(size)
-    local program = matvec_lib.program(e, matvec_lib.matrix(g, size), size)
+    local matrix = matvec_lib.matrix(g, size)
     local v = matvec_lib.encrypt_vector(e, pk, matvec_lib.uniform(g, size), size)
+    local program = matvec_lib.program(e, matrix, size)
     local eager = timed(function() return program(v) end)
     local rep = replayed(program, { v })
-    mv[#mv + 1] = { size = size, eager = eager, replay = rep, slots = slots }
+    local rm = matvec_lib.program(e, matrix, size, { form = "rotate_many" })
+    local rm_eager = timed(function() return rm(v) end)
+    local rm_rep = replayed(rm, { v })
+    mv[#mv + 1] = { size = size, eager = eager, replay = rep, slots = slots, rm_eager = rm_eager, rm_replay = rm_rep }
   end
 end
 if opts.matvec ~= "" then matvec(8192, opts.matvec) end
@@ -256,11 +261,12 @@ for _, s in ipairs(columns) do
 end
 if #mv > 0 then
   print()
-  print("matrix-vector program (examples/matrix_vector.lua): eager / replay ms"
+  print("matrix-vector program (examples/matrix_vector.lua: linear_transform): eager / replay ms"
     .. (cuda and "; FHElium 0.10 eager / graph; bar: no slower" or ""))
   for _, m in ipairs(mv) do
     local ref = m.slots == 8192 and fhelium_matvec[m.size]
-    local line = ("  %5d slots, size %4d: %9.3f / %9.3f"):format(m.slots, m.size, m.eager, m.replay or -1)
+    local line = ("  %5d slots, size %4d: %9.3f / %9.3f   (rotate_many form %9.3f / %9.3f)"):format(m.slots, m.size,
+      m.eager, m.replay or -1, m.rm_eager, m.rm_replay or -1)
     if ref and cuda then
       local ok = m.eager <= ref[1] and m.replay and m.replay <= ref[2]
       line = line .. ("   FHElium %7.2f / %6.2f   %s"):format(ref[1], ref[2], ok and "yes" or "NO")

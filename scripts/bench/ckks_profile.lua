@@ -10,12 +10,14 @@
 local fh = require "fhelium"
 local lib = dofile((arg[0]:match("^(.*)/") or ".") .. "/lib.lua")
 
-local opts = { slots = "8192", ops = "ntt,multiply,relinearize,rescale,rotate", reps = "1", matvec = "8" }
+local opts = { slots = "8192", ops = "ntt,multiply,relinearize,rescale,rotate", reps = "1", matvec = "8",
+  form = "linear_transform" }
 local i = 1
 while arg and i <= #arg do
   local k = arg[i]:match("^%-%-(.+)$")
   if not k or opts[k] == nil or arg[i + 1] == nil then
-    io.stderr:write("usage: ckks_profile.lua [--slots 8192] [--ops ntt,relinearize,...] [--reps 1] [--matvec 8]\n")
+    io.stderr:write("usage: ckks_profile.lua [--slots 8192] [--ops ntt,relinearize,...] [--reps 1] [--matvec 8] "
+      .. "[--form linear_transform|rotate_many]\n")
     os.exit(2)
   end
   opts[k] = arg[i + 1]
@@ -60,13 +62,13 @@ local ops = {
   encode = function() return e:encode(x) end,
   decrypt = function() return e:decrypt_message(cn, sk, { is_real = true }) end,
 }
--- the main job's program (examples/matvec.lua) at size opts.matvec, as ops["matvec"]
+-- the main job's program (examples/matvec.lua) at size opts.matvec in form opts.form, as ops["matvec"]
 if opts.ops:find("matvec", 1, true) then
   local matvec = dofile((arg[0]:match("^(.*)/") or ".") .. "/../../examples/matvec.lua")
   local size = tonumber(opts.matvec)
   local g = fh.Generator(2)
   matvec.create_keys(e, sk, size)
-  local program = matvec.program(e, matvec.matrix(g, size), size)
+  local program = matvec.program(e, matvec.matrix(g, size), size, { form = opts.form })
   local v = matvec.encrypt_vector(e, pk, matvec.uniform(g, size), size)
   ops.matvec = function() return program(v) end
 end
