@@ -265,6 +265,7 @@ describe("CkksEngine on cuda:0", function()
         r.relin = e:relinearize(r.mul, k.rlk)
         r.rescale = e:rescale_to_next_level(r.relin)
         r.rescale_coef = e:rescale_to_next_level(e:ntt_domain_to_coefficient_domain(r.relin))
+        r.rescale3 = e:rescale_to_next_level(e:multiply(e:stack_batch({ r.a, r.b, r.a }), e:stack_batch({ r.b, r.b, r.a })))
         r.ppt = e:prepare_plaintext_for_multiplication(e:encode(m2))
         r.mulp = e:multiply_plaintext(r.a, r.ppt)
         r.rot1 = e:rotate_by_step(r.a, 1, k.rk1)
@@ -282,7 +283,7 @@ describe("CkksEngine on cuda:0", function()
         return r
       end
       local rc, rg = run(ec, K[1]), run(eg, K[2])
-      for _, key in ipairs { "pt1", "enc", "a", "b", "add", "sub", "neg", "addp", "mul", "relin", "rescale", "rescale_coef", "ppt", "mulp",
+      for _, key in ipairs { "pt1", "enc", "a", "b", "add", "sub", "neg", "addp", "mul", "relin", "rescale", "rescale_coef", "rescale3", "ppt", "mulp",
         "rot1", "rot3", "conj", "coeff", "rotc", "ntt", "batch", "sum", "rotb", "dec" } do
         same_value(rc[key], rg[key], key)
       end

@@ -369,6 +369,29 @@ describe("ckks evaluator (custom N=2^10)", function()
     end)
   end
 
+  it("rescales batches of three-component ciphertexts alike in both domains, word for word", function()
+    -- the NTT-domain rescale runs the mod-down kernel, whose groups pair up as (value, component):
+    -- an odd number of groups (3 components, a batch of 3) takes every row to its own place
+    local e = fh.CkksEngine(fh.Preset.slots8192_scale40_levels7_int64, { seed = 3 })
+    local sk = e:create_secret_key()
+    local pk = e:create_public_key(sk)
+    local ct = e:coefficient_domain_to_ntt_domain(e:encrypt_message({ { 1, 2 }, { 3, 4 }, { 5, 6 } }, pk))
+    local m = e:multiply(ct, ct)
+    local first
+    for level = 0, 2 do
+      local a = e:rescale_to_next_level(m)
+      local b = e:coefficient_domain_to_ntt_domain(e:rescale_to_next_level(e:ntt_domain_to_coefficient_domain(m)))
+      assert.are.equal(3, a.num_components)
+      assert.is_true(fh.equal(a.data, b.data), ("level %d: the domains' rescales differ"):format(level))
+      first = first or a
+      m = a
+    end
+    local got = e:decrypt_message(first, sk, { is_real = true }):narrow(2, 1, 2):tolist()
+    for b, want in ipairs { { 1, 4 }, { 9, 16 }, { 25, 36 } } do
+      for j = 1, 2 do assert.is_true(math.abs(got[b][j] - want[j]) < 1e-4, got[b][j]) end
+    end
+  end)
+
   it("multiplies by prepared plaintexts", function()
     local a, b = complex_msg(g, { 512 }), complex_msg(g, { 512 })
     local ca = e:coefficient_domain_to_ntt_domain(e:encrypt_message(a, pk))

@@ -259,22 +259,20 @@ fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_va
   return st;
 }
 
-/* The element-wise arguments of a rescale's passes over the lo rows left at
- * `level` (primes p[1..lo]): b is the dropped row's coefficients for
- * RESCALE and LIFT (drop_half, k[i] = q_level mod q_i), the lifted rows for
- * SUB_ADD_MUL; the constants q_level^-1 mod q_i for the passes that scale. */
-static void rescale_ew_init(fh__ckks_launcher *L, const fh_ckks_tables *tb, fh_ckks_ew_args *f, int op, int64_t G,
+/* The element-wise arguments of the coefficient-domain rescale over the lo rows left at `level`
+ * (primes p[1..lo]): b is the dropped row's coefficients (drop_half, k[i] = q_level mod q_i), the
+ * constants q_level^-1 mod q_i. */
+static void rescale_ew_init(fh__ckks_launcher *L, const fh_ckks_tables *tb, fh_ckks_ew_args *f, int64_t G,
                             const int32_t *p, int level, int lo, const uint64_t *b, int64_t b_gs, int nq) {
-  fh__ckks_ew_init(L, f, op, G, p + 1, lo);
+  fh__ckks_ew_init(L, f, FH_CKKS_EW_RESCALE, G, p + 1, lo);
   f->b = b;
   f->b_gs = b_gs;
   const uint64_t qd = tb->host[level].q;
-  if (op != FH_CKKS_EW_SUB_ADD_MUL) {
-    f->drop_half = qd / 2;
-    for (int i = 0; i < lo; ++i) f->k[i] = qd % tb->host[level + 1 + i].q;
+  f->drop_half = qd / 2;
+  for (int i = 0; i < lo; ++i) {
+    f->k[i] = qd % tb->host[level + 1 + i].q;
+    fh__ckks_ew_set_const(L, f, i, tb->rescale_inv[(size_t)level * nq + level + 1 + i]);
   }
-  if (op != FH_CKKS_EW_LIFT)
-    for (int i = 0; i < lo; ++i) fh__ckks_ew_set_const(L, f, i, tb->rescale_inv[(size_t)level * nq + level + 1 + i]);
 }
 
 fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, fh_value **out) {
@@ -304,37 +302,53 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
     const uint64_t *c = fh__ckks_ptr(ts[0]);
     uint64_t *o = fh__ckks_ptr(ts[3]);
     const int64_t gs = (int64_t)la * n, ogs = (int64_t)lo * n;
-    fh_ckks_ew_args f;
     if (!ntt) {
       /* coefficients: one pass, out_i = (c_i - [c_level]_{q_i}) q_level^-1, the
        * dropped row centred and reduced per coefficient (no temporary) */
-      rescale_ew_init(&L, tb, &f, FH_CKKS_EW_RESCALE, G, p, level, lo, c, gs, nq);
+      fh_ckks_ew_args f;
+      rescale_ew_init(&L, tb, &f, G, p, level, lo, c, gs, nq);
       f.out = o;
       f.out_gs = ogs;
       f.a = c + n;
       f.a_gs = gs;
       st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
     } else {
-      /* NTT domain: the dropped row in coefficients (an INTT), its centred
-       * residues t_i modulo the other primes (FH_CKKS_EW_LIFT), their NTT,
-       * then out_i = (c_i - t_i) q_level^-1 */
+      /* NTT domain: the dropped row in coefficients (an INTT into w), then a mod-down by
+       * q_level (FH_K_CKKS_MODDOWN): its centred conversion from one prime is the dropped
+       * row's centred lift t_i, fused with the NTT of the rows left and with
+       * out_i = (c_i - t_i) q_level^-1. Groups pair up as (g, c) there: out[0] and out[1]
+       * half a group stride apart make every group its own row of o. */
       uint64_t *w = fh__ckks_ptr(ts[1]), *t = fh__ckks_ptr(ts[2]);
       st = fh__ckks_ntt(&L, false, w, n, c, gs, G, p, 1);
-      if (st == FH_OK) {
-        rescale_ew_init(&L, tb, &f, FH_CKKS_EW_LIFT, G, p, level, lo, w, n, nq);
-        f.out = t;
-        f.out_gs = ogs;
-        st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
+      fh_ckks_moddown_args m;
+      memset(&m, 0, sizeof m);
+      fh_ckks_bconv_args *b = &m.conv;
+      b->out = t;
+      b->out_gs = ogs;
+      b->in = w;
+      b->in_gs = n;
+      b->ngroups = G;
+      b->nsrc = 1;
+      b->ndst = lo;
+      b->log_n = tb->log_n;
+      b->primes = tb->primes_dev;
+      b->consts = tb->rescale[level];
+      b->center = 1;
+      b->src_prime[0] = level;
+      b->src_row[0] = 0;
+      m.ntt = tb->ntt;
+      m.a = c + n;
+      m.a_gs = gs;
+      m.out[0] = o;
+      m.out[1] = o + ogs;
+      m.out_gs = 2 * ogs;
+      for (int i = 0; i < lo; ++i) {
+        b->dst_prime[i] = level + 1 + i;
+        b->dst_row[i] = i;
+        m.c_const[i] = tb->rescale_inv[(size_t)level * nq + level + 1 + i];
+        m.c_shoup[i] = fh_shoup_precompute(m.c_const[i], tb->primes[level + 1 + i]);
       }
-      if (st == FH_OK) st = fh__ckks_ntt(&L, true, t, ogs, t, ogs, G, p + 1, lo);
-      if (st == FH_OK) {
-        rescale_ew_init(&L, tb, &f, FH_CKKS_EW_SUB_ADD_MUL, G, p, level, lo, t, ogs, nq);
-        f.out = o;
-        f.out_gs = ogs;
-        f.a = c + n;
-        f.a_gs = gs;
-        st = fh__ckks_submit(&L, FH_K_CKKS_EW, &f, sizeof f);
-      }
+      if (st == FH_OK) st = fh__ckks_submit(&L, FH_K_CKKS_MODDOWN, &m, sizeof m);
     }
   }
   if (st == FH_OK) st = wrap_ct(e, ts[3], level + 1, scale, ct->state.polynomial_domain, out);

@@ -335,9 +335,8 @@ __global__ void __launch_bounds__(EW_THREADS) ew_kernel(const __grid_constant__ 
   const uint64_t k = a.k[l], c = a.c_const[l], cs = a.c_shoup[l];
   GROUPS(g, a.ngroups) {
     uint64_t *o = a.out + g * a.out_gs + (int64_t)l * n;
-    const uint64_t *x = OP == FH_CKKS_EW_LIFT ? NULL : a.a + g * a.a_gs + (int64_t)l * a.a_ls;
-    const uint64_t *y =
-        a.b ? a.b + g * a.b_gs + (OP == FH_CKKS_EW_RESCALE || OP == FH_CKKS_EW_LIFT ? 0 : (int64_t)l * n) : NULL;
+    const uint64_t *x = a.a + g * a.a_gs + (int64_t)l * a.a_ls;
+    const uint64_t *y = a.b ? a.b + g * a.b_gs + (OP == FH_CKKS_EW_RESCALE ? 0 : (int64_t)l * n) : NULL;
     const uint64_t *z = a.c ? a.c + g * a.c_gs + (int64_t)l * n : NULL;
     COEFFS(j, n) {
       uint64_t r;
@@ -355,12 +354,12 @@ __global__ void __launch_bounds__(EW_THREADS) ew_kernel(const __grid_constant__ 
       } else if (OP == FH_CKKS_EW_ADD_MUL_CONST) r = fh_mod_add(x[j], fh_shoup_mul(y[j], c, cs, q), q);
       else if (OP == FH_CKKS_EW_TO_MONT) r = fh_mont_from_std(x[j], q, qi, r2);
       else if (OP == FH_CKKS_EW_FROM_MONT) r = fh_mont_to_std(x[j], q, qi);
-      else if (OP == FH_CKKS_EW_RESCALE || OP == FH_CKKS_EW_LIFT) {
+      else if (OP == FH_CKKS_EW_RESCALE) {
         /* v mod q: Shoup's product by 1 (floor(2^64 / q) is the Barrett ratio's high word) */
         const uint64_t v = y[j];
         uint64_t t = fh_shoup_mul(v, 1, pr.bar.ratio_hi, q);
         if (v > a.drop_half) t = fh_mod_sub(t, k, q);
-        r = OP == FH_CKKS_EW_LIFT ? t : fh_shoup_mul(x[j] + (q - t), c, cs, q);
+        r = fh_shoup_mul(x[j] + (q - t), c, cs, q);
       } else { /* FH_CKKS_EW_SIGNED */
         const int64_t v = (int64_t)x[j];
         const uint64_t m = fh_barrett128(v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v, 0, &pr.bar);
@@ -401,7 +400,6 @@ fh_status k_ew(const void *argp, void *stream) {
     case FH_CKKS_EW_FROM_MONT: launch_ew<FH_CKKS_EW_FROM_MONT>(a, h); break;
     case FH_CKKS_EW_SIGNED: launch_ew<FH_CKKS_EW_SIGNED>(a, h); break;
     case FH_CKKS_EW_RESCALE: launch_ew<FH_CKKS_EW_RESCALE>(a, h); break;
-    case FH_CKKS_EW_LIFT: launch_ew<FH_CKKS_EW_LIFT>(a, h); break;
     default: return fh_error_set(FH_ERR_EXECUTION, "ckks_ew: invalid operation %d", (int)a->op);
   }
   return launched("kernel 'ckks_ew'");

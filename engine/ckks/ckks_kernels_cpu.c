@@ -222,8 +222,8 @@ static fh_status cpu_ew(const void *argp) {
       const fh_ckks_prime *pr = &a->primes[a->prime[l]];
       const uint64_t q = pr->q, qi = pr->qinv;
       uint64_t *o = a->out + g * a->out_gs + (int64_t)l * n;
-      const bool one_row = a->op == FH_CKKS_EW_RESCALE || a->op == FH_CKKS_EW_LIFT;
-      const uint64_t *x = a->op == FH_CKKS_EW_LIFT ? NULL : a->a + g * a->a_gs + (int64_t)l * a->a_ls;
+      const bool one_row = a->op == FH_CKKS_EW_RESCALE;
+      const uint64_t *x = a->a + g * a->a_gs + (int64_t)l * a->a_ls;
       const uint64_t *y = a->b ? a->b + g * a->b_gs + (one_row ? 0 : (int64_t)l * n) : NULL;
       const uint64_t *z = a->c ? a->c + g * a->c_gs + (int64_t)l * n : NULL;
       const uint64_t k = a->k[l], c = a->c_const[l], cs = a->c_shoup[l];
@@ -278,13 +278,12 @@ static fh_status cpu_ew(const void *argp) {
           break;
         }
         case FH_CKKS_EW_RESCALE:
-        case FH_CKKS_EW_LIFT:
           /* v mod q: Shoup's product by 1 (floor(2^64 / q) is the Barrett ratio's high word) */
           for (int64_t j = 0; j < n; ++j) {
             const uint64_t v = y[j];
             uint64_t t = fh_shoup_mul(v, 1, pr->bar.ratio_hi, q);
             if (v > a->drop_half) t = fh_mod_sub(t, k, q);
-            o[j] = x ? fh_shoup_mul(x[j] + (q - t), c, cs, q) : t;
+            o[j] = fh_shoup_mul(x[j] + (q - t), c, cs, q);
           }
           break;
         default: break; /* checked above */

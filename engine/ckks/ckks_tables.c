@@ -145,6 +145,7 @@ static void tables_free(fh_ckks_tables *t) {
   if (t->data) fh_tensor_release(t->data);
   fh_free(t->modup);
   fh_free(t->moddown);
+  fh_free(t->rescale);
   fh_free(t->rescale_inv);
   fh_free(t->p_inv);
   fh_free(t->p_mod);
@@ -289,6 +290,19 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
       w += bconv_words(np, la);
     }
   }
+  size_t *rescale_off = fh_calloc((size_t)nq, sizeof *rescale_off);
+  t->rescale = fh_calloc((size_t)nq, sizeof *t->rescale);
+  if (!rescale_off || !t->rescale) {
+    fh_free(modup_off);
+    fh_free(moddown_off);
+    fh_free(rescale_off);
+    tables_free(t);
+    return fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
+  }
+  for (int l = 0; l + 1 < nq; ++l) {
+    rescale_off[l] = w;
+    w += bconv_words(1, nq - l - 1);
+  }
   lo.total = w;
 
   t->rescale_inv = fh_calloc((size_t)nq * (size_t)nq, sizeof(uint64_t));
@@ -305,6 +319,7 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
   if (st != FH_OK) {
     fh_free(modup_off);
     fh_free(moddown_off);
+    fh_free(rescale_off);
     tables_free(t);
     return st;
   }
@@ -317,6 +332,7 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
   if (pw == NULL) {
     fh_free(modup_off);
     fh_free(moddown_off);
+    fh_free(rescale_off);
     fh_tensor_release(host);
     tables_free(t);
     return fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
@@ -390,6 +406,11 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
     fh_ckks_bconv_constants(t, src, np, dst, la, base + moddown_off[l]);
   }
   for (int l = 0; l + 1 < nq; ++l) {
+    src[0] = l;
+    for (int i = l + 1; i < nq; ++i) dst[i - l - 1] = i;
+    fh_ckks_bconv_constants(t, src, 1, dst, nq - l - 1, base + rescale_off[l]);
+  }
+  for (int l = 0; l + 1 < nq; ++l) {
     uint64_t qd = primes[l]; /* dropped by a rescale at level l */
     for (int i = l + 1; i < nq; ++i) {
       const fh_modulus *m = &t->host[i].bar;
@@ -414,6 +435,7 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
     if (st != FH_OK) {
       fh_free(modup_off);
       fh_free(moddown_off);
+      fh_free(rescale_off);
       tables_free(t);
       return st;
     }
@@ -430,8 +452,10 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
       t->modup[l * t->dnum + j] = digit_active(t, j, l) ? d + modup_off[l * t->dnum + j] : NULL;
     t->moddown[l] = d + moddown_off[l];
   }
+  for (int l = 0; l + 1 < nq; ++l) t->rescale[l] = d + rescale_off[l];
   fh_free(modup_off);
   fh_free(moddown_off);
+  fh_free(rescale_off);
   *out = t;
   return FH_OK;
 }

@@ -136,8 +136,6 @@ typedef enum fh_ckks_ew_op {
                              * b is the dropped row (one row for every limb: b + g * b_gs), modulo q_d;
                              * [b]_q is its centred lift (b - q_d when b > drop_half = floor(q_d / 2))
                              * reduced modulo q; k[l] = q_d mod q */
-  FH_CKKS_EW_LIFT,          /* out = [b]_q, b and drop_half as for FH_CKKS_EW_RESCALE (a unused): the centred
-                             * residues of the dropped row modulo the other primes (the NTT-domain rescale) */
   FH_CKKS_EW_OP_COUNT
 } fh_ckks_ew_op;
 

@@ -84,6 +84,9 @@ typedef struct fh_ckks_tables {
    * has no active prime. */
   const uint64_t **modup;
   const uint64_t **moddown;
+  /* rescale[level] (level < nq - 1): q_level -> the Q primes above it (the NTT-domain rescale's
+   * centred lift as a conversion from one prime, for FH_K_CKKS_MODDOWN) */
+  const uint64_t **rescale;
   /* host-side per-level constants, [level][i] for the Q prime rows i > level:
    * rescale at `level` (dropping q_level): q_level^-1 mod q_i;
    * mod-down: P^-1 mod q_i (any level; the mod-down rounds by a centered conversion); P mod q_i. */
