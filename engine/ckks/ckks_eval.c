@@ -727,6 +727,7 @@ fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const 
   fh__ckks_launcher L;
   fh_tensor *cd = NULL, *dt = NULL, *res = NULL;
   fh__ckks_hoist h;
+  memset(&h, 0, sizeof h);
   bool hoisted = false;
   if (st == FH_OK) st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e));
   for (int i = 0; i < nsteps && st == FH_OK; ++i) st = fh_tensor_contiguous(fh_value_data(pts[i]), &ptd[i]);
