@@ -140,7 +140,7 @@ describe("CPU vector kernels", function()
     end
   end)
 
-  simd_it("give the scalar engine's ciphertexts for relinearization, rotations and rescaling", function()
+  simd_it("give the scalar engine's ciphertexts for relinearization, rotations, rescaling and linear transforms", function()
     local s = H.seed("ckks simd engine")
     local function run()
       local e = fh.CkksEngine(fh.Preset.slots8192_scale40_levels7_int64, { seed = s })
@@ -152,9 +152,13 @@ describe("CPU vector kernels", function()
       local x = e:coefficient_domain_to_ntt_domain(e:encrypt_message(m, pk))
       local p = e:rescale_to_next_level(e:relinearize(e:multiply(x, x), rlk))
       local r = e:rotate_by_step(p, 3)
-      return { x.data, p.data, r.data, e:decrypt_message(r, sk) }
+      -- a linear transform (vector inner products of gathered chunks), steps 0 and 3
+      local d1 = e:prepare_plaintext_for_multiplication(e:encode(m, { basis = "QP" }))
+      local d2 = e:prepare_plaintext_for_multiplication(e:encode(m * 0.5, { basis = "QP" }))
+      local lt = e:linear_transform(x, { 0, 3, 3 }, { d1, d2, d1 })
+      return { x.data, p.data, r.data, e:decrypt_message(r, sk), lt.data }
     end
     local v, sc = both(run)
-    for i = 1, 4 do assert.is_true(fh.equal(v[i], sc[i]), ("result %d"):format(i)) end
+    for i = 1, 5 do assert.is_true(fh.equal(v[i], sc[i]), ("result %d"):format(i)) end
   end)
 end)

@@ -913,26 +913,48 @@ static uint32_t automorph_src(uint32_t s, uint64_t gal, int log_n) {
   return bitrev32((uint32_t)((e - 1) >> 1), log_n);
 }
 
+/* The CPU's linear-transform sum works on chunks of LT_CHUNK coefficients of a row: with
+ * AVX-512 IFMA (primes below 2^50) each keyed step gathers its digits' chunk through the
+ * permutation into per-thread scratch and takes the vector inner product with the key
+ * (fh__ckks_ks_inner_row_ifma), then the scalar pass adds P x, multiplies by the plaintext
+ * and accumulates; otherwise the scalar loop does it all. */
+#define LT_CHUNK 512
 static fh_status cpu_lt(const void *argp) {
   const fh_ckks_lt_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
   const int nd = a->ndigits, ns = a->nsteps;
   if (ns <= 0 || a->ngroups <= 0) return FH_OK;
-  /* each keyed step's permutation once per launch (the same for every row) */
+  const int64_t chunk = n < LT_CHUNK ? n : LT_CHUNK;
+  const bool ifma = fh_cpu_simd()[0] == 'a' && nd > 0 && chunk >= 8; /* "avx512ifma" */
+  const int nthreads = fh_num_threads() > 0 ? fh_num_threads() : 1;
+  /* each keyed step's permutation once per launch (the same for every row), and each thread's
+   * scratch: nd gathered digit chunks and the two inner products */
   uint32_t *perm = fh_malloc(sizeof *perm * (size_t)n * (size_t)ns);
-  if (perm == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_lt: out of memory");
+  uint64_t *scratch = ifma ? fh_malloc(sizeof *scratch * (size_t)nthreads * (size_t)(nd + 2) * (size_t)chunk) : NULL;
+  if (perm == NULL || (ifma && scratch == NULL)) {
+    fh_free(perm);
+    fh_free(scratch);
+    return fh_error_set(FH_ERR_MEMORY, "ckks_lt: out of memory");
+  }
   for (int s = 0; s < ns; ++s)
     for (int64_t i = 0; i < n; ++i)
       perm[(int64_t)s * n + i] = a->key[s] ? automorph_src((uint32_t)i, a->galois[s], a->log_n) : (uint32_t)i;
+  int log_chunk = 0;
+  while (((int64_t)1 << log_chunk) < chunk) ++log_chunk;
   FH_FOR_ROWS(a->ngroups, a->nrows, n) {
       const fh_ckks_prime *pr = &a->primes[a->prime[l]];
       const uint64_t q = pr->q, qi = pr->qinv;
-      const bool qrow = l < a->nq_rows;
+      const bool qrow = l < a->nq_rows, vec = ifma && q < ((uint64_t)1 << 50);
       const uint64_t pm = qrow ? a->pmod[l] : 0, pms = qrow ? a->pmod_shoup[l] : 0;
       uint64_t *restrict o0 = a->out + g * a->out_gs + (int64_t)l * n, *restrict o1 = o0 + a->out_cs;
       const uint64_t *x0 = qrow ? a->x + g * a->x_gs + (int64_t)l * n : NULL, *x1 = qrow ? x0 + a->x_cs : NULL;
       const uint64_t *dig[FH_CKKS_MAX_DIGITS], *k0[FH_CKKS_MAX_DIGITS], *k1[FH_CKKS_MAX_DIGITS];
       for (int d = 0; d < nd; ++d) dig[d] = a->d + g * a->d_gs + d * a->d_ds + (int64_t)l * n;
+#ifdef _OPENMP
+      uint64_t *mine = vec ? scratch + (size_t)omp_get_thread_num() * (size_t)(nd + 2) * (size_t)chunk : NULL;
+#else
+      uint64_t *mine = vec ? scratch : NULL;
+#endif
       for (int s = 0; s < ns; ++s) {
         const uint32_t *ps = perm + (int64_t)s * n;
         const uint64_t *pt = a->pt[s] + g * a->pt_gs[s] + (int64_t)l * n;
@@ -941,34 +963,57 @@ static fh_status cpu_lt(const void *argp) {
           k0[d] = a->key[s] + d * a->key_ds + (int64_t)a->key_row[l] * n;
           k1[d] = k0[d] + a->key_cs;
         }
-        for (int64_t i = 0; i < n; ++i) {
-          const uint32_t src = ps[i];
-          uint64_t t0 = 0, t1 = 0;
-          if (keyed) {
-            /* sums of 4 products < 4 q^2 < q 2^64: one Montgomery reduction per 4 digits */
-            for (int d0 = 0; d0 < nd; d0 += 4) {
-              const int d1 = d0 + 4 < nd ? d0 + 4 : nd;
-              unsigned __int128 acc0 = 0, acc1 = 0;
-              for (int d = d0; d < d1; ++d) {
-                const uint64_t v = dig[d][src];
-                acc0 += (unsigned __int128)v * k0[d][i];
-                acc1 += (unsigned __int128)v * k1[d][i];
-              }
-              t0 = fh_mod_add(t0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
-              t1 = fh_mod_add(t1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
+        for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+          const uint64_t *t0v = NULL, *t1v = NULL;
+          if (keyed && vec) { /* the chunk's inner products, vectorised */
+            const uint64_t *g_[FH_CKKS_MAX_DIGITS], *kc0[FH_CKKS_MAX_DIGITS], *kc1[FH_CKKS_MAX_DIGITS];
+            for (int d = 0; d < nd; ++d) {
+              uint64_t *gd = mine + (size_t)d * (size_t)chunk;
+              for (int64_t k = 0; k < chunk; ++k) gd[k] = dig[d][ps[i0 + k]];
+              g_[d] = gd;
+              kc0[d] = k0[d] + i0;
+              kc1[d] = k1[d] + i0;
             }
+            uint64_t *r0 = mine + (size_t)nd * (size_t)chunk, *r1 = r0 + chunk;
+            fh__ckks_ks_inner_row_ifma(r0, g_, kc0, nd, log_chunk, pr);
+            fh__ckks_ks_inner_row_ifma(r1, g_, kc1, nd, log_chunk, pr);
+            t0v = r0;
+            t1v = r1;
           }
-          if (qrow) {
-            t0 = fh_mod_add(t0, fh_shoup_mul(x0[src], pm, pms, q), q);
-            if (!keyed) t1 = fh_mod_add(t1, fh_shoup_mul(x1[src], pm, pms, q), q);
+          for (int64_t k = 0; k < chunk; ++k) {
+            const int64_t i = i0 + k;
+            const uint32_t src = ps[i];
+            uint64_t t0 = 0, t1 = 0;
+            if (t0v) {
+              t0 = t0v[k];
+              t1 = t1v[k];
+            } else if (keyed) {
+              /* sums of 4 products < 4 q^2 < q 2^64: one Montgomery reduction per 4 digits */
+              for (int d0 = 0; d0 < nd; d0 += 4) {
+                const int d1 = d0 + 4 < nd ? d0 + 4 : nd;
+                unsigned __int128 acc0 = 0, acc1 = 0;
+                for (int d = d0; d < d1; ++d) {
+                  const uint64_t v = dig[d][src];
+                  acc0 += (unsigned __int128)v * k0[d][i];
+                  acc1 += (unsigned __int128)v * k1[d][i];
+                }
+                t0 = fh_mod_add(t0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
+                t1 = fh_mod_add(t1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
+              }
+            }
+            if (qrow) {
+              t0 = fh_mod_add(t0, fh_shoup_mul(x0[src], pm, pms, q), q);
+              if (!keyed) t1 = fh_mod_add(t1, fh_shoup_mul(x1[src], pm, pms, q), q);
+            }
+            const uint64_t v0 = fh_mont_mul(t0, pt[i], q, qi), v1 = fh_mont_mul(t1, pt[i], q, qi);
+            o0[i] = first ? v0 : fh_mod_add(o0[i], v0, q);
+            o1[i] = first ? v1 : fh_mod_add(o1[i], v1, q);
           }
-          const uint64_t v0 = fh_mont_mul(t0, pt[i], q, qi), v1 = fh_mont_mul(t1, pt[i], q, qi);
-          o0[i] = first ? v0 : fh_mod_add(o0[i], v0, q);
-          o1[i] = first ? v1 : fh_mod_add(o1[i], v1, q);
         }
       }
     }
   fh_free(perm);
+  fh_free(scratch);
   return FH_OK;
 }
 
