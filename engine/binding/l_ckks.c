@@ -742,6 +742,19 @@ static int e_conjugate(lua_State *L) {
   return push_result(L, st_, v, fn);
 }
 
+/* Entry i (0-based) of the list at `list` as a value (borrowed: the list keeps it alive), or a
+ * TypeError "<name>: <what>[i+1] expected a <expected>, got ...". */
+static const fh_value *list_value(lua_State *L, int list, int i, const char *name, const char *what,
+                                  const char *expected) {
+  lua_rawgeti(L, list, i + 1);
+  const fh_value *v = fh__lua_tovalue(L, -1);
+  if (v == NULL)
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s[%d] expected a %s, got %s", name, what, i + 1, expected,
+                  fh__lua_typename(L, -1));
+  lua_pop(L, 1);
+  return v;
+}
+
 /* engine:rotate_many(ct, steps [, keys]) -> {ct rotated by steps[1], ...} */
 static int e_rotate_many(lua_State *L) {
   const char *fn = "rotate_many";
@@ -767,15 +780,7 @@ static int e_rotate_many(lua_State *L) {
     snprintf(what, sizeof what, "steps[%d]", i + 1);
     steps[i] = fh__lua_checkint(L, lua_gettop(L), "CkksEngine:rotate_many", what, -((int64_t)1 << 40), (int64_t)1 << 40);
     lua_pop(L, 1);
-    keys[i] = NULL;
-    if (with_keys) {
-      lua_rawgeti(L, 4, i + 1);
-      keys[i] = fh__lua_tovalue(L, -1);
-      if (keys[i] == NULL)
-        return fh__lua_raise(L, FH_ERR_TYPE, "CkksEngine:rotate_many: keys[%d] expected a RotationKey, got %s", i + 1,
-                             fh__lua_typename(L, -1));
-      lua_pop(L, 1); /* kept alive by the keys list */
-    }
+    keys[i] = with_keys ? list_value(L, 4, i, "CkksEngine:rotate_many", "keys", "RotationKey") : NULL;
   }
   lua_createtable(L, n, 0);
   int list = lua_gettop(L);
@@ -822,21 +827,8 @@ static int e_linear_transform(lua_State *L) {
     snprintf(what, sizeof what, "steps[%d]", i + 1);
     steps[i] = fh__lua_checkint(L, lua_gettop(L), name, what, -((int64_t)1 << 40), (int64_t)1 << 40);
     lua_pop(L, 1);
-    lua_rawgeti(L, 4, i + 1);
-    pts[i] = fh__lua_tovalue(L, -1);
-    if (pts[i] == NULL)
-      return fh__lua_raise(L, FH_ERR_TYPE, "%s: plaintexts[%d] expected a Plaintext, got %s", name, i + 1,
-                           fh__lua_typename(L, -1));
-    lua_pop(L, 1);
-    keys[i] = NULL;
-    if (with_keys) {
-      lua_rawgeti(L, 5, i + 1);
-      keys[i] = fh__lua_tovalue(L, -1);
-      if (keys[i] == NULL)
-        return fh__lua_raise(L, FH_ERR_TYPE, "%s: keys[%d] expected a RotationKey, got %s", name, i + 1,
-                             fh__lua_typename(L, -1));
-      lua_pop(L, 1);
-    }
+    pts[i] = list_value(L, 4, i, name, "plaintexts", "Plaintext");
+    keys[i] = with_keys ? list_value(L, 5, i, name, "keys", "RotationKey") : NULL;
   }
   fh_value *v = NULL;
   fh_status st_ = fh_ckks_linear_transform(e, ct, steps, n, pts, with_keys ? keys : NULL, &v);

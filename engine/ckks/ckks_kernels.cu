@@ -754,25 +754,8 @@ fh_status k_ks_inner(const void *argp, void *stream);
 
 /* The inner product of a key-switch core's transformed digits (up.out) with its key. */
 fh_status ks_inner_of_core(const fh_ckks_ks_core_args *a, void *stream) {
-  const fh_ckks_modup_args *u = &a->up;
   fh_ckks_ks_args k;
-  memset(&k, 0, sizeof k);
-  k.out = a->out;
-  k.digits = u->out;
-  k.key = a->key;
-  k.out_gs = a->out_gs;
-  k.out_cs = a->out_cs;
-  k.digits_gs = u->out_gs;
-  k.digit_stride = u->out_ds;
-  k.key_ds = a->key_ds;
-  k.key_cs = a->key_cs;
-  k.ngroups = u->ngroups;
-  k.ndigits = u->ndigits;
-  k.nlimbs = u->nrows;
-  k.log_n = u->log_n;
-  k.primes = u->primes;
-  memcpy(k.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
-  memcpy(k.key_row, a->key_row, sizeof(int32_t) * (size_t)u->nrows);
+  fh_ckks_ks_args_of_core(a, &k);
   return k_ks_inner(&k, stream);
 }
 

@@ -42,6 +42,8 @@
 #ifndef FH_CKKS_KERNELS_H
 #define FH_CKKS_KERNELS_H
 
+#include <string.h>
+
 #include "fh/ckks_context.h" /* FH_CKKS_MAX_PRIMES, FH_CKKS_MAX_LOG_N */
 #include "fh/ckks_random.h"  /* fh_ckks_stream_pos, the samplers of one word */
 #include "fh/kernels.h"      /* FH_K_TENSOR_END */
@@ -300,6 +302,28 @@ typedef struct fh_ckks_ks_args {
   int32_t prime[FH_CKKS_MAX_PRIMES];
   int32_t key_row[FH_CKKS_MAX_PRIMES];
 } fh_ckks_ks_args;
+/* The inner product a key-switch core runs last (fh_ckks_ks_core_args): its transformed digits
+ * (a->up.out) with its key, into a->out; both back ends fill k with it. */
+static inline void fh_ckks_ks_args_of_core(const fh_ckks_ks_core_args *a, fh_ckks_ks_args *k) {
+  const fh_ckks_modup_args *u = &a->up;
+  memset(k, 0, sizeof *k);
+  k->out = a->out;
+  k->digits = u->out;
+  k->key = a->key;
+  k->out_gs = a->out_gs;
+  k->out_cs = a->out_cs;
+  k->digits_gs = u->out_gs;
+  k->digit_stride = u->out_ds;
+  k->key_ds = a->key_ds;
+  k->key_cs = a->key_cs;
+  k->ngroups = u->ngroups;
+  k->ndigits = u->ndigits;
+  k->nlimbs = u->nrows;
+  k->log_n = u->log_n;
+  k->primes = u->primes;
+  memcpy(k->prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
+  memcpy(k->key_row, a->key_row, sizeof(int32_t) * (size_t)u->nrows);
+}
 
 /* ---- the sum of a linear transform over QP (double hoisting) -------------------
  * A linear transform sum_s pt_s * rotate(x, step_s) of a ciphertext x = (x_0, x_1) (NTT
