@@ -112,11 +112,11 @@ describe("CkksEngine:linear_transform", function()
       assert.is_true(err < 1e-5, ("batch entry %d: decryption error %g"):format(b, err))
     end
     -- explicit keys: the same words
-    local kl = {}
-    for i, s in ipairs(steps) do kl[i] = s ~= 0 and keys[s] or keys[1] end
-    for i, s in ipairs(steps) do if s == 0 then kl[i] = nil end end
-    local steps2, pts2, keys2 = { 1, -2 }, { pts[1], pts[2] }, { keys[1], keys[-2] }
+    local steps2, pts2, keys2 = { 1, -2, 0 }, { pts[1], pts[2], pts[3] }, { keys[1], keys[-2], false }
     assert.is_true(fh.equal(e:linear_transform(ct, steps2, pts2, keys2).data, e:linear_transform(ct, steps2, pts2).data))
+    -- false: the engine's key
+    assert.is_true(fh.equal(e:linear_transform(ct, steps2, pts2, { false, keys[-2], false }).data,
+      e:linear_transform(ct, steps2, pts2).data))
     -- batched plaintexts: entry b of the batch takes plaintext entry b
     local t1 = fh.rand({ 2, S }, { dtype = "float64", generator = g }) - 0.5
     local pb = e:prepare_plaintext_for_multiplication(e:encode(t1, { basis = "QP" }))
@@ -212,6 +212,8 @@ describe("CkksEngine:linear_transform", function()
       e.linear_transform, e, ct, { 1 }, { pts[1] }, { keys[5] })
     H.expect_error("TypeError", { LT .. "keys%[1%] expected a RotationKey, got a SecretKey" },
       e.linear_transform, e, ct, { 1 }, { pts[1] }, { sk })
+    H.expect_error("TypeError", { LT .. "keys%[1%] expected a RotationKey or false, got boolean" },
+      e.linear_transform, e, ct, { 1 }, { pts[1] }, { true })
     H.expect_error("ValueError", { LT .. "argument 4 %(keys%) expected a list of 1 rotation keys" },
       e.linear_transform, e, ct, { 1 }, { pts[1] }, { keys[1], keys[5] })
     H.expect_error("ValueError", { LT .. "argument 3 %(plaintexts%) expected a list of 2 plaintexts %(one per step%), got a list of another length" },

@@ -33,10 +33,11 @@ local function check(device)
       assert.are.equal(one.level, many[i].level)
       assert.are.equal(one.polynomial_domain, many[i].polynomial_domain)
     end
-    -- explicit keys give the same words
-    local with = e:rotate_many(ct, { 1, -3 }, { keys[1], keys[-3] })
+    -- explicit keys give the same words; false takes the engine's key (none for a step of 0)
+    local with = e:rotate_many(ct, { 1, -3, 0 }, { keys[1], false, false })
     assert.is_true(fh.equal(with[1].data, many[1].data))
     assert.is_true(fh.equal(with[2].data, many[2].data))
+    assert.is_true(fh.equal(with[3].data, ct.data))
     -- and the rotations decrypt to rolled messages
     local got = e:decrypt_message(many[4], sk, { is_real = true }):cpu():tolist()
     local want = m:cpu():tolist()
@@ -91,7 +92,7 @@ describe("CkksEngine:rotate_many", function()
       e.rotate_many, e, ct, { 1, 5, 2 })
     H.expect_error("StateError", { "^CkksEngine:rotate_many: step of keys%[2%] is 5 but steps%[2%] = %-3 needs step %-3" },
       e.rotate_many, e, ct, { 1, -3 }, { keys[1], keys[5] })
-    H.expect_error("TypeError", "keys%[1%] expected a RotationKey", e.rotate_many, e, ct, { 1 }, { 42 })
+    H.expect_error("TypeError", "keys%[1%] expected a RotationKey or false, got number", e.rotate_many, e, ct, { 1 }, { 42 })
     H.expect_error("TypeError", "keys%[1%] expected a RotationKey, got a SecretKey", e.rotate_many, e, ct, { 1 }, { sk })
     H.expect_error("ValueError", "keys%) expected a list of 2 rotation keys", e.rotate_many, e, ct, { 1, 5 },
       { keys[1] })

@@ -743,14 +743,15 @@ static int e_conjugate(lua_State *L) {
 }
 
 /* Entry i (0-based) of the list at `list` as a value (borrowed: the list keeps it alive), or a
- * TypeError "<name>: <what>[i+1] expected a <expected>, got ...". */
+ * TypeError "<name>: <what>[i+1] expected a <expected>, got ...". With or_false, an entry false
+ * is NULL (a keys list's "the engine's key"). */
 static const fh_value *list_value(lua_State *L, int list, int i, const char *name, const char *what,
-                                  const char *expected) {
+                                  const char *expected, bool or_false) {
   lua_rawgeti(L, list, i + 1);
   const fh_value *v = fh__lua_tovalue(L, -1);
-  if (v == NULL)
-    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s[%d] expected a %s, got %s", name, what, i + 1, expected,
-                  fh__lua_typename(L, -1));
+  if (v == NULL && !(or_false && lua_isboolean(L, -1) && !lua_toboolean(L, -1)))
+    fh__lua_raise(L, FH_ERR_TYPE, "%s: %s[%d] expected a %s%s, got %s", name, what, i + 1, expected,
+                  or_false ? " or false" : "", fh__lua_typename(L, -1));
   lua_pop(L, 1);
   return v;
 }
@@ -780,7 +781,7 @@ static int e_rotate_many(lua_State *L) {
     snprintf(what, sizeof what, "steps[%d]", i + 1);
     steps[i] = fh__lua_checkint(L, lua_gettop(L), "CkksEngine:rotate_many", what, -((int64_t)1 << 40), (int64_t)1 << 40);
     lua_pop(L, 1);
-    keys[i] = with_keys ? list_value(L, 4, i, "CkksEngine:rotate_many", "keys", "RotationKey") : NULL;
+    keys[i] = with_keys ? list_value(L, 4, i, "CkksEngine:rotate_many", "keys", "RotationKey", true) : NULL;
   }
   lua_createtable(L, n, 0);
   int list = lua_gettop(L);
@@ -827,8 +828,8 @@ static int e_linear_transform(lua_State *L) {
     snprintf(what, sizeof what, "steps[%d]", i + 1);
     steps[i] = fh__lua_checkint(L, lua_gettop(L), name, what, -((int64_t)1 << 40), (int64_t)1 << 40);
     lua_pop(L, 1);
-    pts[i] = list_value(L, 4, i, name, "plaintexts", "Plaintext");
-    keys[i] = with_keys ? list_value(L, 5, i, name, "keys", "RotationKey") : NULL;
+    pts[i] = list_value(L, 4, i, name, "plaintexts", "Plaintext", false);
+    keys[i] = with_keys ? list_value(L, 5, i, name, "keys", "RotationKey", true) : NULL;
   }
   fh_value *v = NULL;
   fh_status st_ = fh_ckks_linear_transform(e, ct, steps, n, pts, with_keys ? keys : NULL, &v);
