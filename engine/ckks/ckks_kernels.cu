@@ -1076,45 +1076,21 @@ fh_status k_lt(const void *argp, void *stream) {
 }
 
 /* ==== small random rows from a keystream run (FH_K_CKKS_SAMPLE) =========================
- * ChaCha20 as RFC 8439 defines it (the IETF variant: 32-bit block counter, 96-bit nonce),
- * which is libsodium's crypto_stream_chacha20_ietf: a thread per coefficient computes the
- * 64-byte block of each word it needs (a Gaussian coefficient two: its value and its
- * signs), so the words are the CPU's and so are the rows. */
-__device__ __forceinline__ uint32_t rotl32(uint32_t x, int r) { return __funnelshift_l(x, x, r); }
-#define CHACHA_QR(a, b, c, d)  \
-  a += b, d = rotl32(d ^ a, 16); \
-  c += d, b = rotl32(b ^ c, 12); \
-  a += b, d = rotl32(d ^ a, 8);  \
-  c += d, b = rotl32(b ^ c, 7)
-
+ * A thread per coefficient computes the ChaCha20 block of each word it needs
+ * (fh_chacha20_block, the function the CPU kernel runs; a Gaussian coefficient needs two:
+ * its value and its signs), so the words are the CPU's and so are the rows. */
 /* word w of the run at p (little-endian: keystream bytes 8 w .. 8 w + 7 after the run's start) */
 __device__ uint64_t chacha_word(const fh_ckks_stream_pos &p, uint64_t w) {
   const uint64_t at = (uint64_t)p.word + w;
-  const uint32_t block = p.block + (uint32_t)(at >> 3);
   const int k = (int)(at & 7);
-  const uint32_t s[16] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u, p.key[0], p.key[1],  p.key[2],
-                          p.key[3],    p.key[4],    p.key[5],    p.key[6],    p.key[7], block,     p.nonce[0],
-                          p.nonce[1],  p.nonce[2]};
-  uint32_t x0 = s[0], x1 = s[1], x2 = s[2], x3 = s[3], x4 = s[4], x5 = s[5], x6 = s[6], x7 = s[7], x8 = s[8],
-           x9 = s[9], x10 = s[10], x11 = s[11], x12 = s[12], x13 = s[13], x14 = s[14], x15 = s[15];
-  for (int i = 0; i < 10; ++i) { /* double rounds: columns, then diagonals */
-    CHACHA_QR(x0, x4, x8, x12);
-    CHACHA_QR(x1, x5, x9, x13);
-    CHACHA_QR(x2, x6, x10, x14);
-    CHACHA_QR(x3, x7, x11, x15);
-    CHACHA_QR(x0, x5, x10, x15);
-    CHACHA_QR(x1, x6, x11, x12);
-    CHACHA_QR(x2, x7, x8, x13);
-    CHACHA_QR(x3, x4, x9, x14);
-  }
-  const uint32_t x[16] = {x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15};
+  uint32_t x[16];
+  fh_chacha20_block(p.key, p.nonce, p.block + (uint32_t)(at >> 3), x);
   uint64_t r = 0;
 #pragma unroll
   for (int j = 0; j < 8; ++j) /* a select, not a local-memory index */
-    if (j == k) r = (uint64_t)(x[2 * j] + s[2 * j]) | (uint64_t)(x[2 * j + 1] + s[2 * j + 1]) << 32;
+    if (j == k) r = (uint64_t)x[2 * j] | (uint64_t)x[2 * j + 1] << 32;
   return r;
 }
-#undef CHACHA_QR
 
 __global__ void __launch_bounds__(EW_THREADS) sample_kernel(const __grid_constant__ fh_ckks_sample_args a) {
   const int64_t n = a.n;

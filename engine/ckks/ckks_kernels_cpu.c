@@ -1010,7 +1010,15 @@ static fh_status cpu_sample(const void *argp) {
   if (total == 0) return FH_OK;
   uint64_t *w = fh_malloc(sizeof *w * (size_t)total);
   if (w == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_sample: out of memory");
-  fh_ckks_stream_words(&a->pos, total, w);
+  /* the run's words, block after block (fh_chacha20_block: the code the CUDA kernel runs) */
+  uint32_t blk[16];
+  uint64_t done = 0;
+  for (uint32_t b = a->pos.block; done < total; ++b) {
+    fh_chacha20_block(a->pos.key, a->pos.nonce, b, blk);
+    for (uint32_t k = b == a->pos.block ? a->pos.word : 0; k < 8 && done < total; ++k)
+      w[done++] = (uint64_t)blk[2 * k] | (uint64_t)blk[2 * k + 1] << 32;
+  }
+  fh_ckks_wipe(blk, sizeof blk);
   for (int r = 0; r < a->nt; ++r)
     for (int64_t i = 0; i < n; ++i) a->out[r * n + i] = fh_ckks_ternary_of(w[r * tw + (uint64_t)i]);
   for (int k = 0; k < a->ng; ++k) {

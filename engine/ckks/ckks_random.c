@@ -168,27 +168,3 @@ void fh_ckks_rng_reserve(fh_ckks_rng *r, uint64_t nwords, fh_ckks_stream_pos *p)
   refill(r);
   r->pos = (size_t)(end % 64);
 }
-
-void fh_ckks_stream_words(const fh_ckks_stream_pos *p, uint64_t nwords, uint64_t *out) {
-  unsigned char key[crypto_stream_chacha20_ietf_KEYBYTES], nonce[crypto_stream_chacha20_ietf_NONCEBYTES];
-  for (int i = 0; i < 32; ++i) key[i] = (unsigned char)(p->key[i / 4] >> (8 * (i % 4)));
-  for (int i = 0; i < 12; ++i) nonce[i] = (unsigned char)(p->nonce[i / 4] >> (8 * (i % 4)));
-  /* blocks of 8 words from p->block on: generate into out in pieces, skipping p->word words */
-  unsigned char buf[RNG_BUF];
-  static const unsigned char zeros[RNG_BUF];
-  uint64_t done = 0, skip = p->word;
-  uint32_t block = p->block;
-  while (done < nwords) {
-    /* only the blocks the run still needs (they stay below the nonce's unused tail) */
-    uint64_t need = (skip + (nwords - done) + 7) / 8, nb = need < RNG_BUF / 64 ? need : RNG_BUF / 64;
-    crypto_stream_chacha20_ietf_xor_ic(buf, zeros, (unsigned long long)nb * 64, nonce, block, key);
-    for (uint64_t w = skip; w < nb * 8 && done < nwords; ++w) {
-      const unsigned char *b = buf + 8 * w;
-      out[done++] = (uint64_t)le32(b) | (uint64_t)le32(b + 4) << 32;
-    }
-    skip = 0;
-    block += (uint32_t)nb;
-  }
-  sodium_memzero(buf, sizeof buf);
-  sodium_memzero(key, sizeof key);
-}

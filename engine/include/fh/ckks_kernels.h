@@ -372,8 +372,9 @@ typedef struct fh_ckks_lt_args {
  * [r n, (r + 1) n), Gaussian row k the next fh_ckks_gaussian_words(n) words after the
  * ternary rows and the Gaussian rows before it (its sign word of coefficients 64 b ..
  * 64 b + 63 first, then their value words), exactly as fh_ckks_sample_ternary and
- * fh_ckks_sample_gaussian read a stream. The CPU draws the words from libsodium
- * (fh_ckks_stream_words), CUDA computes the ChaCha20 blocks itself: the same words, so the
+ * fh_ckks_sample_gaussian read a stream. Both back ends compute the words with
+ * fh_chacha20_block (fh/ckks_random.h; the CPU block after block, CUDA the block of each word
+ * a thread needs), the specs check them against libsodium's stream: the same words, so the
  * same rows. cdt: the Gaussian table (fh_ckks_gaussian_table). The block holds the
  * stream's key: the caller zeroes its copy after the submit. */
 typedef struct fh_ckks_sample_args {

@@ -68,8 +68,34 @@ typedef struct fh_ckks_stream_pos {
  * nonce, as the generator's own refills do); r continues after them. nwords
  * < 2^34. */
 void fh_ckks_rng_reserve(fh_ckks_rng *r, uint64_t nwords, fh_ckks_stream_pos *pos);
-/* The words of a run on the host (libsodium's keystream): out[0..nwords). */
-void fh_ckks_stream_words(const fh_ckks_stream_pos *pos, uint64_t nwords, uint64_t *out);
+/* ChaCha20 block `block` of the stream (key, nonce) as RFC 8439 defines it (the IETF variant:
+ * 32-bit block counter, 96-bit nonce; libsodium's crypto_stream_chacha20_ietf): out receives
+ * the block's 16 little-endian words (keystream bytes 4 i .. 4 i + 3 in out[i]). Host and device
+ * code: the samplers' kernel (FH_K_CKKS_SAMPLE) computes its words with it on both, and the
+ * specs compare them with libsodium's stream. */
+#define FH_CHACHA_ROTL(x, r) (((x) << (r)) | ((x) >> (32 - (r))))
+#define FH_CHACHA_QR(a, b, c, d)                          \
+  (a += b, d = FH_CHACHA_ROTL(d ^ a, 16), c += d, b = FH_CHACHA_ROTL(b ^ c, 12), \
+   a += b, d = FH_CHACHA_ROTL(d ^ a, 8), c += d, b = FH_CHACHA_ROTL(b ^ c, 7))
+FH_HD void fh_chacha20_block(const uint32_t *key, const uint32_t *nonce, uint32_t block, uint32_t *out) {
+  const uint32_t s[16] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u, key[0], key[1],   key[2],   key[3],
+                          key[4],      key[5],      key[6],      key[7],      block,  nonce[0], nonce[1], nonce[2]};
+  uint32_t x[16];
+  for (int i = 0; i < 16; ++i) x[i] = s[i];
+  for (int i = 0; i < 10; ++i) { /* double rounds: the columns, then the diagonals */
+    FH_CHACHA_QR(x[0], x[4], x[8], x[12]);
+    FH_CHACHA_QR(x[1], x[5], x[9], x[13]);
+    FH_CHACHA_QR(x[2], x[6], x[10], x[14]);
+    FH_CHACHA_QR(x[3], x[7], x[11], x[15]);
+    FH_CHACHA_QR(x[0], x[5], x[10], x[15]);
+    FH_CHACHA_QR(x[1], x[6], x[11], x[12]);
+    FH_CHACHA_QR(x[2], x[7], x[8], x[13]);
+    FH_CHACHA_QR(x[3], x[4], x[9], x[14]);
+  }
+  for (int i = 0; i < 16; ++i) out[i] = x[i] + s[i];
+}
+#undef FH_CHACHA_QR
+#undef FH_CHACHA_ROTL
 /* Zero n bytes at p in a way the compiler keeps (sodium_memzero): keystream, keys. */
 void fh_ckks_wipe(void *p, size_t n);
 /* The Gaussian sampler's cumulative table (FH_CKKS_GAUSS_BOUND words, built at
