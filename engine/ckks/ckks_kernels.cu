@@ -1036,26 +1036,9 @@ __global__ void __launch_bounds__(EW_THREADS) lt_kernel(const __grid_constant__ 
       for (int s = 0; s < a.nsteps; ++s) {
         const uint64_t *key = a.key[s];
         const uint32_t src = key ? automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
-        uint64_t t0 = 0, t1 = 0;
-        if (key) {
-          const uint64_t *k0 = key + (int64_t)a.key_row[l] * n + i;
-          /* sums of 4 products < 4 q^2 < q 2^64: one Montgomery reduction per 4 digits */
-          for (int d0 = 0; d0 < nd; d0 += 4) {
-            const int d1 = d0 + 4 < nd ? d0 + 4 : nd;
-            unsigned __int128 acc0 = 0, acc1 = 0;
-            for (int d = d0; d < d1; ++d) {
-              const uint64_t v = __ldg(dig + d * a.d_ds + src);
-              acc0 += (unsigned __int128)v * __ldcs(k0 + d * a.key_ds);
-              acc1 += (unsigned __int128)v * __ldcs(k0 + d * a.key_ds + a.key_cs);
-            }
-            t0 = fh_mod_add(t0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
-            t1 = fh_mod_add(t1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
-          }
-        }
-        if (qrow) {
-          t0 = fh_mod_add(t0, fh_shoup_mul(x0[src], pm, pms, q), q);
-          if (!key) t1 = fh_mod_add(t1, fh_shoup_mul(x1[src], pm, pms, q), q);
-        }
+        uint64_t t0, t1;
+        fh_ckks_lt_terms(dig, a.d_ds, key ? key + (int64_t)a.key_row[l] * n + i : NULL, a.key_ds, a.key_cs, nd, src,
+                         qrow ? x0 : NULL, x1, pm, pms, q, qi, &t0, &t1);
         const uint64_t p = a.pt[s][g * a.pt_gs[s] + (int64_t)l * n + i];
         r0 = fh_mod_add(r0, fh_mont_mul(t0, p, q, qi), q);
         r1 = fh_mod_add(r1, fh_mont_mul(t1, p, q, qi), q);

@@ -933,7 +933,8 @@ static fh_status cpu_lt(const void *argp) {
       uint64_t *restrict o0 = a->out + g * a->out_gs + (int64_t)l * n, *restrict o1 = o0 + a->out_cs;
       const uint64_t *x0 = qrow ? a->x + g * a->x_gs + (int64_t)l * n : NULL, *x1 = qrow ? x0 + a->x_cs : NULL;
       const uint64_t *dig[FH_CKKS_MAX_DIGITS], *k0[FH_CKKS_MAX_DIGITS], *k1[FH_CKKS_MAX_DIGITS];
-      for (int d = 0; d < nd; ++d) dig[d] = a->d + g * a->d_gs + d * a->d_ds + (int64_t)l * n;
+      const uint64_t *d0p = nd > 0 ? a->d + g * a->d_gs + (int64_t)l * n : NULL; /* digit 0's row */
+      for (int d = 0; d < nd; ++d) dig[d] = d0p + d * a->d_ds;
 #ifdef _OPENMP
       uint64_t *mine = vec ? scratch + (size_t)omp_get_thread_num() * (size_t)(nd + 2) * (size_t)chunk : NULL;
 #else
@@ -967,27 +968,13 @@ static fh_status cpu_lt(const void *argp) {
           for (int64_t k = 0; k < chunk; ++k) {
             const int64_t i = i0 + k;
             const uint32_t src = ps[i];
-            uint64_t t0 = 0, t1 = 0;
-            if (t0v) {
-              t0 = t0v[k];
+            uint64_t t0, t1;
+            if (t0v) { /* a keyed step: the vector inner products, then P x_0 as the scalar path adds it */
+              t0 = x0 ? fh_mod_add(t0v[k], fh_shoup_mul(x0[src], pm, pms, q), q) : t0v[k];
               t1 = t1v[k];
-            } else if (keyed) {
-              /* sums of 4 products < 4 q^2 < q 2^64: one Montgomery reduction per 4 digits */
-              for (int d0 = 0; d0 < nd; d0 += 4) {
-                const int d1 = d0 + 4 < nd ? d0 + 4 : nd;
-                unsigned __int128 acc0 = 0, acc1 = 0;
-                for (int d = d0; d < d1; ++d) {
-                  const uint64_t v = dig[d][src];
-                  acc0 += (unsigned __int128)v * k0[d][i];
-                  acc1 += (unsigned __int128)v * k1[d][i];
-                }
-                t0 = fh_mod_add(t0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
-                t1 = fh_mod_add(t1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
-              }
-            }
-            if (qrow) {
-              t0 = fh_mod_add(t0, fh_shoup_mul(x0[src], pm, pms, q), q);
-              if (!keyed) t1 = fh_mod_add(t1, fh_shoup_mul(x1[src], pm, pms, q), q);
+            } else {
+              fh_ckks_lt_terms(d0p, a->d_ds, keyed && nd > 0 ? k0[0] + i : NULL, a->key_ds, a->key_cs, nd, src, x0, x1, pm, pms, q,
+                               qi, &t0, &t1);
             }
             const uint64_t v0 = fh_mont_mul(t0, pt[i], q, qi), v1 = fh_mont_mul(t1, pt[i], q, qi);
             o0[i] = first ? v0 : fh_mod_add(o0[i], v0, q);

@@ -366,6 +366,37 @@ typedef struct fh_ckks_lt_args {
   uint64_t pmod[FH_CKKS_MAX_PRIMES], pmod_shoup[FH_CKKS_MAX_PRIMES];
 } fh_ckks_lt_args;
 
+/* One coefficient i of one row of a linear-transform step, both back ends' code: dig points at
+ * the row of digit 0 (digit j at dig + j d_ds), key at the row and coefficient of digit 0's
+ * first component (NULL: a step without key), x0/x1 at the ciphertext's rows (NULL: a P row),
+ * src the automorphism's source slot. t0, t1 receive the step's two terms before the
+ * plaintext product: the digits' inner products with the key (Montgomery, reduced per 4
+ * digits: 4 products < 4 q^2 < q 2^64) plus pmod x_c'[src] (shoup pair pm, pms). */
+FH_HD void fh_ckks_lt_terms(const uint64_t *dig, int64_t d_ds, const uint64_t *key, int64_t key_ds, int64_t key_cs,
+                            int nd, uint32_t src, const uint64_t *x0, const uint64_t *x1, uint64_t pm, uint64_t pms,
+                            uint64_t q, uint64_t qi, uint64_t *t0, uint64_t *t1) {
+  uint64_t r0 = 0, r1 = 0;
+  if (key) {
+    for (int d0 = 0; d0 < nd; d0 += 4) {
+      const int d1 = d0 + 4 < nd ? d0 + 4 : nd;
+      unsigned __int128 acc0 = 0, acc1 = 0;
+      for (int d = d0; d < d1; ++d) {
+        const uint64_t v = dig[d * d_ds + src];
+        acc0 += (unsigned __int128)v * key[d * key_ds];
+        acc1 += (unsigned __int128)v * key[d * key_ds + key_cs];
+      }
+      r0 = fh_mod_add(r0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
+      r1 = fh_mod_add(r1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
+    }
+  }
+  if (x0) {
+    r0 = fh_mod_add(r0, fh_shoup_mul(x0[src], pm, pms, q), q);
+    if (!key) r1 = fh_mod_add(r1, fh_shoup_mul(x1[src], pm, pms, q), q);
+  }
+  *t0 = r0;
+  *t1 = r1;
+}
+
 /* ---- small random rows from a reserved keystream run ---------------------------------
  * out: nt ternary rows, then ng Gaussian rows, of n int64 coefficients each (row r at
  * out + r * n), from the run at pos (fh/ckks_random.h): ternary row r takes words
