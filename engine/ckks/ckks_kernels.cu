@@ -759,6 +759,23 @@ fh_status ks_inner_of_core(const fh_ckks_ks_core_args *a, void *stream) {
   return k_ks_inner(&k, stream);
 }
 
+/* Whether a key switch whose fused second kernel (ks2) would run `blocks` blocks splits it
+ * instead: ks2 walks every digit in one block, so a grid of fewer blocks than twice the SMs
+ * leaves SMs idle (N = 2^14: 72 blocks on 132 SMs); split, the digits' chunk stages run in
+ * parallel and the inner product reads them back (the digits cross memory twice more).
+ * FHELIUM_CUDA_KS=fused or split overrides the choice (a benchmarking aid). */
+bool ks_split(unsigned blocks) {
+  static int mode = -1; /* 0 auto, 1 fused, 2 split */
+  if (mode < 0) {
+    const char *v = getenv("FHELIUM_CUDA_KS");
+    mode = v && strcmp(v, "fused") == 0 ? 1 : v && strcmp(v, "split") == 0 ? 2 : 0;
+  }
+  if (mode != 0) return mode == 2;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+  return blocks < 2u * (unsigned)fh__cuda_sm_count(dev);
+}
+
 fh_status k_ks_core(const void *argp, void *stream) {
   const fh_ckks_ks_core_args *a = (const fh_ckks_ks_core_args *)argp;
   const fh_ckks_modup_args *u = &a->up;
@@ -789,9 +806,30 @@ fh_status k_ks_core(const void *argp, void *stream) {
   const int nsrc_rows = u->first[u->ndigits - 1] + u->nsrc[u->ndigits - 1];
   if (a->scaled == NULL) return fh_error_set(FH_ERR_EXECUTION, "ckks_ks_core: no scratch for the scaled sources");
   ks0_kernel<<<dim3(blocks_for(n, EW_THREADS), nsrc_rows, gz), EW_THREADS, 0, h>>>(*a);
-  ks1_kernel<<<dim3(tiles, u->ndigits * u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
-  ks2_kernel<<<dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
-  return launched("kernel 'ckks_ks_core'");
+  if (!ks_split(tiles * (unsigned)u->nrows * gz)) {
+    ks1_kernel<<<dim3(tiles, u->ndigits * u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
+    ks2_kernel<<<dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
+    return launched("kernel 'ckks_ks_core'");
+  }
+  /* split: ks1 on every row (a digit's own rows too), the chunk stages of every digit in
+   * parallel into the scratch, then the inner product with the key */
+  fh_ckks_ks_core_args b = *a;
+  b.in_ntt = NULL;
+  ks1_kernel<<<dim3(tiles, u->ndigits * u->nrows, gz), NTT_THREADS, 0, h>>>(b);
+  fh_ckks_ntt_args t;
+  memset(&t, 0, sizeof t);
+  t.out = u->out;
+  t.in = u->out;
+  t.out_gs = t.in_gs = u->out_ds; /* [G][ndigits][nrows][N]: G * ndigits groups of nrows rows */
+  t.ngroups = u->ngroups * u->ndigits;
+  t.nlimbs = u->nrows;
+  t.log_n = u->log_n;
+  t.primes = u->primes;
+  t.ntt = a->ntt;
+  memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
+  ntt_chunk_kernel<true><<<dim3(tiles, u->nrows, grid_z(t.ngroups)), NTT_THREADS, 0, h>>>(t);
+  fh_status st = launched("kernel 'ckks_ks_core'");
+  return st == FH_OK ? ks_inner_of_core(a, stream) : st;
 }
 
 /* ==== mod-down to the NTT domain ========================================================
