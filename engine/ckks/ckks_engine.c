@@ -285,19 +285,7 @@ static fh_status sample_small(fh_ckks_engine *e, fh__ckks_launcher *L, int64_t n
   const int64_t n = e->ctx->ring_degree;
   int64_t shape[2] = {nt + ng, n};
   fh_status st = fh__ckks_temp(L, 2, shape, out);
-  if (st != FH_OK) return st;
-  fh_ckks_sample_args a;
-  memset(&a, 0, sizeof a);
-  a.out = (int64_t *)fh_tensor_data(*out);
-  a.n = n;
-  a.nt = (int32_t)nt;
-  a.ng = (int32_t)ng;
-  fh_ckks_rng_reserve(e->rng, (uint64_t)nt * fh_ckks_ternary_words((uint64_t)n) +
-                                  (uint64_t)ng * fh_ckks_gaussian_words((uint64_t)n), &a.pos);
-  memcpy(a.cdt, fh_ckks_gaussian_table(), sizeof a.cdt);
-  st = fh__ckks_submit(L, FH_K_CKKS_SAMPLE, &a, sizeof a);
-  fh_ckks_wipe(&a.pos, sizeof a.pos);
-  return st;
+  return st == FH_OK ? fh__ckks_sample(L, e->rng, (int64_t *)fh_tensor_data(*out), n, nt, ng) : st;
 }
 
 /* uint64 [count, np, N]: row (i, l) uniform modulo primes[l]. */
@@ -963,6 +951,37 @@ static fh_status ks_temps(fh__ckks_launcher *L, const fh__ckks_ks_geo *k, int64_
   return st;
 }
 
+void fh__ckks_moddown_args(const fh_ckks_tables *tb, fh_ckks_moddown_args *m, uint64_t *w, int64_t w_gs,
+                           int64_t ngroups, int src0, int nsrc, int dst0, int ndst, const uint64_t *consts,
+                           const uint64_t *c_const, uint64_t *t, const uint64_t *a, int64_t a_gs) {
+  memset(m, 0, sizeof *m);
+  fh_ckks_bconv_args *b = &m->conv;
+  b->out = t;
+  b->out_gs = (int64_t)ndst * tb->n;
+  b->in = w;
+  b->in_gs = w_gs;
+  b->ngroups = ngroups;
+  b->nsrc = nsrc;
+  b->ndst = ndst;
+  b->log_n = tb->log_n;
+  b->primes = tb->primes_dev;
+  b->consts = consts;
+  b->center = 1;
+  for (int i = 0; i < nsrc; ++i) {
+    b->src_prime[i] = src0 + i;
+    b->src_row[i] = i;
+  }
+  m->ntt = tb->ntt;
+  m->a = a;
+  m->a_gs = a_gs;
+  for (int i = 0; i < ndst; ++i) {
+    b->dst_prime[i] = dst0 + i;
+    b->dst_row[i] = i;
+    m->c_const[i] = c_const[i];
+    m->c_shoup[i] = fh_shoup_precompute(c_const[i], tb->primes[dst0 + i]);
+  }
+}
+
 static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k, int64_t G,
                             uint64_t *A, uint64_t *w, uint64_t *t, bool ntt_out, uint64_t *out0, uint64_t *out1,
                             int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs) {
@@ -973,48 +992,20 @@ static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, 
   fh_status st;
   if ((st = fh__ckks_ntt(L, false, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, qp + la, np)))
     return st;
-  fh_ckks_bconv_args b;
-  memset(&b, 0, sizeof b);
-  b.out = t;
-  b.out_gs = (int64_t)la * n;
-  b.in = w;
-  b.in_gs = (int64_t)np * n;
-  b.ngroups = 2 * G;
-  b.nsrc = np;
-  b.ndst = la;
-  b.log_n = tb->log_n;
-  b.primes = tb->primes_dev;
-  b.consts = tb->moddown[level];
-  b.center = 1;
-  for (int i = 0; i < np; ++i) {
-    b.src_prime[i] = nq + i;
-    b.src_row[i] = i;
-  }
-  for (int i = 0; i < la; ++i) {
-    b.dst_prime[i] = level + i;
-    b.dst_row[i] = i;
-  }
+  fh_ckks_moddown_args m;
+  fh__ckks_moddown_args(tb, &m, w, (int64_t)np * n, 2 * G, nq, np, level, la, tb->moddown[level], tb->p_inv + level, t,
+                        A, (int64_t)lk * n);
   if (ntt_out) {
     /* conversion, NTT and (A - t) P^-1 (+ add) in one launch (fh_ckks_moddown_args) */
-    fh_ckks_moddown_args m;
-    memset(&m, 0, sizeof m);
-    m.conv = b;
-    m.ntt = tb->ntt;
-    m.a = A;
-    m.a_gs = (int64_t)lk * n;
     m.out[0] = out0;
     m.out[1] = out1;
     m.add[0] = add0;
     m.add[1] = add1;
     m.out_gs = out_gs;
     m.add_gs = add_gs;
-    for (int i = 0; i < la; ++i) {
-      m.c_const[i] = tb->p_inv[level + i];
-      m.c_shoup[i] = fh_shoup_precompute(m.c_const[i], tb->primes[level + i]);
-    }
     return fh__ckks_submit(L, FH_K_CKKS_MODDOWN, &m, sizeof m);
   }
-  if ((st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &b, sizeof b))) return st;
+  if ((st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &m.conv, sizeof m.conv))) return st;
   if ((st = fh__ckks_ntt(L, false, A, (int64_t)lk * n, A, (int64_t)lk * n, 2 * G, qp, la))) return st;
   uint64_t *outs[2] = {out0, out1};
   const uint64_t *adds[2] = {add0, add1};

@@ -321,33 +321,11 @@ fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, f
       uint64_t *w = fh__ckks_ptr(ts[1]), *t = fh__ckks_ptr(ts[2]);
       st = fh__ckks_ntt(&L, false, w, n, c, gs, G, p, 1);
       fh_ckks_moddown_args m;
-      memset(&m, 0, sizeof m);
-      fh_ckks_bconv_args *b = &m.conv;
-      b->out = t;
-      b->out_gs = ogs;
-      b->in = w;
-      b->in_gs = n;
-      b->ngroups = G;
-      b->nsrc = 1;
-      b->ndst = lo;
-      b->log_n = tb->log_n;
-      b->primes = tb->primes_dev;
-      b->consts = tb->rescale[level];
-      b->center = 1;
-      b->src_prime[0] = level;
-      b->src_row[0] = 0;
-      m.ntt = tb->ntt;
-      m.a = c + n;
-      m.a_gs = gs;
+      fh__ckks_moddown_args(tb, &m, w, n, G, level, 1, level + 1, lo, tb->rescale[level],
+                            tb->rescale_inv + (size_t)level * nq + level + 1, t, c + n, gs);
       m.out[0] = o;
       m.out[1] = o + ogs;
       m.out_gs = 2 * ogs;
-      for (int i = 0; i < lo; ++i) {
-        b->dst_prime[i] = level + 1 + i;
-        b->dst_row[i] = i;
-        m.c_const[i] = tb->rescale_inv[(size_t)level * nq + level + 1 + i];
-        m.c_shoup[i] = fh_shoup_precompute(m.c_const[i], tb->primes[level + 1 + i]);
-      }
       if (st == FH_OK) st = fh__ckks_submit(&L, FH_K_CKKS_MODDOWN, &m, sizeof m);
     }
   }
@@ -738,11 +716,12 @@ fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const 
     st = fh__ckks_ntt(&L, false, fh__ckks_ptr(dt), gs, fh__ckks_ptr(cd) + cs, gs, gc.B, p, gc.la);
   if (st == FH_OK && (st = fh__ckks_hoist_begin(e, &L, gc.level, gc.B, fh__ckks_ptr(dt), gs, false, &h)) == FH_OK)
     hoisted = true;
+  /* the launches' common part once; each takes up to FH_CKKS_LT_STEPS steps */
   const fh__ckks_ks_geo *k = &h.k;
-  for (int i0 = 0; i0 < nsteps && st == FH_OK; i0 += FH_CKKS_LT_STEPS) {
-    fh_ckks_lt_args a;
-    memset(&a, 0, sizeof a);
-    const int64_t rs = (int64_t)k->lk * n;
+  const int64_t rs = (int64_t)k->lk * n;
+  fh_ckks_lt_args a;
+  memset(&a, 0, sizeof a);
+  if (hoisted) {
     a.out = fh__ckks_ptr(h.acc);
     a.out_gs = 2 * rs;
     a.out_cs = rs;
@@ -757,8 +736,6 @@ fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const 
     a.nrows = k->lk;
     a.nq_rows = k->la;
     a.log_n = tb->log_n;
-    a.nsteps = nsteps - i0 < FH_CKKS_LT_STEPS ? nsteps - i0 : FH_CKKS_LT_STEPS;
-    a.accumulate = i0 > 0;
     a.primes = tb->primes_dev;
     memcpy(a.prime, k->qp, sizeof(int32_t) * (size_t)k->lk);
     memcpy(a.key_row, k->qp, sizeof(int32_t) * (size_t)k->lk);
@@ -766,19 +743,19 @@ fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const 
       a.pmod[r] = tb->p_mod[gc.level + r];
       a.pmod_shoup[r] = fh_shoup_precompute(a.pmod[r], tb->primes[gc.level + r]);
     }
+  }
+  for (int i0 = 0; i0 < nsteps && st == FH_OK; i0 += FH_CKKS_LT_STEPS) {
+    a.nsteps = nsteps - i0 < FH_CKKS_LT_STEPS ? nsteps - i0 : FH_CKKS_LT_STEPS;
+    a.accumulate = i0 > 0;
     int saved = L.nuses;
     for (int s = 0; s < a.nsteps; ++s) {
       const int i = i0 + s;
       a.pt[s] = fh__ckks_ptr(ptd[i]);
       a.pt_gs[s] = ptd[i]->ndim > 2 ? rs : 0;
       fh__ckks_use(&L, ptd[i]);
-      if (rk[i] != NULL) {
-        a.galois[s] = fh__ckks_galois_of_step(e, canon[i]);
-        a.key[s] = fh__ckks_key_digits(k, fh_value_data(rk[i]), &a.key_ds, &a.key_cs);
-        fh__ckks_use(&L, fh_value_data(rk[i]));
-      } else {
-        a.galois[s] = 1;
-      }
+      a.galois[s] = rk[i] ? fh__ckks_galois_of_step(e, canon[i]) : 1;
+      a.key[s] = rk[i] ? fh__ckks_key_digits(k, fh_value_data(rk[i]), &a.key_ds, &a.key_cs) : NULL;
+      if (rk[i]) fh__ckks_use(&L, fh_value_data(rk[i]));
     }
     st = fh__ckks_submit(&L, FH_K_CKKS_LT, &a, sizeof a);
     L.nuses = saved;

@@ -96,6 +96,15 @@ fh_status fh__ckks_hoist_step(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_
                               const uint64_t *add0, int64_t add_gs);
 void fh__ckks_hoist_end(fh__ckks_hoist *h);
 
+/* The arguments of a mod-down (fh_ckks_moddown_args) from the nsrc coefficient-domain rows of
+ * each of the ngroups groups of w (primes src0.., group stride w_gs; centred conversion with the
+ * table `consts`, scratch t of ndst rows a group) to the ndst Q rows from prime dst0 on, scaled by
+ * c_const[i]: (a - conv) c_const, a with group stride a_gs. The outputs (out, add) are the
+ * caller's to set. */
+void fh__ckks_moddown_args(const fh_ckks_tables *tb, fh_ckks_moddown_args *m, uint64_t *w, int64_t w_gs,
+                           int64_t ngroups, int src0, int nsrc, int dst0, int ndst, const uint64_t *consts,
+                           const uint64_t *c_const, uint64_t *t, const uint64_t *a, int64_t a_gs);
+
 /* A key-switching key's digits from k->j0 on (the key's data, contiguous): the first digit's
  * address, the digit stride (ds) and the component stride (cs), in words. */
 const uint64_t *fh__ckks_key_digits(const fh__ckks_ks_geo *k, const fh_tensor *key, int64_t *ds, int64_t *cs);

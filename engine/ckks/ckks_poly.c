@@ -816,16 +816,21 @@ fh_status fh_ckks_poly_sample(fh_ckks_tables *tb, fh_ckks_rng *r, int nt, int ng
   fh_tensor *out = NULL;
   if ((st = fh_tensor_empty(2, shape, &o, &out)) != FH_OK) return st;
   fh__ckks_use(&L, out);
+  st = fh__ckks_sample(&L, r, (int64_t *)fh_tensor_data(out), tb->n, nt, ng);
+  return fh__deliver(st, out, result);
+}
+
+fh_status fh__ckks_sample(fh__ckks_launcher *L, fh_ckks_rng *r, int64_t *out, int64_t n, int64_t nt, int64_t ng) {
   fh_ckks_sample_args a;
   memset(&a, 0, sizeof a);
-  a.out = (int64_t *)fh_tensor_data(out);
-  a.n = tb->n;
-  a.nt = nt;
-  a.ng = ng;
-  fh_ckks_rng_reserve(r, (uint64_t)nt * fh_ckks_ternary_words((uint64_t)tb->n) +
-                             (uint64_t)ng * fh_ckks_gaussian_words((uint64_t)tb->n), &a.pos);
+  a.out = out;
+  a.n = n;
+  a.nt = (int32_t)nt;
+  a.ng = (int32_t)ng;
+  fh_ckks_rng_reserve(r, (uint64_t)nt * fh_ckks_ternary_words((uint64_t)n) + (uint64_t)ng * fh_ckks_gaussian_words((uint64_t)n),
+                      &a.pos);
   memcpy(a.cdt, fh_ckks_gaussian_table(), sizeof a.cdt);
-  st = fh__ckks_submit(&L, FH_K_CKKS_SAMPLE, &a, sizeof a);
-  fh_ckks_wipe(&a.pos, sizeof a.pos);
-  return fh__deliver(st, out, result);
+  fh_status st = fh__ckks_submit(L, FH_K_CKKS_SAMPLE, &a, sizeof a);
+  fh_ckks_wipe(&a.pos, sizeof a.pos); /* the stream's key */
+  return st;
 }

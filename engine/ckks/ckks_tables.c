@@ -100,8 +100,12 @@ fh_status fh_ckks_fhelium_ntt_order(uint64_t q, int log_n, uint64_t psi, uint32_
 _Static_assert(sizeof(fh_ckks_prime) % sizeof(uint64_t) == 0, "fh_ckks_prime is a whole number of words");
 
 typedef struct layout {
-  size_t primes, ntt, rot, ksi, garner, bconv, total;
+  size_t primes, ntt, rot, ksi, garner, bconv, rescale, total;
 } layout;
+
+/* words before level l's one-prime rescale conversion (q_l -> the nq - l - 1 primes above it),
+ * from lo.rescale: the sum of bconv_words(1, nq - k - 1) = nq - k + 1 over k < l */
+static size_t rescale_at(int nq, int l) { return (size_t)l * (size_t)(nq + 1) - (size_t)l * (size_t)(l - 1) / 2; }
 
 static int digit_lo(const fh_ckks_tables *t, int j) { return t->digit_start[j]; }
 static int digit_hi(const fh_ckks_tables *t, int j) { return t->digit_start[j + 1]; } /* exclusive */
@@ -290,28 +294,19 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
       w += bconv_words(np, la);
     }
   }
-  size_t *rescale_off = fh_calloc((size_t)nq, sizeof *rescale_off);
-  t->rescale = fh_calloc((size_t)nq, sizeof *t->rescale);
-  if (!rescale_off || !t->rescale) {
-    fh_free(modup_off);
-    fh_free(moddown_off);
-    fh_free(rescale_off);
-    tables_free(t);
-    return fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
-  }
-  for (int l = 0; l + 1 < nq; ++l) {
-    rescale_off[l] = w;
-    w += bconv_words(1, nq - l - 1);
-  }
+  /* the rescales' one-prime conversions, level after level */
+  lo.rescale = w;
+  w += rescale_at(nq, nq - 1);
   lo.total = w;
 
   t->rescale_inv = fh_calloc((size_t)nq * (size_t)nq, sizeof(uint64_t));
   t->p_inv = fh_calloc((size_t)nq, sizeof(uint64_t));
   t->p_mod = fh_calloc((size_t)nq, sizeof(uint64_t));
+  t->rescale = fh_calloc((size_t)nq, sizeof *t->rescale);
   fh_tensor *host = NULL;
   fh_tensor_options o = {FH_UINT64, fh_cpu(), false, false};
   int64_t shape[1] = {(int64_t)lo.total};
-  if (!t->rescale_inv || !t->p_inv || !t->p_mod) {
+  if (!t->rescale_inv || !t->p_inv || !t->p_mod || !t->rescale) {
     st = fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
   } else {
     st = fh_tensor_empty(1, shape, &o, &host);
@@ -319,7 +314,6 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
   if (st != FH_OK) {
     fh_free(modup_off);
     fh_free(moddown_off);
-    fh_free(rescale_off);
     tables_free(t);
     return st;
   }
@@ -332,7 +326,6 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
   if (pw == NULL) {
     fh_free(modup_off);
     fh_free(moddown_off);
-    fh_free(rescale_off);
     fh_tensor_release(host);
     tables_free(t);
     return fh_error_set(FH_ERR_MEMORY, "out of memory building CKKS tables");
@@ -408,7 +401,7 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
   for (int l = 0; l + 1 < nq; ++l) {
     src[0] = l;
     for (int i = l + 1; i < nq; ++i) dst[i - l - 1] = i;
-    fh_ckks_bconv_constants(t, src, 1, dst, nq - l - 1, base + rescale_off[l]);
+    fh_ckks_bconv_constants(t, src, 1, dst, nq - l - 1, base + lo.rescale + rescale_at(nq, l));
   }
   for (int l = 0; l + 1 < nq; ++l) {
     uint64_t qd = primes[l]; /* dropped by a rescale at level l */
@@ -435,7 +428,6 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
     if (st != FH_OK) {
       fh_free(modup_off);
       fh_free(moddown_off);
-      fh_free(rescale_off);
       tables_free(t);
       return st;
     }
@@ -452,10 +444,9 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
       t->modup[l * t->dnum + j] = digit_active(t, j, l) ? d + modup_off[l * t->dnum + j] : NULL;
     t->moddown[l] = d + moddown_off[l];
   }
-  for (int l = 0; l + 1 < nq; ++l) t->rescale[l] = d + rescale_off[l];
+  for (int l = 0; l + 1 < nq; ++l) t->rescale[l] = d + lo.rescale + rescale_at(nq, l);
   fh_free(modup_off);
   fh_free(moddown_off);
-  fh_free(rescale_off);
   *out = t;
   return FH_OK;
 }

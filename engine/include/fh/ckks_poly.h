@@ -122,6 +122,9 @@ void fh__ckks_ew_init(fh__ckks_launcher *L, fh_ckks_ew_args *a, int op, int64_t 
                       int nlimbs);
 /* Shoup companion helper: a->c_const[l] = c, a->c_shoup[l] = shoup(c). */
 void fh__ckks_ew_set_const(fh__ckks_launcher *L, fh_ckks_ew_args *a, int l, uint64_t c);
+/* nt ternary rows, then ng Gaussian rows, of n int64 coefficients at out (the launcher's device,
+ * already in its uses) from the next run of r's stream (FH_K_CKKS_SAMPLE). */
+fh_status fh__ckks_sample(fh__ckks_launcher *L, fh_ckks_rng *r, int64_t *out, int64_t n, int64_t nt, int64_t ng);
 /* Allocate an uninitialised uint64 tensor on the launcher's device and add it to the uses. */
 fh_status fh__ckks_temp(fh__ckks_launcher *L, int ndim, const int64_t *shape, fh_tensor **out);
 static inline uint64_t *fh__ckks_ptr(const fh_tensor *t) { return (uint64_t *)fh_tensor_data(t); }
