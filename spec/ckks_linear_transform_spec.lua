@@ -163,6 +163,12 @@ describe("CkksEngine:linear_transform", function()
         local ct = e:coefficient_domain_to_ntt_domain(e:encrypt_message(m:to(device), pk))
         local _, pts = diagonals(e, g, #steps, S, "QP")
         res[device] = e:linear_transform(ct, steps, pts)
+        -- 20 steps: two launches (FH_CKKS_LT_STEPS = 16, the second accumulating); on CUDA
+        -- every lane count of the kernel's step split runs (FHELIUM_CUDA_LT) in the gpu runs
+        local steps20, pts20 = {}, {}
+        for k = 1, 20 do steps20[k] = steps[(k - 1) % #steps + 1] end
+        _, pts20 = diagonals(e, g, #steps20, S, "QP")
+        res[device .. " 20"] = e:linear_transform(ct, steps20, pts20)
         if device == "cuda:0" then
           local prog = ex.CudaGraphProgram.capture(function(x) return e:linear_transform(x, steps, pts) end,
             { example_inputs = { ct } })
@@ -172,6 +178,7 @@ describe("CkksEngine:linear_transform", function()
         end
       end
       assert.is_true(fh.equal(res.cpu.data, res["cuda:0"].data:cpu()), "cuda:0 against the CPU")
+      assert.is_true(fh.equal(res["cpu 20"].data, res["cuda:0 20"].data:cpu()), "20 steps: cuda:0 against the CPU")
     end
   end)
 

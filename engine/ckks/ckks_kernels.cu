@@ -1049,12 +1049,94 @@ __global__ void __launch_bounds__(EW_THREADS) lt_kernel(const __grid_constant__ 
   }
 }
 
+/* The same sum with the steps shared among LANES threads per coefficient: a block of
+ * EW_THREADS threads takes EW_THREADS / LANES coefficients, thread (lane, c) the steps
+ * lane, lane + LANES, ..; the lanes' partial sums meet in shared memory and lane 0 adds
+ * them (sums mod q in any order: the same words). LANES times the threads of lt_kernel,
+ * each with 1/LANES of its chain of dependent loads: at N = 2^14 lt_kernel's 147k
+ * threads are too few to hide the latency of the key reads. */
+template <int LANES>
+__global__ void __launch_bounds__(EW_THREADS) lt_lanes_kernel(const __grid_constant__ fh_ckks_lt_args a) {
+  constexpr int COEFFS = EW_THREADS / LANES;
+  __shared__ uint64_t part[2][LANES - 1][COEFFS];
+  const int l = blockIdx.y;
+  const int64_t n = (int64_t)1 << a.log_n;
+  const fh_ckks_prime &pr = a.primes[a.prime[l]];
+  const uint64_t q = pr.q, qi = pr.qinv;
+  const bool qrow = l < a.nq_rows;
+  const uint64_t pm = qrow ? a.pmod[l] : 0, pms = qrow ? a.pmod_shoup[l] : 0;
+  const int nd = a.ndigits;
+  const int lane = threadIdx.x / COEFFS, c = threadIdx.x % COEFFS;
+  const int64_t i = (int64_t)blockIdx.x * COEFFS + c; /* the grid covers n exactly (n >= COEFFS) */
+  GROUPS(g, a.ngroups) {
+    uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
+    const uint64_t *dig = a.d ? a.d + g * a.d_gs + (int64_t)l * n : NULL;
+    const uint64_t *x0 = a.x + g * a.x_gs + (int64_t)l * n, *x1 = x0 + a.x_cs;
+    uint64_t r0 = 0, r1 = 0;
+    for (int s = lane; s < a.nsteps; s += LANES) {
+      const uint64_t *key = a.key[s];
+      const uint32_t src = key ? automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
+      uint64_t t0, t1;
+      fh_ckks_lt_terms(dig, a.d_ds, key ? key + (int64_t)a.key_row[l] * n + i : NULL, a.key_ds, a.key_cs, nd, src,
+                       qrow ? x0 : NULL, x1, pm, pms, q, qi, &t0, &t1);
+      const uint64_t p = a.pt[s][g * a.pt_gs[s] + (int64_t)l * n + i];
+      r0 = fh_mod_add(r0, fh_mont_mul(t0, p, q, qi), q);
+      r1 = fh_mod_add(r1, fh_mont_mul(t1, p, q, qi), q);
+    }
+    if (lane > 0) {
+      part[0][lane - 1][c] = r0;
+      part[1][lane - 1][c] = r1;
+    }
+    __syncthreads();
+    if (lane == 0) {
+      if (a.accumulate) {
+        r0 = fh_mod_add(r0, o0[i], q);
+        r1 = fh_mod_add(r1, o1[i], q);
+      }
+#pragma unroll
+      for (int k = 0; k < LANES - 1; ++k) {
+        r0 = fh_mod_add(r0, part[0][k][c], q);
+        r1 = fh_mod_add(r1, part[1][k][c], q);
+      }
+      o0[i] = r0;
+      o1[i] = r1;
+    }
+    __syncthreads(); /* the next group's partial sums reuse part */
+  }
+}
+
+/* Lanes per coefficient: FHELIUM_CUDA_LT=1, 2, 4 or 8 (a benchmarking aid), else
+ * LT_LANES_DEFAULT, never more than the launch's steps. */
+constexpr int LT_LANES_DEFAULT = 4;
+int lt_lanes(int nsteps) {
+  static int forced = -1;
+  if (forced < 0) {
+    const char *v = getenv("FHELIUM_CUDA_LT");
+    const int k = v ? atoi(v) : 0;
+    forced = k == 1 || k == 2 || k == 4 || k == 8 ? k : 0;
+  }
+  int lanes = forced ? forced : LT_LANES_DEFAULT;
+  while (lanes > 1 && lanes > nsteps) lanes /= 2;
+  return lanes;
+}
+
 fh_status k_lt(const void *argp, void *stream) {
   const fh_ckks_lt_args *a = (const fh_ckks_lt_args *)argp;
   if (a->ngroups <= 0 || a->nrows <= 0 || a->nsteps <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
-  const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
-  lt_kernel<<<dim3(blocks_for(n, threads), a->nrows, grid_z(a->ngroups)), threads, 0, (cudaStream_t)stream>>>(*a);
+  cudaStream_t h = (cudaStream_t)stream;
+  int lanes = lt_lanes(a->nsteps);
+  if (n < EW_THREADS / lanes) lanes = 1;
+  const dim3 grid(blocks_for(n, EW_THREADS / lanes), a->nrows, grid_z(a->ngroups));
+  switch (lanes) {
+  case 8: lt_lanes_kernel<8><<<grid, EW_THREADS, 0, h>>>(*a); break;
+  case 4: lt_lanes_kernel<4><<<grid, EW_THREADS, 0, h>>>(*a); break;
+  case 2: lt_lanes_kernel<2><<<grid, EW_THREADS, 0, h>>>(*a); break;
+  default: {
+    const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
+    lt_kernel<<<dim3(blocks_for(n, threads), a->nrows, grid_z(a->ngroups)), threads, 0, h>>>(*a);
+  }
+  }
   return launched("kernel 'ckks_lt'");
 }
 

@@ -1,5 +1,6 @@
 -- scripts/bench/soak.lua: long runs with flat memory (issue 19; docs/faults.md, "Soaks").
 --   scripts/run scripts/bench/soak.lua [--device cpu|cuda|cuda:N] [--replays N] [--copies N] [--points K]
+--                                      [--trim yes|no]
 -- Two soaks, one after the other:
 --   replays  replays of a captured CKKS program (multiply, relinearize,
 --            rescale at fh.Preset.slots8192_scale40_levels7_int64): a
@@ -14,7 +15,13 @@
 --   soak replays i=<iteration> rss=<bytes> [reserved=<bytes> allocated=<bytes>
 --        pinned_reserved=<bytes> pinned_allocated=<bytes>]
 -- (host RSS from /proc/self/statm; the device's caching allocator and the
--- pinned allocator on CUDA only). After the points, for each curve, the
+-- pinned allocator on CUDA only), then a detail line that says where the RSS
+-- is, not judged:
+--   soak replays detail i=<iteration> lua=<bytes> [heap_used=<bytes> heap_held=<bytes>]
+-- (LuaJIT's heap; glibc's heap, every arena and mmap'd chunk: bytes in use and
+-- bytes held, from mallinfo2). --trim yes returns the C heap's free pages to the
+-- system (malloc_trim) before each point, so the RSS counts what is in use, not
+-- the heap's high-water mark. After the points, for each curve, the
 -- growth per 10^5 iterations from the first point after warm-up to the last
 -- (warm-up: the first 10% of the iterations, and at least 20 replays or 1000
 -- copies: LuaJIT's heap reaches its high-water mark under the GC storms only
@@ -34,9 +41,17 @@ local ffi = require "ffi"
 
 pcall(ffi.cdef, "long sysconf(int name);")
 local PAGE = tonumber(ffi.C.sysconf(30)) -- _SC_PAGESIZE
+-- glibc's heap statistics (every arena) and trim, where the C library has them
+pcall(ffi.cdef, [[
+struct fh_soak_mallinfo2 { size_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost; };
+struct fh_soak_mallinfo2 mallinfo2(void);
+int malloc_trim(size_t pad);
+]])
+local has_mallinfo = pcall(function() return ffi.C.mallinfo2 end)
+local has_trim = pcall(function() return ffi.C.malloc_trim end)
 
 local function usage(msg)
-  io.stderr:write("soak: ", msg, "\nusage: soak.lua [--device cpu|cuda|cuda:N] [--replays N] [--copies N] [--points K]\n")
+  io.stderr:write("soak: ", msg, "\nusage: soak.lua [--device cpu|cuda|cuda:N] [--replays N] [--copies N] [--points K] [--trim yes|no]\n")
   os.exit(2)
 end
 
@@ -46,10 +61,12 @@ do
   while i <= #arg do
     local a = arg[i]
     local k = a:match("^%-%-(%a+)$")
-    if not k or not ({ device = 1, replays = 1, copies = 1, points = 1 })[k] then usage("unknown option " .. a) end
+    if not k or not ({ device = 1, replays = 1, copies = 1, points = 1, trim = 1 })[k] then usage("unknown option " .. a) end
     local v = arg[i + 1]
     if v == nil then usage(a .. " needs a value") end
-    if k ~= "device" then
+    if k == "trim" then
+      if v ~= "yes" and v ~= "no" then usage("--trim expects yes or no, got " .. v) end
+    elseif k ~= "device" then
       local n = tonumber(v)
       if not n or n < 0 or n % 1 ~= 0 then usage(a .. " expects a non-negative integer, got " .. v) end
       v = n
@@ -72,6 +89,8 @@ local REPLAYS = opt.replays or (cuda and 1000000 or 2000)
 local COPIES = opt.copies or (cuda and 100000 or 20000)
 local POINTS = math.max(1, opt.points or 10)
 local GC_EVERY = 100
+local TRIM = opt.trim == "yes"
+if TRIM and not has_trim then usage("--trim yes: this C library has no malloc_trim") end
 
 local function rss()
   local f = assert(io.open("/proc/self/statm", "r"))
@@ -92,7 +111,16 @@ local function sample(i)
   collectgarbage("collect")
   collectgarbage("collect") -- finalizers of the first pass release what they own
   if cuda then fh.cuda.synchronize(DEVINDEX) end
+  if TRIM then ffi.C.malloc_trim(0) end -- free heap pages back to the system before reading the RSS
   local s = { i = i, rss = rss() }
+  -- where the RSS is (a detail line, not judged): the C heap's bytes in use and held
+  -- (every arena and mmap'd chunk) and LuaJIT's heap
+  s.lua = math.floor(collectgarbage("count") * 1024)
+  if has_mallinfo then
+    local m = ffi.C.mallinfo2()
+    s.heap_used = tonumber(m.uordblks + m.hblkhd)
+    s.heap_held = tonumber(m.arena + m.hblkhd)
+  end
   if cuda then
     local m = fh.cuda.memory_stats(DEVINDEX)
     local p = fh.cuda.pinned_memory_stats()
@@ -112,6 +140,9 @@ local function soak(name, n, warmup_min, step)
     local parts = { "soak", name, "i=" .. s.i }
     for _, c in ipairs(CURVES) do parts[#parts + 1] = ("%s=%d"):format(c, s[c]) end
     out(unpack(parts))
+    local d = { "soak", name, "detail", "i=" .. s.i, "lua=" .. s.lua }
+    if s.heap_used then d[#d + 1] = ("heap_used=%d heap_held=%d"):format(s.heap_used, s.heap_held) end
+    out(unpack(d))
   end
   show(samples[1])
   local t0 = os.clock()
