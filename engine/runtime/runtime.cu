@@ -366,16 +366,18 @@ fh_status fh_stream_wait_stream(fh_stream *s, fh_stream *other) {
   fh_status st = fh__cuda_use_device(other->dev.index);
   if (st != FH_OK) return st;
   cudaEvent_t ev = NULL;
-  FH_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+  if ((st = fh__cuda_event_get(other->dev.index, &ev)) != FH_OK) return st;
   cudaError_t e = cudaEventRecord(ev, other->h);
   if (e == cudaSuccess) {
     if ((st = fh__cuda_use_device(s->dev.index)) != FH_OK) {
-      (void)cudaEventDestroy(ev);
+      fh__cuda_event_put(other->dev.index, ev);
       return st;
     }
     e = cudaStreamWaitEvent(s->h, ev, 0);
   }
-  (void)cudaEventDestroy(ev); /* a pending wait keeps what it needs */
+  /* back to the pool at once: the wait took the record it needs, and a later record
+   * of the event does not change it */
+  fh__cuda_event_put(other->dev.index, ev);
   if (e != cudaSuccess) return fh__cuda_fail(e, "Stream:wait_stream");
   if (fh__trace_on) {
     char a[96], d[128];
@@ -411,7 +413,11 @@ void fh_event_release(fh_event *e) {
       deferred = defer_push((void ***)&g_defer_events, &g_ndefer_events, &g_capdefer_events, (void *)e->ev);
       pthread_mutex_unlock(&g_defer_mu);
     }
-    if (!deferred) (void)cudaEventDestroy(e->ev); /* safe while pending: resources go when it completes */
+    /* safe while pending: a pooled event is recorded again only by its next owner (waits
+     * already enqueued keep the record they took), a destroyed one lets its resources go
+     * when it completes */
+    if (!deferred && !e->timing) fh__cuda_event_put(e->dev.index, e->ev);
+    else if (!deferred) (void)cudaEventDestroy(e->ev);
     (void)cudaGetLastError();
   }
   fh_free(e);
@@ -425,8 +431,13 @@ fh_status fh_event_record(fh_event *e, fh_stream *s) {
   fh_status st = fh__cuda_use_device(s->dev.index);
   if (st != FH_OK) return st;
   if (e->ev == NULL) {
-    FH_CUDA_TRY(cudaEventCreateWithFlags(&e->ev, e->timing ? cudaEventDefault : cudaEventDisableTiming),
-                "cudaEventCreate");
+    /* events without timing come from the device's pool (fh__cuda_event_get) and go back
+     * to it on release: a copy handle's event per copy_from costs no driver object */
+    if (e->timing) {
+      FH_CUDA_TRY(cudaEventCreateWithFlags(&e->ev, cudaEventDefault), "cudaEventCreate");
+    } else if ((st = fh__cuda_event_get(s->dev.index, &e->ev)) != FH_OK) {
+      return st;
+    }
     e->dev = s->dev;
   }
   FH_CUDA_TRY(cudaEventRecord(e->ev, s->h), "cudaEventRecord");
