@@ -386,6 +386,26 @@ describe("ReusableValueBuffer", function()
       assert.equal(5, buf.value.x:narrow(1, 1, 1):tolist()[1])
     end)
 
+    H.gpu_window_it("does not hold a pageable source: it is staged before copy_from returns", function()
+      local buf = ex.ReusableValueBuffer.like({ x = seq(65536):cuda() })
+      local copy_stream = fh.cuda.Stream()
+      local weak = setmetatable({}, { __mode = "v" })
+      local src = { x = seq(65536, 6) }
+      weak[1] = src.x
+      spin(200, copy_stream) -- the copy waits behind a long kernel
+      local h = buf:copy_from(src, { stream = copy_stream, non_blocking = true })
+      src.x:fill_(9) -- changing the source after the call does not change the payload
+      src = nil
+      collectgarbage()
+      collectgarbage()
+      assert.is_false(h:done())
+      assert.is_nil(weak[1], "the handle held a pageable source")
+      h:synchronize()
+      assert.equal(6, buf.value.x:narrow(1, 1, 1):tolist()[1])
+      assert.equal(65541, buf.value.x:narrow(1, 65536, 1):tolist()[1])
+      buf:close()
+    end)
+
     H.gpu_it("orders a consumer stream after the copy with wait_on (cross-stream, long kernel)", function()
       local buf = ex.ReusableValueBuffer.like({ seq(4096):cuda() })
       local copy_stream, consumer = fh.cuda.Stream(), fh.cuda.Stream()

@@ -194,10 +194,15 @@ static void sweep(lua_State *L) {
 
 /* Collect the Lua leaf objects (tensor and value userdata) of the validated
  * tree at idx into the table at tidx, guided by the signature. */
-static void collect_leaves(lua_State *L, const fh_tree_sig *s, int idx, int tidx, int *n) {
+static void collect_leaves(lua_State *L, const fh_tree_sig *s, int idx, int tidx, int *n,
+                           const fh_copy_handle *h) {
   if (s->kind == FH_TREE_TENSOR || s->kind == FH_TREE_VALUE) {
-    lua_pushvalue(L, idx);
-    lua_rawseti(L, tidx, ++*n);
+    /* only the leaves the handle holds (a pageable host leaf is staged already) */
+    if (h == NULL || fh_copy_handle_holds_source(h, *n)) {
+      lua_pushvalue(L, idx);
+      lua_rawseti(L, tidx, *n + 1);
+    }
+    ++*n;
     return;
   }
   luaL_checkstack(L, 4, "fhelium tree");
@@ -208,7 +213,7 @@ static void collect_leaves(lua_State *L, const fh_tree_sig *s, int idx, int tidx
     } else {
       lua_rawgeti(L, idx, i + 1);
     }
-    collect_leaves(L, s->children[i], lua_gettop(L), tidx, n);
+    collect_leaves(L, s->children[i], lua_gettop(L), tidx, n, h);
     lua_pop(L, 1);
   }
 }
@@ -226,7 +231,7 @@ static void push_handle(lua_State *L, fh_copy_handle *h, const fh_tree_sig *sig,
   if (!fh_copy_handle_released(h)) {
     lua_createtable(L, (int)sig->nleaves, 0);
     int n = 0;
-    collect_leaves(L, sig, src_idx, lua_gettop(L), &n);
+    collect_leaves(L, sig, src_idx, lua_gettop(L), &n, h);
     lua_setfield(L, -2, "sources");
   }
   lua_setfenv(L, hidx);

@@ -1076,10 +1076,10 @@ __global__ void __launch_bounds__(EW_THREADS) lt_lanes_kernel(const __grid_const
     for (int s = lane; s < a.nsteps; s += LANES) {
       const uint64_t *key = a.key[s];
       const uint32_t src = key ? automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
+      const uint64_t p = a.pt[s][g * a.pt_gs[s] + (int64_t)l * n + i]; /* loaded with the key's words */
       uint64_t t0, t1;
       fh_ckks_lt_terms(dig, a.d_ds, key ? key + (int64_t)a.key_row[l] * n + i : NULL, a.key_ds, a.key_cs, nd, src,
                        qrow ? x0 : NULL, x1, pm, pms, q, qi, &t0, &t1);
-      const uint64_t p = a.pt[s][g * a.pt_gs[s] + (int64_t)l * n + i];
       r0 = fh_mod_add(r0, fh_mont_mul(t0, p, q, qi), q);
       r1 = fh_mod_add(r1, fh_mont_mul(t1, p, q, qi), q);
     }

@@ -434,6 +434,10 @@ static fh_status handle_new(fh_buffer *b, int64_t n, fh_copy_handle **out) {
   return FH_OK;
 }
 
+static bool is_pageable_host(const fh_tensor *t) {
+  return fh_tensor_device(t).type == FH_DEVICE_CPU && !fh_tensor_is_pinned(t);
+}
+
 static void handle_drop_refs(fh_copy_handle *h) {
   if (h->released) return;
   h->released = true;
@@ -528,10 +532,14 @@ fh_status fh__buffer_copy_from_named(fh_buffer *b, fh_tensor *const *src, fh_str
   }
   if (cuda && non_blocking) {
     for (int64_t i = 0; i < b->n; ++i) {
-      fh_tensor_retain(src[i]);
-      h->sources[i] = src[i];
       fh_storage_retain(b->leaves[i]->storage);
       h->targets[i] = b->leaves[i]->storage;
+      /* a pageable host leaf is in pinned staging memory already (fh_tensor_copy_ stages
+       * it before returning): nothing reads it later, so the handle does not hold it, and
+       * it goes with the GC however far the device lags behind */
+      if (is_pageable_host(src[i])) continue;
+      fh_tensor_retain(src[i]);
+      h->sources[i] = src[i];
     }
     fh_copy_handle_retain(h);
     b->inflight[b->ninflight++] = h;
@@ -701,6 +709,9 @@ size_t fh_copy_handle_bytes(const fh_copy_handle *h) { return h->bytes; }
 uint64_t fh_copy_handle_owner(const fh_copy_handle *h) { return h->owner; }
 fh_stream *fh_copy_handle_stream(const fh_copy_handle *h) { return h->stream; }
 bool fh_copy_handle_released(const fh_copy_handle *h) { return h->released; }
+bool fh_copy_handle_holds_source(const fh_copy_handle *h, int64_t i) {
+  return !h->released && i >= 0 && i < h->n && h->sources[i] != NULL;
+}
 
 fh_status fh_copy_handle_done(fh_copy_handle *h, bool *done) {
   if (h->released || h->event == NULL) {

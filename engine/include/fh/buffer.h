@@ -23,8 +23,10 @@
  * finished reading it. The caller passes, as `wait`, an event recorded after
  * that reader.
  *
- * Lifetime. A handle holds one reference to each submitted source tensor and
- * to each target storage until its completion is observed (done() true,
+ * Lifetime. A handle holds one reference to each submitted source tensor in
+ * pinned host or device memory (a pageable host source is staged into pinned
+ * memory before the copy returns and is not held) and to each target storage
+ * until its completion is observed (done() true,
  * synchronize, or the buffer's close), then drops them. The buffer keeps its
  * in-flight handles. Releasing a buffer (the Lua GC) while a copy is pending
  * frees nothing early: the handles keep the target storages, and the
@@ -104,6 +106,8 @@ void fh_copy_handle_retain(fh_copy_handle *h);
 void fh_copy_handle_release(fh_copy_handle *h);
 /* The completion event (borrowed); NULL for a CPU target. */
 fh_event *fh_copy_handle_event(const fh_copy_handle *h);
+/* Whether the handle holds source leaf i (pending, and in pinned or device memory). */
+bool fh_copy_handle_holds_source(const fh_copy_handle *h, int64_t i);
 fh_device fh_copy_handle_device(const fh_copy_handle *h);
 size_t fh_copy_handle_bytes(const fh_copy_handle *h);
 uint64_t fh_copy_handle_owner(const fh_copy_handle *h); /* the buffer's id */

@@ -378,12 +378,19 @@ FH_HD void fh_ckks_lt_terms(const uint64_t *dig, int64_t d_ds, const uint64_t *k
   uint64_t r0 = 0, r1 = 0;
   if (key) {
     for (int d0 = 0; d0 < nd; d0 += 4) {
-      const int d1 = d0 + 4 < nd ? d0 + 4 : nd;
+      /* the chunk's 12 words loaded before any product (a fixed count that the compilers
+       * unroll: on CUDA the loads are in flight together, not one digit's after another's) */
+      uint64_t v[4], k0[4], k1[4];
+      for (int k = 0; k < 4; ++k) {
+        const int d = d0 + k < nd ? d0 + k : d0; /* past the last digit: digit d0 again, times 0 */
+        v[k] = d0 + k < nd ? dig[d * d_ds + src] : 0;
+        k0[k] = key[d * key_ds];
+        k1[k] = key[d * key_ds + key_cs];
+      }
       unsigned __int128 acc0 = 0, acc1 = 0;
-      for (int d = d0; d < d1; ++d) {
-        const uint64_t v = dig[d * d_ds + src];
-        acc0 += (unsigned __int128)v * key[d * key_ds];
-        acc1 += (unsigned __int128)v * key[d * key_ds + key_cs];
+      for (int k = 0; k < 4; ++k) {
+        acc0 += (unsigned __int128)v[k] * k0[k];
+        acc1 += (unsigned __int128)v[k] * k1[k];
       }
       r0 = fh_mod_add(r0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
       r1 = fh_mod_add(r1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
