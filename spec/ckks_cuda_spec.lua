@@ -162,6 +162,11 @@ describe("CKKS kernels on CUDA", function()
         for i = 1, #qs do rows[i] = i - 1 end
         local kc, kg = both("ks_inner", digits, key, ids, rows)
         same(kc, kg, ("ks_inner with %d digits"):format(D))
+        -- the digits read through a rotation's automorphism (rotate_many's steps on CUDA)
+        for _, gal in ipairs { 5, 2 * n - 1 } do
+          kc, kg = both("ks_inner", digits, key, ids, rows, gal)
+          same(kc, kg, ("ks_inner with %d digits, galois %d"):format(D, gal))
+        end
       end
       -- the mod-up of every digit at every level (one P prime per digit's worth of Q primes)
       for level = 0, nq - 1 do

@@ -62,6 +62,16 @@ describe("ckks polynomial entries (CPU)", function()
         assert.is_true(fh.equal(out:select(1, g):select(1, c), acc), ("group %d component %d"):format(g, c))
       end
     end
+    -- galois: the digits read through the NTT-domain automorphism, the same words as
+    -- permuting them first (FH_K_CKKS_AUTOMORPH) and taking the plain inner product
+    for _, gal in ipairs { 5, 3, 2 * n - 1 } do
+      assert.is_true(fh.equal(C.ks_inner(tb, digits, key, ids, { 0, 1, 2, 3, 4 }, gal),
+        C.ks_inner(tb, C.automorph(tb, digits, ids, gal, true), key, ids, { 0, 1, 2, 3, 4 })), "galois " .. gal)
+    end
+    assert.is_true(fh.equal(C.ks_inner(tb, digits, key, ids, { 0, 1, 2, 3, 4 }, 1), out), "galois 1 is none")
+    H.expect_error("ValueError", "ckks ks_inner: the Galois element must be odd and below 2N = " .. 2 * n .. ", got 4",
+      C.ks_inner, tb, digits, key, ids, { 0, 1, 2, 3, 4 }, 4)
+    H.expect_error("ValueError", "got " .. 2 * n + 1, C.ks_inner, tb, digits, key, ids, { 0, 1, 2, 3, 4 }, 2 * n + 1)
     H.expect_error("ValueError", "key row 5 is out of range", C.ks_inner, tb, digits, key, ids, { 0, 1, 2, 3, 5 })
     H.expect_error("ValueError", "key expected shape", C.ks_inner, tb, digits, key:narrow(1, 1, 2), ids,
       { 0, 1, 2, 3, 4 })

@@ -245,7 +245,7 @@ static int l_bconv(lua_State *L) {
   return 1;
 }
 
-/* _ckks.ks_inner(tables, digits, key, ids, key_rows) */
+/* _ckks.ks_inner(tables, digits, key, ids, key_rows [, galois]) */
 static int l_ks_inner(lua_State *L) {
   const char *fn = "_ckks.ks_inner";
   fh_ckks_tables *tb = check_tables(L, 1, fn);
@@ -254,8 +254,9 @@ static int l_ks_inner(lua_State *L) {
   int ids[FH_CKKS_MAX_PRIMES], rows[FH_CKKS_MAX_PRIMES];
   int n = check_ids(L, 4, ids, fn), nr = check_ids(L, 5, rows, fn);
   if (nr != n) return fh__lua_raise(L, FH_ERR_VALUE, "%s: %d prime ids but %d key rows", fn, n, nr);
+  uint64_t g = lua_isnoneornil(L, 6) ? 1 : check_u64(L, 6, fn, "galois");
   fh_tensor_box *box = fh__lua_new_tensor_box(L);
-  fh__lua_check(L, fh_ckks_poly_ks_inner(tb, d, k, ids, rows, n, &box->t));
+  fh__lua_check(L, fh_ckks_poly_ks_inner(tb, d, k, ids, rows, n, g, &box->t));
   return 1;
 }
 

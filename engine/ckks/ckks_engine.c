@@ -1084,7 +1084,11 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
   const int64_t n = k->n, rs = (int64_t)k->lk * n;
   int64_t dshape[4] = {G, k->ndig, k->lk, n}, ashape[4] = {G, 2, k->lk, n};
   fh_status st;
-  if ((st = fh__ckks_temp(L, 4, dshape, &h->D)) || (steps && (st = fh__ckks_temp(L, 4, dshape, &h->Dr))) ||
+  /* CUDA's inner product reads each step's automorphism of D in place (FH_K_CKKS_KS_INNER's
+   * galois); the CPU permutes a copy, Dr, and keeps its contiguous SIMD rows */
+  h->in_place = tb->device.type == FH_DEVICE_CUDA;
+  if ((st = fh__ckks_temp(L, 4, dshape, &h->D)) ||
+      (steps && !h->in_place && (st = fh__ckks_temp(L, 4, dshape, &h->Dr))) ||
       (st = fh__ckks_temp(L, 4, ashape, &h->acc)) || (st = ks_temps(L, k, G, &h->W, &h->T))) {
     fh__ckks_hoist_end(h);
     return st;
@@ -1105,16 +1109,20 @@ fh_status fh__ckks_hoist_step(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_
   const fh__ckks_ks_geo *k = &h->k;
   const int64_t rs = (int64_t)k->lk * k->n;
   /* the automorphism of the extended digits: it commutes with the centred conversion and with
-   * the NTT, so these are the digits of the rotated polynomial, word for word */
-  fh_status st = fh__ckks_automorph(L, true, galois, fh__ckks_ptr(h->Dr), rs, fh__ckks_ptr(h->D), rs,
-                                    h->G * k->ndig, k->qp, k->lk);
-  if (st != FH_OK) return st;
+   * the NTT, so these are the digits of the rotated polynomial, word for word (read in place
+   * by the inner product on CUDA, a permuted copy on the CPU: the same words) */
+  fh_status st = FH_OK;
+  if (!h->in_place &&
+      (st = fh__ckks_automorph(L, true, galois, fh__ckks_ptr(h->Dr), rs, fh__ckks_ptr(h->D), rs,
+                               h->G * k->ndig, k->qp, k->lk)) != FH_OK)
+    return st;
   fh_ckks_ks_args ip;
   memset(&ip, 0, sizeof ip);
   ip.out = fh__ckks_ptr(h->acc);
   ip.out_gs = 2 * rs;
   ip.out_cs = rs;
-  ip.digits = fh__ckks_ptr(h->Dr);
+  ip.digits = fh__ckks_ptr(h->in_place ? h->D : h->Dr);
+  ip.galois = h->in_place ? galois : 0;
   ip.digits_gs = (int64_t)k->ndig * rs;
   ip.digit_stride = rs;
   ip.key = fh__ckks_key_digits(k, key, &ip.key_ds, &ip.key_cs);

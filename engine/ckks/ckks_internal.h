@@ -83,7 +83,8 @@ typedef struct fh__ckks_hoist {
   fh__ckks_ks_geo k;
   int level;
   int64_t G;
-  fh_tensor *D, *Dr, *acc, *W, *T;
+  fh_tensor *D, *Dr, *acc, *W, *T; /* Dr: the CPU's permuted copy of D (NULL on CUDA) */
+  bool in_place;                    /* steps read D through their automorphism (CUDA) */
 } fh__ckks_hoist;
 fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
                                int64_t gs_d, bool steps, fh__ckks_hoist *h);

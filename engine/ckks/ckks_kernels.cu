@@ -981,12 +981,15 @@ __global__ void __launch_bounds__(EW_THREADS) ks_kernel(const __grid_constant__ 
     uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
     COEFFS(j, n) {
       uint64_t r0 = 0, r1 = 0;
+      /* the digits' slot (a rotation's automorphism read in place: the gathers of a warp stay
+       * in one aligned 256-byte run, see the linear transform) */
+      const int64_t src = a.galois > 1 ? (int64_t)fh_ckks_automorph_src((uint32_t)j, a.galois, a.log_n) : j;
       /* sums of 4 products < 4 q^2 < q 2^64 (q < 2^62): one Montgomery reduction per 4 digits */
       for (int d0 = 0; d0 < a.ndigits; d0 += 4) {
         const int d1 = d0 + 4 < a.ndigits ? d0 + 4 : a.ndigits;
         unsigned __int128 acc0 = 0, acc1 = 0;
         for (int d = d0; d < d1; ++d) {
-          const uint64_t x = dig[d * a.digit_stride + j];
+          const uint64_t x = dig[d * a.digit_stride + src];
           acc0 += (unsigned __int128)x * key[d * a.key_ds + j];
           acc1 += (unsigned __int128)x * key[d * a.key_ds + a.key_cs + j];
         }
@@ -1014,10 +1017,6 @@ fh_status k_ks_inner(const void *argp, void *stream) {
  * block of 2^b slots inside one aligned block of 2^b slots (the low b bits of the output
  * slot only reach the low b bits of the source), so a warp's gathers of D and x stay in
  * one 256-byte run: the reads coalesce like the key's. */
-__device__ __forceinline__ uint32_t automorph_src(uint32_t s, uint64_t gal, int log_n) {
-  const uint64_t k = bitrev(s, log_n), e = ((2 * k + 1) * gal) & ((2 * ((uint64_t)1 << log_n)) - 1);
-  return bitrev((uint32_t)((e - 1) >> 1), log_n);
-}
 
 __global__ void __launch_bounds__(EW_THREADS) lt_kernel(const __grid_constant__ fh_ckks_lt_args a) {
   const int l = blockIdx.y;
@@ -1035,7 +1034,7 @@ __global__ void __launch_bounds__(EW_THREADS) lt_kernel(const __grid_constant__ 
       uint64_t r0 = a.accumulate ? o0[i] : 0, r1 = a.accumulate ? o1[i] : 0;
       for (int s = 0; s < a.nsteps; ++s) {
         const uint64_t *key = a.key[s];
-        const uint32_t src = key ? automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
+        const uint32_t src = key ? fh_ckks_automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
         uint64_t t0, t1;
         fh_ckks_lt_terms(dig, a.d_ds, key ? key + (int64_t)a.key_row[l] * n + i : NULL, a.key_ds, a.key_cs, nd, src,
                          qrow ? x0 : NULL, x1, pm, pms, q, qi, &t0, &t1);
@@ -1075,7 +1074,7 @@ __global__ void __launch_bounds__(EW_THREADS) lt_lanes_kernel(const __grid_const
     uint64_t r0 = 0, r1 = 0;
     for (int s = lane; s < a.nsteps; s += LANES) {
       const uint64_t *key = a.key[s];
-      const uint32_t src = key ? automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
+      const uint32_t src = key ? fh_ckks_automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
       const uint64_t p = a.pt[s][g * a.pt_gs[s] + (int64_t)l * n + i]; /* loaded with the key's words */
       uint64_t t0, t1;
       fh_ckks_lt_terms(dig, a.d_ds, key ? key + (int64_t)a.key_row[l] * n + i : NULL, a.key_ds, a.key_cs, nd, src,

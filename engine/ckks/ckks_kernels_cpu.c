@@ -417,11 +417,44 @@ static fh_status cpu_bconv(const void *argp) {
 }
 
 /* ---- key-switching inner product ---------------------------------------------------- */
+/* One output row of the inner product: o[j] = sum_d dig[d][src(j)] key[d][j] (src(j) = perm[j],
+ * or j without perm). Sums of 4 products < 4 q^2 < q 2^64 (q < 2^62): one Montgomery reduction
+ * per 4 digits, partial results added mod q; the chunk's rows in locals, so the inner loop is
+ * two loads, a multiply and an add per product. Inlined twice: with perm NULL (contiguous) and
+ * with it (the rotation's automorphism read in place, FH_K_CKKS_KS_INNER's galois). */
+static inline void ks_inner_row(uint64_t *restrict o, const uint64_t *const *dig, const uint64_t *const *key, int nd,
+                                int64_t n, uint64_t q, uint64_t qi, const uint32_t *perm) {
+  if (nd == 0) memset(o, 0, sizeof(uint64_t) * (size_t)n);
+  for (int d0 = 0; d0 < nd; d0 += 4) {
+    const int cnt = nd - d0 < 4 ? nd - d0 : 4;
+    const uint64_t *p0 = dig[d0], *k0 = key[d0];
+    const uint64_t *p1 = cnt > 1 ? dig[d0 + 1] : p0, *k1 = cnt > 1 ? key[d0 + 1] : k0;
+    const uint64_t *p2 = cnt > 2 ? dig[d0 + 2] : p0, *k2 = cnt > 2 ? key[d0 + 2] : k0;
+    const uint64_t *p3 = cnt > 3 ? dig[d0 + 3] : p0, *k3 = cnt > 3 ? key[d0 + 3] : k0;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t s = perm ? (int64_t)perm[j] : j;
+      unsigned __int128 acc = (unsigned __int128)p0[s] * k0[j];
+      if (cnt > 1) acc += (unsigned __int128)p1[s] * k1[j];
+      if (cnt > 2) acc += (unsigned __int128)p2[s] * k2[j];
+      if (cnt > 3) acc += (unsigned __int128)p3[s] * k3[j];
+      const uint64_t r = fh_mont_reduce((uint64_t)acc, (uint64_t)(acc >> 64), q, qi);
+      o[j] = d0 == 0 ? r : fh_mod_add(o[j], r, q);
+    }
+  }
+}
+
 static fh_status cpu_ks_inner(const void *argp) {
   const fh_ckks_ks_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
   const int nd = a->ndigits;
   const bool ifma = fh_cpu_simd()[0] == 'a'; /* "avx512ifma" */
+  /* a rotation's automorphism: the source slot of every output slot, once per launch */
+  uint32_t *perm = NULL;
+  if (a->galois > 1) {
+    if ((perm = fh_malloc(sizeof *perm * (size_t)n)) == NULL)
+      return fh_error_set(FH_ERR_MEMORY, "ckks_ks_inner: out of memory");
+    for (int64_t s = 0; s < n; ++s) perm[s] = fh_ckks_automorph_src((uint32_t)s, a->galois, a->log_n);
+  }
   /* row pointers up front: the stores below would otherwise make the compiler reload
    * every field of *a in the inner loop (uint64_t and int64_t may alias) */
   FH_FOR_ROWS(a->ngroups, a->nlimbs, n) {
@@ -432,41 +465,16 @@ static fh_status cpu_ks_inner(const void *argp) {
       for (int c = 0; c < 2; ++c) {
         uint64_t *restrict o = a->out + g * a->out_gs + c * a->out_cs + (int64_t)l * n;
         for (int d = 0; d < nd; ++d) key[d] = a->key + d * a->key_ds + c * a->key_cs + (int64_t)a->key_row[l] * n;
-        if (ifma && nd > 0 && fh__ckks_ks_inner_row_ifma(o, dig, key, nd, a->log_n, pr)) continue;
-        /* sum of 4 products < 4 q^2 < q 2^64 (q < 2^62): one Montgomery reduction per 4
-         * digits, partial results added mod q; the chunk's rows in locals, so the inner
-         * loop is two loads, a multiply and an add per product */
-        if (nd == 0) memset(o, 0, sizeof(uint64_t) * (size_t)n);
-        for (int d0 = 0; d0 < nd; d0 += 4) {
-          const int cnt = nd - d0 < 4 ? nd - d0 : 4;
-          const uint64_t *p0 = dig[d0], *k0 = key[d0];
-          const uint64_t *p1 = cnt > 1 ? dig[d0 + 1] : p0, *k1 = cnt > 1 ? key[d0 + 1] : k0;
-          const uint64_t *p2 = cnt > 2 ? dig[d0 + 2] : p0, *k2 = cnt > 2 ? key[d0 + 2] : k0;
-          const uint64_t *p3 = cnt > 3 ? dig[d0 + 3] : p0, *k3 = cnt > 3 ? key[d0 + 3] : k0;
-          for (int64_t j = 0; j < n; ++j) {
-            unsigned __int128 acc = (unsigned __int128)p0[j] * k0[j];
-            if (cnt > 1) acc += (unsigned __int128)p1[j] * k1[j];
-            if (cnt > 2) acc += (unsigned __int128)p2[j] * k2[j];
-            if (cnt > 3) acc += (unsigned __int128)p3[j] * k3[j];
-            const uint64_t r = fh_mont_reduce((uint64_t)acc, (uint64_t)(acc >> 64), q, qi);
-            o[j] = d0 == 0 ? r : fh_mod_add(o[j], r, q);
-          }
-        }
+        if (perm) ks_inner_row(o, dig, key, nd, n, q, qi, perm);
+        else if (!(ifma && nd > 0 && fh__ckks_ks_inner_row_ifma(o, dig, key, nd, a->log_n, pr)))
+          ks_inner_row(o, dig, key, nd, n, q, qi, NULL);
       }
     }
+  fh_free(perm);
   return FH_OK;
 }
 
 /* ---- automorphisms -------------------------------------------------------------------- */
-static uint32_t bitrev32(uint32_t x, int bits) {
-  x = ((x & 0x55555555u) << 1) | ((x >> 1) & 0x55555555u);
-  x = ((x & 0x33333333u) << 2) | ((x >> 2) & 0x33333333u);
-  x = ((x & 0x0F0F0F0Fu) << 4) | ((x >> 4) & 0x0F0F0F0Fu);
-  x = ((x & 0x00FF00FFu) << 8) | ((x >> 8) & 0x00FF00FFu);
-  x = (x << 16) | (x >> 16);
-  return x >> (32 - bits);
-}
-
 static fh_status cpu_automorph(const void *argp) {
   const fh_ckks_automorph_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
@@ -477,11 +485,7 @@ static fh_status cpu_automorph(const void *argp) {
   uint32_t *perm = fh_malloc(sizeof *perm * (size_t)n);
   if (perm == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_automorph: out of memory");
   if (a->ntt_domain) {
-    for (int64_t s = 0; s < n; ++s) {
-      uint64_t k = bitrev32((uint32_t)s, a->log_n);
-      uint64_t e = ((2 * k + 1) * gal) & (m2 - 1);
-      perm[s] = bitrev32((uint32_t)((e - 1) >> 1), a->log_n);
-    }
+    for (int64_t s = 0; s < n; ++s) perm[s] = fh_ckks_automorph_src((uint32_t)s, gal, a->log_n);
   } else {
     for (int64_t i = 0; i < n; ++i) {
       uint64_t e = ((uint64_t)i * gal) & (m2 - 1);
@@ -891,11 +895,6 @@ static fh_status cpu_moddown(const void *argp) {
 }
 
 /* ---- a linear transform's sum over QP (double hoisting) --------------------------------- */
-/* NTT-domain automorphism: the source slot of output slot s (FH_K_CKKS_AUTOMORPH) */
-static uint32_t automorph_src(uint32_t s, uint64_t gal, int log_n) {
-  const uint64_t k = bitrev32(s, log_n), e = ((2 * k + 1) * gal) & ((2 * ((uint64_t)1 << log_n)) - 1);
-  return bitrev32((uint32_t)((e - 1) >> 1), log_n);
-}
 
 /* The CPU's linear-transform sum works on chunks of LT_CHUNK coefficients of a row: with
  * AVX-512 IFMA (primes below 2^50) each keyed step gathers its digits' chunk through the
@@ -922,7 +921,7 @@ static fh_status cpu_lt(const void *argp) {
   }
   for (int s = 0; s < ns; ++s)
     for (int64_t i = 0; i < n; ++i)
-      perm[(int64_t)s * n + i] = a->key[s] ? automorph_src((uint32_t)i, a->galois[s], a->log_n) : (uint32_t)i;
+      perm[(int64_t)s * n + i] = a->key[s] ? fh_ckks_automorph_src((uint32_t)i, a->galois[s], a->log_n) : (uint32_t)i;
   int log_chunk = 0;
   while (((int64_t)1 << log_chunk) < chunk) ++log_chunk;
   FH_FOR_ROWS(a->ngroups, a->nrows, n) {

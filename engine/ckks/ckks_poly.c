@@ -692,10 +692,13 @@ fh_status fh_ckks_poly_bconv(fh_ckks_tables *tb, fh_tensor *t, const int *src, i
 }
 
 fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
-                                const int *key_rows, int nids, fh_tensor **result) {
+                                const int *key_rows, int nids, uint64_t galois, fh_tensor **result) {
   const char *what = "ckks ks_inner";
   int64_t ng, nk;
   fh_status st;
+  if ((galois & 1) == 0 || galois >= 2 * (uint64_t)tb->n)
+    return fh_error_set(FH_ERR_VALUE, "%s: the Galois element must be odd and below 2N = %lld, got %llu", what,
+                        (long long)(2 * tb->n), (unsigned long long)galois);
   if ((st = check_ids(what, tb, ids, nids)) || (st = check_rows(what, tb, digits, nids, FH_UINT64, &ng)))
     return st;
   if (digits->ndim < 3)
@@ -738,6 +741,7 @@ fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor
     a.ndigits = nd;
     a.nlimbs = nids;
     a.log_n = tb->log_n;
+    a.galois = galois;
     a.primes = tb->primes_dev;
     for (int i = 0; i < nids; ++i) {
       a.prime[i] = ids[i];

@@ -283,12 +283,37 @@ typedef struct fh_ckks_moddown_args {
   uint64_t c_const[FH_CKKS_MAX_PRIMES], c_shoup[FH_CKKS_MAX_PRIMES];
 } fh_ckks_moddown_args;
 
+/* ---- the NTT-domain automorphism's permutation, both back ends' code ------------
+ * X -> X^gal (gal odd, < 2N) permutes the evaluations: output slot s (the point
+ * psi^(2k+1), k = bitrev(s)) takes the input slot of psi^(gal (2k+1)). This is
+ * FH_K_CKKS_AUTOMORPH's NTT-domain rule, which the key-switching inner product
+ * (galois) and the linear transform also read through. */
+FH_HD uint32_t fh_ckks_bitrev(uint32_t x, int bits) {
+#if defined(__CUDA_ARCH__)
+  return bits == 0 ? 0 : __brev(x) >> (32 - bits);
+#else
+  x = ((x & 0x55555555u) << 1) | ((x >> 1) & 0x55555555u);
+  x = ((x & 0x33333333u) << 2) | ((x >> 2) & 0x33333333u);
+  x = ((x & 0x0F0F0F0Fu) << 4) | ((x >> 4) & 0x0F0F0F0Fu);
+  x = ((x & 0x00FF00FFu) << 8) | ((x >> 8) & 0x00FF00FFu);
+  x = (x << 16) | (x >> 16);
+  return bits == 0 ? 0 : x >> (32 - bits);
+#endif
+}
+FH_HD uint32_t fh_ckks_automorph_src(uint32_t s, uint64_t gal, int log_n) {
+  const uint64_t k = fh_ckks_bitrev(s, log_n), e = ((2 * k + 1) * gal) & ((2 * ((uint64_t)1 << log_n)) - 1);
+  return fh_ckks_bitrev((uint32_t)((e - 1) >> 1), log_n);
+}
+
 /* ---- key-switching inner product (NTT domain, Montgomery) ---------------------
- * out[c][l] = sum_{j < ndigits} digits[j][l] * key[j][c][key_row[l]] for c = 0, 1,
- * over nlimbs rows per group. digits: row (g, j, l) at
+ * out[c][l] = sum_{j < ndigits} sigma(digits[j][l]) * key[j][c][key_row[l]] for c = 0, 1,
+ * over nlimbs rows per group, where sigma is the identity when galois is 0 or 1, else
+ * the NTT-domain automorphism X -> X^galois (galois odd, < 2N): slot i of a digit row is
+ * read at fh_ckks_automorph_src(i) (the hoisted rotations of rotate_many on CUDA read the
+ * shared digits so, instead of permuting a copy for each step). digits: row (g, j, l) at
  * digits + g * digits_gs + j * digit_stride + l * N; key row (j, c, r) at
  * key + j * key_ds + c * key_cs + r * N (shared by every group); out row
- * (g, c, l) at out + g * out_gs + c * out_cs + l * N. */
+ * (g, c, l) at out + g * out_gs + c * out_cs + l * N. out must not alias digits. */
 typedef struct fh_ckks_ks_args {
   uint64_t *out;
   const uint64_t *digits;
@@ -298,6 +323,7 @@ typedef struct fh_ckks_ks_args {
   int64_t key_ds, key_cs;
   int64_t ngroups;
   int32_t ndigits, nlimbs, log_n;
+  uint64_t galois; /* 0 or 1: the digits as stored */
   const fh_ckks_prime *primes;
   int32_t prime[FH_CKKS_MAX_PRIMES];
   int32_t key_row[FH_CKKS_MAX_PRIMES];

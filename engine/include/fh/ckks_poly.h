@@ -76,10 +76,11 @@ fh_status fh_ckks_poly_tensor(fh_ckks_tables *tb, fh_tensor *a, fh_tensor *b, co
 fh_status fh_ckks_poly_bconv(fh_ckks_tables *tb, fh_tensor *t, const int *src, int nsrc, const int *dst, int ndst,
                              bool center, fh_tensor **result);
 /* Key-switching inner product: digits [*, D, nids, N], key [D, 2, R, N]:
- * result [*, 2, nids, N], out[c][l] = sum_d digits[d][l] key[d][c][key_rows[l]]
- * (Montgomery products, modulo prime ids[l]). */
+ * result [*, 2, nids, N], out[c][l] = sum_d sigma(digits[d][l]) key[d][c][key_rows[l]]
+ * (Montgomery products, modulo prime ids[l]); sigma is the NTT-domain automorphism
+ * X -> X^galois (odd, below 2N; 1: none) read in place (FH_K_CKKS_KS_INNER). */
 fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
-                                const int *key_rows, int nids, fh_tensor **result);
+                                const int *key_rows, int nids, uint64_t galois, fh_tensor **result);
 
 /* Key-switching mod-up of t [*, la, N], the la = nq - level active Q rows of
  * `level` (coefficient domain): result [*, ndigits, la + np, N], digit j's rows
