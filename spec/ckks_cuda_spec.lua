@@ -164,8 +164,10 @@ describe("CKKS kernels on CUDA", function()
         same(kc, kg, ("ks_inner with %d digits"):format(D))
         -- the digits read through a rotation's automorphism (rotate_many's steps on CUDA)
         for _, gal in ipairs { 5, 2 * n - 1 } do
-          kc, kg = both("ks_inner", digits, key, ids, rows, gal)
-          same(kc, kg, ("ks_inner with %d digits, galois %d"):format(D, gal))
+          if gal < 2 * n then
+            kc, kg = both("ks_inner", digits, key, ids, rows, gal)
+            same(kc, kg, ("ks_inner with %d digits, galois %d"):format(D, gal))
+          end
         end
       end
       -- the mod-up of every digit at every level (one P prime per digit's worth of Q primes)
