@@ -198,7 +198,7 @@ static void collect_leaves(lua_State *L, const fh_tree_sig *s, int idx, int tidx
                            const fh_copy_handle *h) {
   if (s->kind == FH_TREE_TENSOR || s->kind == FH_TREE_VALUE) {
     /* only the leaves the handle holds (a pageable host leaf is staged already) */
-    if (h == NULL || fh_copy_handle_holds_source(h, *n)) {
+    if (fh_copy_handle_holds_source(h, *n)) {
       lua_pushvalue(L, idx);
       lua_rawseti(L, tidx, *n + 1);
     }

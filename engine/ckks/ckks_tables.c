@@ -58,15 +58,6 @@ fh_status fh_ckks_min_root(uint64_t q, int log_n, uint64_t *out) {
 }
 
 /* ---- tables ------------------------------------------------------------------ */
-static uint32_t bitrev(uint32_t x, int bits) {
-  uint32_t r = 0;
-  for (int i = 0; i < bits; ++i) {
-    r = (r << 1) | (x & 1);
-    x >>= 1;
-  }
-  return r;
-}
-
 fh_status fh_ckks_fhelium_ntt_order(uint64_t q, int log_n, uint64_t psi, uint32_t *perm) {
   uint64_t m = 2ULL << log_n, n = m / 2;
   if (log_n < FH_CKKS_MIN_LOG_N || log_n > FH_CKKS_MAX_LOG_N || q < 3 || q >= (1ULL << 62) || (q - 1) % m != 0 ||
@@ -89,10 +80,8 @@ fh_status fh_ckks_fhelium_ntt_order(uint64_t q, int log_n, uint64_t psi, uint32_
     t += 2;
   }
   if (cur != root) return fh_error_set(FH_ERR_VALUE, "FHElium's root modulo %llu is no power of ours", (unsigned long long)q);
-  for (uint64_t i = 0; i < n; ++i) {
-    uint64_t e = (t * (2 * (uint64_t)bitrev((uint32_t)i, log_n) + 1)) % m;
-    perm[i] = bitrev((uint32_t)((e - 1) / 2), log_n);
-  }
+  /* FHElium's slot i is ours at the automorphism X -> X^t's source slot */
+  for (uint64_t i = 0; i < n; ++i) perm[i] = fh_ckks_automorph_src((uint32_t)i, t, log_n);
   return FH_OK;
 }
 
@@ -337,7 +326,7 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
     pw[0] = 1;
     for (int64_t i = 1; i < n; ++i) pw[i] = fh_mod_mul(pw[i - 1], c->psi, &c->bar);
     for (int64_t k = 0; k < n; ++k) {
-      uint32_t r = bitrev((uint32_t)k, log_n);
+      uint32_t r = fh_ckks_bitrev((uint32_t)k, log_n);
       uint64_t f = pw[r];
       uint64_t inv = r == 0 ? 1 : q - pw[n - r]; /* psi^-r = -psi^(N-r) */
       tw[k] = f;
