@@ -177,6 +177,69 @@ static int ntt_common(lua_State *L, bool forward) {
 static int l_ntt(lua_State *L) { return ntt_common(L, true); }
 static int l_intt(lua_State *L) { return ntt_common(L, false); }
 
+/* _ckks.ntt_fp(tables, t, ids, forward): the CUDA NTT's FP64 arithmetic run on the CPU
+ * (fh_ckks_ntt_row_fp, the twin the specs compare with the integer NTT); tables and t on
+ * the CPU, t a contiguous uint64 [#ids, N] of standard residues, every prime FP64-eligible */
+static int l_ntt_fp(lua_State *L) {
+  const char *fn = "_ckks.ntt_fp";
+  fh_ckks_tables *tb = check_tables(L, 1, fn);
+  fh_tensor *t = fh__lua_checktensor(L, 2, fn, "t");
+  int ids[FH_CKKS_MAX_PRIMES];
+  int nids = check_ids(L, 3, ids, fn);
+  bool forward = lua_toboolean(L, 4);
+  if (tb->device.type != FH_DEVICE_CPU)
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 1 (tables) expected tables on the CPU, got tables on a GPU", fn);
+  if (fh_tensor_device(t).type != FH_DEVICE_CPU || t->dtype != FH_UINT64 || t->ndim != 2 || t->shape[0] != nids ||
+      t->shape[1] != tb->n || !fh_tensor_is_contiguous(t))
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 2 (t) expected a contiguous uint64 CPU tensor [%d, %lld]", fn,
+                         nids, (long long)tb->n);
+  for (int i = 0; i < nids; ++i) {
+    if (ids[i] >= tb->nq + tb->np)
+      return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 3 (ids) expected prime ids below %d, got %d", fn,
+                           tb->nq + tb->np, ids[i]);
+    if (!fh_fp_eligible(tb->host[ids[i]].q))
+      return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 3 (ids) expected primes below 2^%d, got %llu (id %d)", fn,
+                           FH_FP_MAX_BITS, (unsigned long long)tb->host[ids[i]].q, ids[i]);
+  }
+  const int64_t n = tb->n, total = (int64_t)nids * n;
+  uint64_t *w = fh_malloc(sizeof(uint64_t) * (size_t)total);
+  double *v = fh_malloc(sizeof(double) * (size_t)n);
+  if (w == NULL || v == NULL) {
+    fh_free(w);
+    fh_free(v);
+    return fh__lua_raise(L, FH_ERR_MEMORY, "%s: out of memory", fn);
+  }
+  const uint64_t *in = (const uint64_t *)fh_tensor_data(t);
+  for (int i = 0; i < nids; ++i)
+    fh_ckks_ntt_row_fp(w + i * n, in + i * n, tb->log_n, &tb->host[ids[i]], tb->ntt + (int64_t)ids[i] * 4 * n,
+                       forward, v);
+  fh_free(v);
+  fh_tensor_box *b = fh__lua_new_tensor_box(L);
+  fh_tensor_options o = {FH_UINT64, fh_cpu(), false, false};
+  int64_t shape[2] = {nids, n};
+  fh_status st = fh_tensor_from_host(w, 2, shape, &o, &b->t);
+  fh_free(w);
+  fh__lua_check(L, st);
+  return 1;
+}
+
+/* _ckks.fp_mul(x, w, q) -> fh_fp_mul(x, w, w / q, q): x an integer-valued number
+ * (|x| < 2^50), w < q < 2^FH_FP_MAX_BITS */
+static int l_fp_mul(lua_State *L) {
+  const char *fn = "_ckks.fp_mul";
+  double x = luaL_checknumber(L, 1);
+  uint64_t w = check_u64(L, 2, fn, "w"), q = check_u64(L, 3, fn, "q");
+  if (x != floor(x) || fabs(x) >= 1125899906842624.0)
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 1 (x) expected an integer below 2^50 in size, got %.17g", fn, x);
+  if (q < 2 || !fh_fp_eligible(q))
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 3 (q) expected 2 <= q < 2^%d, got %llu", fn, FH_FP_MAX_BITS,
+                         (unsigned long long)q);
+  if (w >= q)
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 2 (w) expected w < q, got %llu", fn, (unsigned long long)w);
+  lua_pushnumber(L, fh_fp_mul(x, (double)w, fh_fp_twiddle(w, q), (double)q));
+  return 1;
+}
+
 static const char *const ew_ops[] = {"copy",      "add",       "sub",         "neg",           "mont_mul",
                                      "mont_mac",  "mul_const", "add_const",   "sub_add_mul",   "add_mul_const",
                                      "to_mont",   "from_mont", "signed",      NULL};
@@ -438,7 +501,7 @@ void fh__lua_open_ckks(lua_State *L) {
   fh__lua_setfuncs(L, meta);
   lua_pop(L, 1);
   static const luaL_Reg internal[] = {
-      {"find_primes", l_find_primes}, {"is_prime", l_is_prime}, {"tables", l_tables}, {"ntt", l_ntt},
+      {"find_primes", l_find_primes}, {"is_prime", l_is_prime}, {"tables", l_tables}, {"ntt", l_ntt}, {"ntt_fp", l_ntt_fp}, {"fp_mul", l_fp_mul},
       {"intt", l_intt},               {"ew", l_ew},             {"automorph", l_automorph},
       {"encode", l_encode},           {"decode", l_decode},     {"sample", l_sample}, {"sample_run", l_sample_run},
       {"capture", l_capture},         {"tensor", l_tensor},     {"bconv", l_bconv},

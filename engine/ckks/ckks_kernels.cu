@@ -69,6 +69,7 @@ __device__ __forceinline__ uint32_t bitrev(uint32_t x, int bits) { return bits =
 struct ntt_prime {
   uint64_t q, q2;
   const uint64_t *w, *ws; /* forward: psi_rev and companions; inverse: ipsi_rev and companions */
+  const double *fw, *fwq; /* the FP64 rows (psi_rev or ipsi_rev, and over q), NULL: integer butterflies */
 };
 
 __device__ __forceinline__ ntt_prime ntt_prime_at(const fh_ckks_prime *primes, const uint64_t *ntt, int p, int log_n,
@@ -80,6 +81,9 @@ __device__ __forceinline__ ntt_prime ntt_prime_at(const fh_ckks_prime *primes, c
   r.q2 = 2 * r.q;
   r.w = forward ? tw : tw + 2 * n;
   r.ws = forward ? tw + n : tw + 3 * n;
+  const int64_t fp = primes[p].fp_tw;
+  r.fw = fp ? (const double *)(ntt + fp) + (forward ? 0 : 2 * n) : NULL;
+  r.fwq = fp ? r.fw + n : NULL;
   return r;
 }
 __device__ __forceinline__ ntt_prime ntt_prime_of(const fh_ckks_ntt_args &a, int l, bool forward) {
@@ -140,10 +144,81 @@ struct ntt_geom {
   int log_total;
 };
 
-template <int R, bool FORWARD>
+/* The butterflies' arithmetic, a policy of ntt_pass:
+ * int_arith: words as they are, Harvey's lazy ranges and Shoup products (above);
+ * fp_arith (primes below 2^FH_FP_MAX_BITS, fh_fp_mul): values are integers held in
+ *   doubles; a pass converts the words it reads from the transform's input and writes
+ *   the canonical words of its output, the passes between keep doubles in shared memory
+ *   (their bits in the uint64 slots). Forward: x + r, x - r with |r| <= 0.625 q, so from
+ *   inputs below 4q the values stay below (4 + 0.625 k) q < 11 q after k <= 11 stages (a
+ *   kernel's most); inverse: sums double per stage, so every pass ends with the centred
+ *   reduction (|v| < 0.57 q; a pass's three stages reach 16 q at most). Products stay
+ *   exact while their operands are below 32 q (fh_fp_mul). */
+struct int_arith {
+  typedef uint64_t T;
+  ntt_prime P;
+  fh_ckks_prime c;
+  __device__ __forceinline__ T load(uint64_t bits, bool) const { return bits; }
+  __device__ __forceinline__ uint64_t store(T v, bool, bool reduce, bool) const { return reduce ? reduce4(v, P) : v; }
+  __device__ __forceinline__ void fwd(T &x, T &y, uint32_t gi) const { ct_bfly(x, y, __ldg(P.w + gi), __ldg(P.ws + gi), P); }
+  __device__ __forceinline__ void fwd_first(T &x, T &y) const { ct_first(x, y, c, P); }
+  __device__ __forceinline__ void inv(T &x, T &y, uint32_t gi) const { gs_bfly(x, y, __ldg(P.w + gi), __ldg(P.ws + gi), P); }
+  __device__ __forceinline__ void inv_last(T &x, T &y) const { gs_last(x, y, c, P); }
+};
+struct fp_arith {
+  typedef double T;
+  double q, qinv;
+  const double *w, *wq;
+  double f0, f0q, f1, f1q; /* the fused stage's two constants */
+  __device__ __forceinline__ T load(uint64_t bits, bool words) const {
+    return words ? __ull2double_rn(bits) : __longlong_as_double((long long)bits);
+  }
+  /* words: the transform's output (canonical); else doubles for the next pass */
+  __device__ __forceinline__ uint64_t store(T v, bool words, bool, bool forward) const {
+    if (words) return fh_fp_canon(v, q, qinv);
+    return (uint64_t)__double_as_longlong(forward ? v : fh_fp_centre(v, q, qinv));
+  }
+  __device__ __forceinline__ void fwd(T &x, T &y, uint32_t gi) const {
+    const double r = fh_fp_mul(y, __ldg(w + gi), __ldg(wq + gi), q);
+    y = __dsub_rn(x, r);
+    x = __dadd_rn(x, r);
+  }
+  __device__ __forceinline__ void fwd_first(T &x, T &y) const {
+    const double u = fh_fp_mul(x, f0, f0q, q), v = fh_fp_mul(y, f1, f1q, q);
+    x = __dadd_rn(u, v);
+    y = __dsub_rn(u, v);
+  }
+  __device__ __forceinline__ void inv(T &x, T &y, uint32_t gi) const {
+    const double d = __dsub_rn(x, y);
+    x = __dadd_rn(x, y);
+    y = fh_fp_mul(d, __ldg(w + gi), __ldg(wq + gi), q);
+  }
+  __device__ __forceinline__ void inv_last(T &x, T &y) const {
+    const double s = __dadd_rn(x, y), d = __dsub_rn(x, y);
+    x = fh_fp_mul(s, f0, f0q, q);
+    y = fh_fp_mul(d, f1, f1q, q);
+  }
+};
+__device__ __forceinline__ fp_arith fp_arith_of(const fh_ckks_prime &c, const ntt_prime &P, bool forward) {
+  fp_arith a;
+  a.q = c.fp_q;
+  a.qinv = c.fp_qinv;
+  a.w = P.fw;
+  a.wq = P.fwq;
+  const int k = forward ? 0 : 4;
+  a.f0 = c.fp_c[k];
+  a.f0q = c.fp_c[k + 1];
+  a.f1 = c.fp_c[k + 2];
+  a.f1q = c.fp_c[k + 3];
+  return a;
+}
+
+/* first: src holds the transform's input words; last: dst takes its output words
+ * (reduce: fully reduced; the FP64 arithmetic always reduces) */
+template <int R, bool FORWARD, class A>
 __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst, int narr, int M, int log_tlo,
-                                         const ntt_geom g, bool fuse, bool reduce, const fh_ckks_prime &c,
-                                         const ntt_prime &P) {
+                                         const ntt_geom g, bool fuse, bool first, bool last, bool reduce,
+                                         const A &ar) {
   constexpr int r = R == 8 ? 3 : R == 4 ? 2 : 1;
   const int t_lo = 1 << log_tlo;
   const int per = M / R;
@@ -161,9 +236,9 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
      * pass fall in groups (base >> (log_t + 1)) + (j >> (log_t + 1 - log_tlo)): one
      * twiddle per group, read once */
     const uint32_t base = off + (uint32_t)a * aoff + (uint32_t)x0;
-    uint64_t v[R];
+    typename A::T v[R];
 #pragma unroll
-    for (int j = 0; j < R; ++j) v[j] = src.p[a * src.astride + (x0 + j * t_lo) * src.kstride];
+    for (int j = 0; j < R; ++j) v[j] = ar.load(src.p[a * src.astride + (x0 + j * t_lo) * src.kstride], first);
 #pragma unroll
     for (int si = 0; si < r; ++si) {
       const int h = FORWARD ? (R >> (si + 1)) : (1 << si); /* pair distance, in j */
@@ -177,17 +252,16 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
         if (j & h) continue;
         const uint32_t gi = g0 + (uint32_t)(j >> gshift);
         if (FORWARD) {
-          if (fused) ct_first(v[j], v[j + h], c, P);
-          else ct_bfly(v[j], v[j + h], __ldg(P.w + gi), __ldg(P.ws + gi), P);
+          if (fused) ar.fwd_first(v[j], v[j + h]);
+          else ar.fwd(v[j], v[j + h], gi);
         } else {
-          if (fused) gs_last(v[j], v[j + h], c, P);
-          else gs_bfly(v[j], v[j + h], __ldg(P.w + gi), __ldg(P.ws + gi), P);
+          if (fused) ar.inv_last(v[j], v[j + h]);
+          else ar.inv(v[j], v[j + h], gi);
         }
       }
     }
 #pragma unroll
-    for (int j = 0; j < R; ++j)
-      dst.p[a * dst.astride + (x0 + j * t_lo) * dst.kstride] = reduce ? reduce4(v[j], P) : v[j];
+    for (int j = 0; j < R; ++j) dst.p[a * dst.astride + (x0 + j * t_lo) * dst.kstride] = ar.store(v[j], last, reduce, FORWARD);
   }
 }
 
@@ -197,26 +271,34 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
  * (kstride/astride of its view). fuse: the first forward stage multiplies by
  * R / the last inverse stage scales, when it is the transform's t = total/2.
  * reduce: forward outputs fully reduced. */
-template <bool FORWARD>
-__device__ void ntt_stages(ntt_view src, ntt_view dst, ntt_view sm, int narr, int log_m, const ntt_geom g,
-                           bool fuse, bool reduce, const fh_ckks_prime &c, const ntt_prime &P) {
+template <bool FORWARD, class A>
+__device__ void ntt_stages_with(ntt_view src, ntt_view dst, ntt_view sm, int narr, int log_m, const ntt_geom g,
+                                bool fuse, bool reduce, const A &ar) {
   const int M = 1 << log_m;
   int done = 0;
   ntt_view from = src;
   while (done < log_m) {
     const int rem = log_m - done;
     const int r = rem >= 3 ? 3 : rem;
-    const bool last = r == rem;
+    const bool first = done == 0, last = r == rem;
     const ntt_view to = last ? dst : sm;
     /* forward passes go down from t = M/2, inverse ones up from t = 1 */
     const int log_tlo = FORWARD ? (log_m - done - r) : done;
-    if (r == 3) ntt_pass<8, FORWARD>(from, to, narr, M, log_tlo, g, fuse, reduce && last, c, P);
-    else if (r == 2) ntt_pass<4, FORWARD>(from, to, narr, M, log_tlo, g, fuse, reduce && last, c, P);
-    else ntt_pass<2, FORWARD>(from, to, narr, M, log_tlo, g, fuse, reduce && last, c, P);
+    if (r == 3) ntt_pass<8, FORWARD>(from, to, narr, M, log_tlo, g, fuse, first, last, reduce && last, ar);
+    else if (r == 2) ntt_pass<4, FORWARD>(from, to, narr, M, log_tlo, g, fuse, first, last, reduce && last, ar);
+    else ntt_pass<2, FORWARD>(from, to, narr, M, log_tlo, g, fuse, first, last, reduce && last, ar);
     __syncthreads();
     from = sm;
     done += r;
   }
+}
+
+/* The stages in the prime's arithmetic: FP64 when it has FP64 twiddle rows. */
+template <bool FORWARD>
+__device__ void ntt_stages(ntt_view src, ntt_view dst, ntt_view sm, int narr, int log_m, const ntt_geom g,
+                           bool fuse, bool reduce, const fh_ckks_prime &c, const ntt_prime &P) {
+  if (P.fw) ntt_stages_with<FORWARD>(src, dst, sm, narr, log_m, g, fuse, reduce, fp_arith_of(c, P, FORWARD));
+  else ntt_stages_with<FORWARD>(src, dst, sm, narr, log_m, g, fuse, reduce, int_arith{P, c});
 }
 
 /* N = N1 x N2 with N2 = 2^ceil(log N / 2) contiguous words per chunk and N1 rows:

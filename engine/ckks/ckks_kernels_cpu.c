@@ -193,6 +193,60 @@ static void ntt_inverse_row(uint64_t *a, const uint64_t *in, int log_n, const fh
   }
 }
 
+/* The CUDA NTT's FP64 butterflies on one row (primes below 2^FH_FP_MAX_BITS): the CPU
+ * twin of that arithmetic (spec/ckks_fp_spec.lua), not a path of the CPU back end. The
+ * same fh_fp_mul, twiddles (fh_fp_twiddle of the table's words) and fused constants as
+ * the GPU, with ranges at least as wide: forward, no reduction between stages (the GPU
+ * reduces at least every 11); inverse, the centred reduction after every three stages
+ * (the GPU's passes). Standard residues in, canonical words out, like the integer rows. */
+void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
+                        bool forward, double *v) {
+  const int64_t n = (int64_t)1 << log_n;
+  const double q = p->fp_q, qi = p->fp_qinv;
+  for (int64_t j = 0; j < n; ++j) v[j] = (double)in[j];
+  if (forward) {
+    const uint64_t *w = tw;
+    for (int64_t m = 1, t = n >> 1; m < n; m <<= 1, t >>= 1)
+      for (int64_t i = 0; i < m; ++i) {
+        const double W = (double)w[m + i], Wq = fh_fp_twiddle(w[m + i], p->q);
+        for (int64_t j = 2 * i * t; j < 2 * i * t + t; ++j) {
+          if (m == 1) { /* the first stage times R */
+            const double x = fh_fp_mul(v[j], p->fp_c[0], p->fp_c[1], q);
+            const double y = fh_fp_mul(v[j + t], p->fp_c[2], p->fp_c[3], q);
+            v[j] = x + y;
+            v[j + t] = x - y;
+          } else {
+            const double r = fh_fp_mul(v[j + t], W, Wq, q);
+            v[j + t] = v[j] - r;
+            v[j] = v[j] + r;
+          }
+        }
+      }
+  } else {
+    const uint64_t *w = tw + 2 * n;
+    int stage = 0;
+    for (int64_t t = 1; t < n; t <<= 1, ++stage) {
+      if (stage > 0 && stage % 3 == 0)
+        for (int64_t j = 0; j < n; ++j) v[j] = fh_fp_centre(v[j], q, qi);
+      const int64_t groups = n / (2 * t);
+      for (int64_t i = 0; i < groups; ++i) {
+        const double W = (double)w[groups + i], Wq = fh_fp_twiddle(w[groups + i], p->q);
+        for (int64_t j = 2 * i * t; j < 2 * i * t + t; ++j) {
+          const double s = v[j] + v[j + t], d = v[j] - v[j + t];
+          if (groups == 1) { /* the last stage times N^-1 R^-1 */
+            v[j] = fh_fp_mul(s, p->fp_c[4], p->fp_c[5], q);
+            v[j + t] = fh_fp_mul(d, p->fp_c[6], p->fp_c[7], q);
+          } else {
+            v[j] = s;
+            v[j + t] = fh_fp_mul(d, W, Wq, q);
+          }
+        }
+      }
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) a[j] = fh_fp_canon(v[j], q, qi);
+}
+
 static fh_status run_ntt(const void *argp, bool forward) {
   const fh_ckks_ntt_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;

@@ -243,6 +243,13 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
     uint64_t iw1 = fh_mod_inv_prime(w1, &c->bar);
     c->iw1s = fh_mod_mul(iw1, c->ninv_rinv, &c->bar);
     c->iw1s_shoup = fh_shoup_precompute(c->iw1s, q);
+    c->fp_q = (double)q;
+    c->fp_qinv = 1.0 / (double)q;
+    const uint64_t fused[4] = {c->r1, c->w1r, c->ninv_rinv, c->iw1s};
+    for (int k = 0; k < 4; ++k) {
+      c->fp_c[2 * k] = (double)fused[k];
+      c->fp_c[2 * k + 1] = fh_fp_twiddle(fused[k], q);
+    }
   }
 
   /* layout */
@@ -252,6 +259,16 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
   w += PRIME_WORDS * (size_t)np_all;
   lo.ntt = w;
   w += (size_t)np_all * 4 * (size_t)n;
+  /* the FP64 twiddle rows of the primes that take FP64 butterflies on CUDA */
+  const char *fp_env = getenv("FHELIUM_CUDA_FP");
+  const bool use_fp = dev.type != FH_DEVICE_CPU && !(fp_env && strcmp(fp_env, "0") == 0);
+  for (int p = 0; p < np_all; ++p) {
+    t->host[p].fp_tw = 0;
+    if (use_fp && fh_fp_eligible(t->host[p].q)) {
+      t->host[p].fp_tw = (int64_t)(w - lo.ntt);
+      w += 4 * (size_t)n;
+    }
+  }
   lo.rot = w;
   w += (size_t)n / 2;
   lo.ksi = w;
@@ -333,6 +350,15 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
       tw[n + k] = fh_shoup_precompute(f, q);
       tw[2 * n + k] = inv;
       tw[3 * n + k] = fh_shoup_precompute(inv, q);
+    }
+    if (c->fp_tw) {
+      double *fw = (double *)(base + lo.ntt + c->fp_tw);
+      for (int64_t k = 0; k < n; ++k) {
+        fw[k] = (double)tw[k];
+        fw[n + k] = fh_fp_twiddle(tw[k], q);
+        fw[2 * n + k] = (double)tw[2 * n + k];
+        fw[3 * n + k] = fh_fp_twiddle(tw[2 * n + k], q);
+      }
     }
   }
   fh_free(pw);

@@ -98,7 +98,21 @@ typedef struct fh_ckks_prime {
   uint64_t psi;                        /* the primitive 2N-th root of unity (the smallest) */
   uint64_t psi_inv;
   fh_modulus bar;                      /* Barrett constants */
+  /* FP64 butterflies (fh_fp_mul; CUDA only): fp_tw is the offset in words from the
+   * twiddle table (fh_ckks_ntt_args.ntt) of this prime's double rows [psi_rev, psi_rev / q,
+   * ipsi_rev, ipsi_rev / q], each N doubles, or 0 when the integer butterflies run (the
+   * prime is not below 2^FH_FP_MAX_BITS, the tables are on the CPU, or FHELIUM_CUDA_FP=0);
+   * fp_c holds the fused stages' constants and their quotients by q as doubles:
+   * r1, w1r (first forward stage), ninv_rinv, iw1s (last inverse stage). */
+  int64_t fp_tw;
+  double fp_q, fp_qinv;
+  double fp_c[8];
 } fh_ckks_prime;
+
+/* The CUDA NTT's FP64 arithmetic on one row on the CPU (a test twin; the prime must
+ * satisfy fh_fp_eligible): in -> a (may alias), v scratch of N doubles owned by the caller. */
+void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
+                        bool forward, double *v);
 
 /* ---- NTT / INTT ------------------------------------------------------------
  * out may equal in (in place). ntt points at the context's twiddle table:

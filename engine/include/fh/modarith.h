@@ -12,6 +12,7 @@
 #ifndef FH_MODARITH_H
 #define FH_MODARITH_H
 
+#include <math.h>
 #include <stdint.h>
 
 #if defined(__CUDACC__)
@@ -129,6 +130,60 @@ FH_HD uint64_t fh_mont_from_std(uint64_t a, uint64_t q, uint64_t qinv, uint64_t 
   return fh_mont_mul(a, r2, q, qinv);
 }
 FH_HD uint64_t fh_mont_to_std(uint64_t a, uint64_t q, uint64_t qinv) { return fh_mont_reduce(a, 0, q, qinv); }
+
+/* ---- FP64 products for primes below 2^FH_FP_MAX_BITS ------------------------
+ * A GPU issues double-precision FMAs at the rate of its 32-bit integer
+ * multiply-adds, and one modular product in doubles takes six of them against
+ * about sixteen integer instructions for Shoup's 64-bit product, so the CUDA
+ * NTT runs its butterflies in doubles for such primes (docs/ckks.md). Every
+ * value is an integer held exactly in a double (|v| < 2^53); only
+ * round-to-nearest IEEE operations are used, each named (no contraction), so
+ * host and device compute the same doubles.
+ *
+ * fh_fp_mul(x, w, wq, q) for an integer x with |x| <= X < 2^50, a twiddle
+ * w in [0, q) and wq = w / q rounded (fh_fp_twiddle):
+ *   t = round(x wq)     (adding and removing 1.5 2^52 rounds to an integer;
+ *                        |t - x w / q| <= 1/2 + X 2^-53)
+ *   h = x w rounded, l = x w - h exactly (an FMA; h is an integer)
+ *   r = (h - t q) + l   (h - t q is an integer below 2^53 in size: one FMA, exact)
+ * so r = x w - t q exactly: r == x w (mod q) and |r| <= q (1/2 + X 2^-53).
+ * With q < 2^45 and X <= 32 q (the NTT's ranges), |r| <= 0.625 q. */
+#define FH_FP_MAX_BITS 45
+#define FH_FP_ROUNDER 6755399441055744.0 /* 1.5 * 2^52 */
+
+#if defined(__CUDA_ARCH__)
+#define FH_DMUL(a, b) __dmul_rn((a), (b))
+#define FH_DADD(a, b) __dadd_rn((a), (b))
+#define FH_DSUB(a, b) __dsub_rn((a), (b))
+#define FH_DFMA(a, b, c) __fma_rn((a), (b), (c))
+#else
+#define FH_DMUL(a, b) ((a) * (b))
+#define FH_DADD(a, b) ((a) + (b))
+#define FH_DSUB(a, b) ((a) - (b))
+#define FH_DFMA(a, b, c) fma((a), (b), (c))
+#endif
+
+/* whether q takes the FP64 products */
+FH_HD int fh_fp_eligible(uint64_t q) { return q < ((uint64_t)1 << FH_FP_MAX_BITS); }
+/* w / q rounded to nearest (w, q below 2^53: exact as doubles, one division) */
+FH_HD double fh_fp_twiddle(uint64_t w, uint64_t q) { return (double)w / (double)q; }
+FH_HD double fh_fp_mul(double x, double w, double wq, double q) {
+  const double t = FH_DSUB(FH_DFMA(x, wq, FH_FP_ROUNDER), FH_FP_ROUNDER);
+  const double h = FH_DMUL(x, w);
+  const double l = FH_DFMA(x, w, -h);
+  return FH_DADD(FH_DFMA(-t, q, h), l);
+}
+/* a centred representative of x (|x| < 2^50): |r| <= q (1/2 + |x| 2^-53); qinv = 1/q rounded */
+FH_HD double fh_fp_centre(double x, double q, double qinv) {
+  const double t = FH_DSUB(FH_DFMA(x, qinv, FH_FP_ROUNDER), FH_FP_ROUNDER);
+  return FH_DFMA(-t, q, x);
+}
+/* the canonical residue of x (|x| <= 2^49 and q < 2^45: the centred r is in (-q, q)) */
+FH_HD uint64_t fh_fp_canon(double x, double q, double qinv) {
+  double r = fh_fp_centre(x, q, qinv);
+  if (r < 0) r = FH_DADD(r, q);
+  return (uint64_t)r;
+}
 
 /* ---- host helpers ---------------------------------------------------------- */
 /* a^e mod q (Barrett). */

@@ -1,0 +1,190 @@
+-- The CUDA NTT's FP64 butterflies (docs/ckks.md, "FP64 butterflies"): for primes
+-- below 2^45 the GPU multiplies twiddles in doubles (fh_fp_mul). The CPU twin of
+-- that arithmetic (core._ckks.fp_mul, core._ckks.ntt_fp) runs here in CI against
+-- exact references: the product against a double-and-add in uint64 cdata, the
+-- transforms against the CPU's integer NTT, word for word, on random rows and on
+-- the rows that push the ranges furthest. The gpu-tagged part runs the same rows
+-- through the CUDA kernels. Seeds are printed (FHELIUM_SEED replays one).
+local fh = require "fhelium"
+local H = require "spec.helpers"
+local bit = require "bit"
+local C = fh.core._ckks
+local gpu_it = H.gpu_it
+
+local TWO45 = 2ULL ^ 45
+
+-- a message part as a Lua pattern matching it literally
+local function plain(s) return (s:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0")) end
+local function refuses(kind, message, fn) return H.expect_error(kind, plain(message), fn) end
+
+local function u64(list) return fh.tensor(list, { dtype = "uint64" }):view(#list) end
+
+-- x * w mod q by double-and-add in uint64 cdata (exact: 2q < 2^63)
+local function mulmod(a, b, q)
+  local r = 0ULL
+  a = a % q
+  for i = 63, 0, -1 do
+    r = r + r
+    if r >= q then r = r - q end
+    if bit.band(bit.rshift(b, i), 1ULL) ~= 0ULL then
+      r = r + a
+      if r >= q then r = r - q end
+    end
+  end
+  return r
+end
+
+-- an integer-valued number (|x| < 2^53) modulo q, as uint64
+local function num_mod(x, q)
+  if x >= 0 then return (0ULL + x) % q end
+  local m = (0ULL + (-x)) % q
+  return m == 0ULL and 0ULL or q - m
+end
+
+-- every preset prime below 2^45 (the FP64-eligible ones), and each preset's N
+local function eligible_primes()
+  local seen, out = {}, {}
+  for _, p in ipairs(fh.core.ckks_presets()) do
+    local ctx = fh.CkksContext(p.name)
+    for _, q in ipairs(ctx.primes) do
+      if q < TWO45 and not seen[tostring(q)] then
+        seen[tostring(q)] = true
+        out[#out + 1] = q
+      end
+    end
+  end
+  return out
+end
+
+describe("FP64 modular products (fh_fp_mul, the CPU twin)", function()
+  local seed = H.seed("ckks fp64 products")
+
+  it("gives x w mod q exactly, centred within 0.625 q, up to |x| = 32 q", function()
+    local qs = {}
+    for _, bits in ipairs { 20, 30, 40, 44, 45 } do
+      for _, q in ipairs(C.find_primes(bits, 4, 2):tolist()) do qs[#qs + 1] = q end
+    end
+    local rng = seed
+    local function rand(q) -- a word in [0, q)
+      rng = rng + 1
+      return C.sample("uniform", 1, { q = q, seed = rng }):tolist()[1]
+    end
+    for _, q in ipairs(qs) do
+      local qd = tonumber(q)
+      local ws = { 0ULL, 1ULL, q - 1ULL, q / 2ULL, rand(q), rand(q) }
+      local xs = { 0, 1, -1, qd - 1, -(qd - 1), 4 * qd - 1, 16 * qd, -16 * qd, 32 * qd, -32 * qd }
+      for _ = 1, 6 do
+        local r = tonumber(rand(q))
+        xs[#xs + 1] = r
+        xs[#xs + 1] = -r * 13
+      end
+      for _, w in ipairs(ws) do
+        for _, x in ipairs(xs) do
+          local r = C.fp_mul(x, w, q)
+          assert.equal(math.floor(r), r)
+          assert.is_true(math.abs(r) <= 0.625 * qd, ("|r| = %.0f > 0.625 q (q = %s)"):format(math.abs(r), tostring(q)))
+          local want = mulmod(num_mod(x, q), w, q)
+          if num_mod(r, q) ~= want then
+            error(("fp_mul(%.0f, %s, %s) = %.0f, not %s mod q"):format(x, tostring(w), tostring(q), r, tostring(want)))
+          end
+        end
+      end
+    end
+  end)
+
+  it("refuses what it does not cover", function()
+    refuses("ValueError", "_ckks.fp_mul: argument 1 (x) expected an integer", function() C.fp_mul(0.5, 1, 97) end)
+    refuses("ValueError", "below 2^50", function() C.fp_mul(2 ^ 51, 1, 97) end)
+    refuses("ValueError", "_ckks.fp_mul: argument 3 (q) expected 2 <= q < 2^45", function() C.fp_mul(1, 1, TWO45 + 1ULL) end)
+    refuses("ValueError", "_ckks.fp_mul: argument 2 (w) expected w < q", function() C.fp_mul(1, 97, 97) end)
+  end)
+end)
+
+describe("FP64 NTT (the CUDA butterflies' CPU twin)", function()
+  local seed = H.seed("ckks fp64 ntt")
+
+  -- rows for primes qs at N: random residues, all q - 1, and q - 1 / 0 alternating
+  local function rows(qs, n, s)
+    local t = fh.empty({ 3 * #qs, n }, { dtype = "uint64" })
+    local ids = {}
+    for i, q in ipairs(qs) do
+      t:select(1, i):copy_(C.sample("uniform", n, { q = q, seed = s + i }))
+      t:select(1, #qs + i):fill_(q - 1ULL)
+      local alt = {}
+      for j = 1, n do alt[j] = j % 2 == 1 and q - 1ULL or 0ULL end
+      t:select(1, 2 * #qs + i):copy_(u64(alt))
+    end
+    for k = 0, 2 do
+      for i = 1, #qs do ids[k * #qs + i] = i - 1 end
+    end
+    return t, ids
+  end
+
+  it("matches the integer NTT and INTT word for word for every eligible preset prime", function()
+    local primes = eligible_primes()
+    assert.is_true(#primes > 100, "the presets' Q primes of 30 and 40 bits")
+    -- N = 2^12 for every prime (each is 1 mod 2N for N up to its preset's), in chunks of 32
+    local log_n = 12
+    local n = 2 ^ log_n
+    for c0 = 1, #primes, 32 do
+      local qs = {}
+      for i = c0, math.min(c0 + 31, #primes) do qs[#qs + 1] = primes[i] end
+      local tb = C.tables(log_n, u64(qs), #qs)
+      local t, ids = rows(qs, n, seed + c0)
+      for k = 0, 2 do
+        local part = t:narrow(1, k * #qs + 1, #qs):contiguous()
+        local sub = {}
+        for i = 1, #qs do sub[i] = ids[k * #qs + i] end
+        local f = C.ntt(tb, part, sub)
+        assert.is_true(fh.equal(C.ntt_fp(tb, part, sub, true), f), "forward, row kind " .. k)
+        assert.is_true(fh.equal(C.ntt_fp(tb, f, sub, false), C.intt(tb, f, sub)),
+          "inverse, row kind " .. k)
+        assert.is_true(fh.equal(C.ntt_fp(tb, part, sub, false), C.intt(tb, part, sub)), "inverse of the raw rows")
+      end
+    end
+  end)
+
+  it("matches at every ring size of the presets and below (N = 2 .. 2^16), 30- to 45-bit primes", function()
+    for _, log_n in ipairs { 1, 2, 3, 4, 7, 11, 14, 16 } do
+      local qs = {}
+      for _, bits in ipairs { 30, 40, 45 } do qs[#qs + 1] = C.find_primes(bits, log_n, 1):tolist()[1] end
+      local n = 2 ^ log_n
+      local tb = C.tables(log_n, u64(qs), #qs)
+      local t, ids = rows(qs, n, seed + 100 * log_n)
+      local f = C.ntt(tb, t, ids)
+      assert.is_true(fh.equal(C.ntt_fp(tb, t, ids, true), f), "forward N=2^" .. log_n)
+      assert.is_true(fh.equal(C.ntt_fp(tb, f, ids, false), t), "inverse N=2^" .. log_n)
+    end
+  end)
+
+  it("refuses primes of 45 bits and more, and bad rows", function()
+    local qs = { C.find_primes(40, 4, 1):tolist()[1], C.find_primes(60, 4, 1):tolist()[1] }
+    local tb = C.tables(4, u64(qs), 1)
+    local ok = fh.zeros({ 1, 16 }, { dtype = "uint64" })
+    refuses("ValueError", "_ckks.ntt_fp: argument 3 (ids) expected primes below 2^45, got " .. tostring(qs[2]):gsub("ULL", ""), function() C.ntt_fp(tb, ok, { 1 }, true) end)
+    refuses("ValueError", "_ckks.ntt_fp: argument 3 (ids) expected prime ids below 2, got 2", function() C.ntt_fp(tb, ok, { 2 }, true) end)
+    refuses("ValueError", "_ckks.ntt_fp: argument 2 (t) expected a contiguous uint64 CPU tensor [1, 16]", function() C.ntt_fp(tb, fh.zeros({ 1, 8 }, { dtype = "uint64" }), { 0 }, true) end)
+    refuses("ValueError", "_ckks.ntt_fp: argument 2 (t) expected a contiguous uint64 CPU tensor", function() C.ntt_fp(tb, fh.zeros({ 1, 16 }), { 0 }, true) end)
+  end)
+
+  gpu_it("runs on CUDA with the CPU's words on the extreme rows (row, column and chunk kernels)", function()
+    local ok, err = pcall(function()
+      local tg = C.tables(4, u64({ C.find_primes(40, 4, 1):tolist()[1] }), 1, { device = "cuda:0" })
+      C.ntt_fp(tg, fh.zeros({ 1, 16 }, { dtype = "uint64" }), { 0 }, true)
+    end)
+    assert.is_false(ok)
+    assert.matches("expected tables on the CPU", tostring(err), 1, true)
+    for _, log_n in ipairs { 4, 11, 12, 14, 16, 17 } do
+      local qs = {}
+      for _, bits in ipairs { 30, 40, 45, 60 } do qs[#qs + 1] = C.find_primes(bits, log_n, 1):tolist()[1] end
+      local n = 2 ^ log_n
+      local tc = C.tables(log_n, u64(qs), 3)
+      local tg = C.tables(log_n, u64(qs), 3, { device = "cuda:0" })
+      local t, ids = rows(qs, n, seed + 1000 + log_n)
+      local fc, fg = C.ntt(tc, t, ids), C.ntt(tg, t:cuda(), ids)
+      assert.is_true(fh.equal(fc, fg:cpu()), "forward N=2^" .. log_n)
+      assert.is_true(fh.equal(C.intt(tc, t, ids), C.intt(tg, t:cuda(), ids):cpu()), "inverse N=2^" .. log_n)
+      assert.is_true(fh.equal(C.intt(tg, fg, ids):cpu(), t), "round trip N=2^" .. log_n)
+    end
+  end)
+end)
