@@ -171,7 +171,7 @@ struct fp_arith {
   const double *w, *wq;
   double f0, f0q, f1, f1q; /* the fused stage's two constants */
   __device__ __forceinline__ T load(uint64_t bits, bool words) const {
-    return words ? __ull2double_rn(bits) : __longlong_as_double((long long)bits);
+    return words ? fh_fp_of_word(bits) : __longlong_as_double((long long)bits);
   }
   /* words: the transform's output (canonical); else doubles for the next pass */
   __device__ __forceinline__ uint64_t store(T v, bool words, bool, bool forward) const {

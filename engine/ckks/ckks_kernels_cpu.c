@@ -203,7 +203,7 @@ void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, int log_n, const fh_ckk
                         bool forward, double *v) {
   const int64_t n = (int64_t)1 << log_n;
   const double q = p->fp_q, qi = p->fp_qinv;
-  for (int64_t j = 0; j < n; ++j) v[j] = (double)in[j];
+  for (int64_t j = 0; j < n; ++j) v[j] = fh_fp_of_word(in[j]);
   if (forward) {
     const uint64_t *w = tw;
     for (int64_t m = 1, t = n >> 1; m < n; m <<= 1, t >>= 1)

@@ -14,6 +14,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__CUDACC__)
 #define FH_HD __host__ __device__ __forceinline__
@@ -178,11 +179,35 @@ FH_HD double fh_fp_centre(double x, double q, double qinv) {
   const double t = FH_DSUB(FH_DFMA(x, qinv, FH_FP_ROUNDER), FH_FP_ROUNDER);
   return FH_DFMA(-t, q, x);
 }
+/* Words and doubles without the conversion instructions (a quarter of the FP64 rate on
+ * a GPU): a word x < 2^52 is the mantissa of 2^52 + x, so its double is that number's
+ * bits minus 2^52 (exact), and an integer r in [0, 2^52) is the mantissa of r + 2^52. */
+#define FH_FP_TWO52 4503599627370496.0
+#define FH_FP_TWO52_BITS 0x4330000000000000ULL
+FH_HD double fh_fp_bits_double(uint64_t b) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double((long long)b);
+#else
+  double d;
+  memcpy(&d, &b, sizeof d);
+  return d;
+#endif
+}
+FH_HD uint64_t fh_fp_double_bits(double d) {
+#if defined(__CUDA_ARCH__)
+  return (uint64_t)__double_as_longlong(d);
+#else
+  uint64_t b;
+  memcpy(&b, &d, sizeof b);
+  return b;
+#endif
+}
+FH_HD double fh_fp_of_word(uint64_t x) { return FH_DSUB(fh_fp_bits_double(x | FH_FP_TWO52_BITS), FH_FP_TWO52); }
 /* the canonical residue of x (|x| <= 2^49 and q < 2^45: the centred r is in (-q, q)) */
 FH_HD uint64_t fh_fp_canon(double x, double q, double qinv) {
-  double r = fh_fp_centre(x, q, qinv);
-  if (r < 0) r = FH_DADD(r, q);
-  return (uint64_t)r;
+  const double r = fh_fp_centre(x, q, qinv);
+  const double b = FH_DADD(r, r < 0 ? FH_DADD(q, FH_FP_TWO52) : FH_FP_TWO52); /* 2^52 + [r]_q, exact */
+  return fh_fp_double_bits(b) & 0xFFFFFFFFFFFFFULL;
 }
 
 /* ---- host helpers ---------------------------------------------------------- */
