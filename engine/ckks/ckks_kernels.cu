@@ -227,8 +227,11 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
   /* adjacent threads take adjacent words: across arrays when the arrays are
    * adjacent columns (astride 1), else along an array */
   const bool arrays_fast = src.astride == 1;
+  /* narr and per are powers of two: shifts and masks, not divisions */
+  const int log_narr = 31 - __clz(narr), log_per = 31 - __clz(per);
   for (int w = threadIdx.x; w < narr * per; w += blockDim.x) {
-    const int a = arrays_fast ? w % narr : w / per, item = arrays_fast ? w / narr : w % per;
+    const int a = arrays_fast ? w & (narr - 1) : w >> log_per;
+    const int item = arrays_fast ? w >> log_narr : w & (per - 1);
     const int b = item >> log_tlo, q = item & (t_lo - 1);
     const int x0 = b * R * t_lo + q;
     /* base - q is a multiple of R t_lo (the offsets are multiples of the arrays' length
@@ -760,7 +763,7 @@ __global__ void __launch_bounds__(NTT_THREADS, 4) ks1_kernel(const __grid_consta
   const int t = r < f ? r : r - ns; /* target index when !own */
   const ntt_split sp = ntt_split_of(u.log_n);
   const int64_t n = (int64_t)1 << u.log_n;
-  const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1, tile = NTT_TILE;
+  const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1, tile = NTT_TILE, log_cols = NTT_TILE_LOG - sp.log_n1;
   const int c0 = blockIdx.x * cols;
   const int p = u.prime[r];
   const fh_ckks_prime c = u.primes[p];
@@ -772,7 +775,7 @@ __global__ void __launch_bounds__(NTT_THREADS, 4) ks1_kernel(const __grid_consta
     const uint64_t *in = u.in + g * u.in_gs;
     const uint64_t *ys = a.scaled + g * a.scaled_gs + (int64_t)f * n;
     for (int e = threadIdx.x; e < tile; e += blockDim.x) {
-      const int k = e / cols, col = e - k * cols;
+      const int k = e >> log_cols, col = e & (cols - 1);
       const int64_t j = (int64_t)k * n2 + c0 + col;
       sm[e] = own ? in[(int64_t)r * n + j] : conv_flagged(ys, j, ns, kc, c, u.center);
     }
@@ -784,7 +787,9 @@ __global__ void __launch_bounds__(NTT_THREADS, 4) ks1_kernel(const __grid_consta
 }
 
 constexpr int KS2_PER_THREAD = NTT_TILE / NTT_THREADS;
-__global__ void __launch_bounds__(NTT_THREADS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+/* MIN_BLOCKS: blocks per SM the registers must allow (2: 128 registers, 3: 80) */
+template <int MIN_BLOCKS>
+__global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   const fh_ckks_modup_args &u = a.up;
   const int r = blockIdx.y;
@@ -858,6 +863,18 @@ bool ks_split(unsigned blocks) {
   return blocks < 2u * (unsigned)fh__cuda_sm_count(dev);
 }
 
+/* ks2's register budget: FHELIUM_CUDA_KS2=2 or 3 blocks per SM (a benchmarking aid),
+ * else KS2_BLOCKS_DEFAULT */
+constexpr int KS2_BLOCKS_DEFAULT = 3;
+int ks2_blocks() {
+  static int b = -1;
+  if (b < 0) {
+    const char *v = getenv("FHELIUM_CUDA_KS2");
+    b = v && strcmp(v, "2") == 0 ? 2 : v && strcmp(v, "3") == 0 ? 3 : KS2_BLOCKS_DEFAULT;
+  }
+  return b;
+}
+
 fh_status k_ks_core(const void *argp, void *stream) {
   const fh_ckks_ks_core_args *a = (const fh_ckks_ks_core_args *)argp;
   const fh_ckks_modup_args *u = &a->up;
@@ -890,7 +907,8 @@ fh_status k_ks_core(const void *argp, void *stream) {
   ks0_kernel<<<dim3(blocks_for(n, EW_THREADS), nsrc_rows, gz), EW_THREADS, 0, h>>>(*a);
   if (!ks_split(tiles * (unsigned)u->nrows * gz)) {
     ks1_kernel<<<dim3(tiles, u->ndigits * u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
-    ks2_kernel<<<dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
+    if (ks2_blocks() == 3) ks2_kernel<3><<<dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
+    else ks2_kernel<2><<<dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
     return launched("kernel 'ckks_ks_core'");
   }
   /* split: ks1 on every row (a digit's own rows too), the chunk stages of every digit in
@@ -942,7 +960,7 @@ __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant_
   const int l = blockIdx.y, ns = b.nsrc;
   const ntt_split sp = ntt_split_of(b.log_n);
   const int64_t n = (int64_t)1 << b.log_n;
-  const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1;
+  const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1, log_cols = NTT_TILE_LOG - sp.log_n1;
   const int c0 = blockIdx.x * cols;
   const int p = b.dst_prime[l];
   const fh_ckks_prime c = b.primes[p];
@@ -954,7 +972,7 @@ __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant_
   GROUPS(g, b.ngroups) {
     const uint64_t *in = b.in + g * b.in_gs;
     for (int e = threadIdx.x; e < NTT_TILE; e += blockDim.x) {
-      const int k = e / cols, col = e - k * cols;
+      const int k = e >> log_cols, col = e & (cols - 1);
       sm[e] = conv_flagged(in, (int64_t)k * n2 + c0 + col, ns, kc, c, center);
     }
     __syncthreads();
