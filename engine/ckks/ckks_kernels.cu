@@ -731,6 +731,52 @@ __device__ __forceinline__ uint64_t conv_flagged(const uint64_t *base, int64_t j
   return r;
 }
 
+/* conv_flagged for NS <= 4 sources known at compile time: the NS loads issued together
+ * (a runtime loop waits for each in turn), one Montgomery reduction */
+template <int NS>
+__device__ __forceinline__ uint64_t conv_flagged_n(const uint64_t *base, int64_t j, const conv_consts &k,
+                                                   const fh_ckks_prime &c, bool center) {
+  uint64_t y[NS];
+#pragma unroll
+  for (int i = 0; i < NS; ++i) y[i] = base[k.off[i] + j];
+  uint32_t cnt = 0;
+  unsigned __int128 acc = 0;
+#pragma unroll
+  for (int i = 0; i < NS; ++i) {
+    cnt += (uint32_t)(y[i] >> 63);
+    acc += (unsigned __int128)(y[i] & ~KS_FLAG) * k.rowm[i];
+  }
+  uint64_t r = fh_mont_reduce((uint64_t)acc, (uint64_t)(acc >> 64), c.q, c.qinv);
+  if (center && cnt) r = fh_mod_sub(r, k.corr[cnt], c.q);
+  return r;
+}
+
+/* ks1 / md1: fill the column tile sm (NTT_TILE words: cols adjacent columns of the
+ * N1 x N2 row, column-major in sm) with the row's conversion from ns sources at base
+ * (their words at base + off[i]); a block of NTT_THREADS threads, two elements in flight */
+template <int NS>
+__device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
+                                            const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
+  const int cols = 1 << log_cols;
+#pragma unroll 2
+  for (int it = 0; it < NTT_TILE / NTT_THREADS; ++it) {
+    const int e = threadIdx.x + it * NTT_THREADS;
+    const int64_t j = (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1));
+    if constexpr (NS > 0) sm[e] = conv_flagged_n<NS>(base, j, k, c, center);
+    else sm[e] = conv_flagged(base, j, ns, k, c, center);
+  }
+}
+__device__ __forceinline__ void conv_fill(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
+                                          const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
+  switch (ns) {
+  case 1: conv_fill_n<1>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 2: conv_fill_n<2>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 3: conv_fill_n<3>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 4: conv_fill_n<4>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  default: conv_fill_n<0>(sm, base, ns, k, c, center, log_cols, n2, c0);
+  }
+}
+
 /* ks0: a block per (source row, coefficient range): [x * shat_inv]_{s} of the row's digit,
  * once, with KS_FLAG set when it is above s / 2 (primes are below 2^63, so bit 63 is free) */
 __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
@@ -774,10 +820,11 @@ __global__ void __launch_bounds__(NTT_THREADS, 4) ks1_kernel(const __grid_consta
   GROUPS(g, u.ngroups) {
     const uint64_t *in = u.in + g * u.in_gs;
     const uint64_t *ys = a.scaled + g * a.scaled_gs + (int64_t)f * n;
-    for (int e = threadIdx.x; e < tile; e += blockDim.x) {
-      const int k = e >> log_cols, col = e & (cols - 1);
-      const int64_t j = (int64_t)k * n2 + c0 + col;
-      sm[e] = own ? in[(int64_t)r * n + j] : conv_flagged(ys, j, ns, kc, c, u.center);
+    if (own) {
+      for (int e = threadIdx.x; e < tile; e += blockDim.x)
+        sm[e] = in[(int64_t)r * n + (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1))];
+    } else {
+      conv_fill(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
     }
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
@@ -786,6 +833,11 @@ __global__ void __launch_bounds__(NTT_THREADS, 4) ks1_kernel(const __grid_consta
   }
 }
 
+/* line t (of 128 bytes, t < 128) of the NTT_TILE-word tile at p into L2 (no registers held) */
+static_assert(NTT_TILE == 128 * 16, "a tile is 128 lines of 16 words");
+__device__ __forceinline__ void prefetch_tile(const uint64_t *p, int t) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p + t * 16));
+}
 constexpr int KS2_PER_THREAD = NTT_TILE / NTT_THREADS;
 /* MIN_BLOCKS: blocks per SM the registers must allow (2: 128 registers, 3: 80) */
 template <int MIN_BLOCKS>
@@ -808,6 +860,12 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
 #pragma unroll
     for (int k = 0; k < KS2_PER_THREAD; ++k) acc0[k] = acc1[k] = 0;
     for (int jd = 0; jd < u.ndigits; ++jd) {
+      const uint64_t *k0 = key + (int64_t)jd * a.key_ds, *k1 = k0 + a.key_cs;
+      /* the key's two tiles for this digit and the next digit's scratch tile on their way
+       * to L2 while the chunk stages run */
+      prefetch_tile(threadIdx.x < 128 ? k0 : k1, threadIdx.x & 127);
+      if (jd + 1 < u.ndigits && threadIdx.x < 128)
+        prefetch_tile(u.out + g * u.out_gs + (int64_t)(jd + 1) * u.out_ds + (int64_t)r * n + base, threadIdx.x);
       /* a digit's own rows are the input's NTT rows when given (ks1 skipped them) */
       const uint64_t *x_ntt = NULL;
       if (a.in_ntt && r >= u.first[jd] && r < u.first[jd] + u.nsrc[jd]) {
@@ -816,7 +874,6 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
         const ntt_view src = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + base, 1, n2};
         ntt_stages<true>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
       }
-      const uint64_t *k0 = key + (int64_t)jd * a.key_ds, *k1 = k0 + a.key_cs;
 #pragma unroll
       for (int k = 0; k < KS2_PER_THREAD; ++k) {
         const int e = threadIdx.x + k * NTT_THREADS;
@@ -971,10 +1028,7 @@ __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant_
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, b.ngroups) {
     const uint64_t *in = b.in + g * b.in_gs;
-    for (int e = threadIdx.x; e < NTT_TILE; e += blockDim.x) {
-      const int k = e >> log_cols, col = e & (cols - 1);
-      sm[e] = conv_flagged(in, (int64_t)k * n2 + c0 + col, ns, kc, c, center);
-    }
+    conv_fill(sm, in, ns, kc, c, center, log_cols, n2, c0);
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {b.out + g * b.out_gs + (int64_t)b.dst_row[l] * n + c0, n2, 1};
@@ -997,12 +1051,15 @@ __global__ void __launch_bounds__(NTT_THREADS) md2_kernel(const __grid_constant_
   const ntt_view sv = {sm, 1, n2};
   const uint64_t w = a.c_const[l], ws = a.c_shoup[l];
   GROUPS(gg, b.ngroups) {
-    const ntt_view src = {b.out + gg * b.out_gs + (int64_t)b.dst_row[l] * n + base, 1, n2};
-    ntt_stages<true>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
     const int64_t g = gg / 2;
     const int comp = (int)(gg % 2);
     const uint64_t *x = a.a + gg * a.a_gs + (int64_t)l * n + base;
     const uint64_t *z = a.add[comp] ? a.add[comp] + g * a.add_gs + (int64_t)l * n + base : NULL;
+    /* the tiles read after the chunk stages on their way to L2 meanwhile */
+    if (threadIdx.x < 128) prefetch_tile(x, threadIdx.x);
+    else if (z) prefetch_tile(z, threadIdx.x - 128);
+    const ntt_view src = {b.out + gg * b.out_gs + (int64_t)b.dst_row[l] * n + base, 1, n2};
+    ntt_stages<true>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
     uint64_t *o = a.out[comp] + g * a.out_gs + (int64_t)l * n + base;
     for (int e = threadIdx.x; e < NTT_TILE; e += blockDim.x) {
       const uint64_t r = fh_shoup_mul(x[e] + (c.q - sm[e]), w, ws, c.q);
