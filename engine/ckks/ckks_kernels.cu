@@ -58,7 +58,6 @@ unsigned blocks_for(int64_t n, int per_block) { return (unsigned)((n + per_block
 #define GROUPS(g, ngroups) for (int64_t g = blockIdx.z; g < (ngroups); g += gridDim.z)
 #define COEFFS(j, n) for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < (n); j += (int64_t)gridDim.x * blockDim.x)
 
-__device__ __forceinline__ uint32_t bitrev(uint32_t x, int bits) { return bits == 0 ? 0 : __brev(x) >> (32 - bits); }
 
 /* ==== NTT ============================================================================
  * Forward (Cooley-Tukey, fh/ckks_kernels.h): stage m (m = 1, 2, .., N/2) pairs
@@ -1175,46 +1174,16 @@ fh_status k_ks_inner(const void *argp, void *stream) {
  * slot only reach the low b bits of the source), so a warp's gathers of D and x stay in
  * one 256-byte run: the reads coalesce like the key's. */
 
-__global__ void __launch_bounds__(EW_THREADS) lt_kernel(const __grid_constant__ fh_ckks_lt_args a) {
-  const int l = blockIdx.y;
-  const int64_t n = (int64_t)1 << a.log_n;
-  const fh_ckks_prime &pr = a.primes[a.prime[l]];
-  const uint64_t q = pr.q, qi = pr.qinv;
-  const bool qrow = l < a.nq_rows;
-  const uint64_t pm = qrow ? a.pmod[l] : 0, pms = qrow ? a.pmod_shoup[l] : 0;
-  const int nd = a.ndigits;
-  GROUPS(g, a.ngroups) {
-    uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
-    const uint64_t *dig = a.d ? a.d + g * a.d_gs + (int64_t)l * n : NULL;
-    const uint64_t *x0 = a.x + g * a.x_gs + (int64_t)l * n, *x1 = x0 + a.x_cs;
-    COEFFS(i, n) {
-      uint64_t r0 = a.accumulate ? o0[i] : 0, r1 = a.accumulate ? o1[i] : 0;
-      for (int s = 0; s < a.nsteps; ++s) {
-        const uint64_t *key = a.key[s];
-        const uint32_t src = key ? fh_ckks_automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
-        uint64_t t0, t1;
-        fh_ckks_lt_terms(dig, a.d_ds, key ? key + (int64_t)a.key_row[l] * n + i : NULL, a.key_ds, a.key_cs, nd, src,
-                         qrow ? x0 : NULL, x1, pm, pms, q, qi, &t0, &t1);
-        const uint64_t p = a.pt[s][g * a.pt_gs[s] + (int64_t)l * n + i];
-        r0 = fh_mod_add(r0, fh_mont_mul(t0, p, q, qi), q);
-        r1 = fh_mod_add(r1, fh_mont_mul(t1, p, q, qi), q);
-      }
-      o0[i] = r0;
-      o1[i] = r1;
-    }
-  }
-}
-
-/* The same sum with the steps shared among LANES threads per coefficient: a block of
- * EW_THREADS threads takes EW_THREADS / LANES coefficients, thread (lane, c) the steps
- * lane, lane + LANES, ..; the lanes' partial sums meet in shared memory and lane 0 adds
- * them (sums mod q in any order: the same words). LANES times the threads of lt_kernel,
- * each with 1/LANES of its chain of dependent loads: at N = 2^14 lt_kernel's 147k
- * threads are too few to hide the latency of the key reads. */
+/* The steps shared among LANES threads per coefficient: a block of EW_THREADS threads
+ * takes EW_THREADS / LANES coefficients, thread (lane, c) the steps lane, lane + LANES,
+ * ..; the lanes' partial sums meet in shared memory and lane 0 adds them (sums mod q in
+ * any order: the same words). LANES times the threads of one thread per coefficient,
+ * each with 1/LANES of its chain of dependent loads: at N = 2^14 a thread per
+ * coefficient (147k threads) is too few to hide the latency of the key reads. */
 template <int LANES>
 __global__ void __launch_bounds__(EW_THREADS) lt_lanes_kernel(const __grid_constant__ fh_ckks_lt_args a) {
   constexpr int COEFFS = EW_THREADS / LANES;
-  __shared__ uint64_t part[2][LANES - 1][COEFFS];
+  __shared__ uint64_t part[2][LANES > 1 ? LANES - 1 : 1][COEFFS];
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
   const fh_ckks_prime &pr = a.primes[a.prime[l]];
@@ -1223,13 +1192,14 @@ __global__ void __launch_bounds__(EW_THREADS) lt_lanes_kernel(const __grid_const
   const uint64_t pm = qrow ? a.pmod[l] : 0, pms = qrow ? a.pmod_shoup[l] : 0;
   const int nd = a.ndigits;
   const int lane = threadIdx.x / COEFFS, c = threadIdx.x % COEFFS;
-  const int64_t i = (int64_t)blockIdx.x * COEFFS + c; /* the grid covers n exactly (n >= COEFFS) */
+  const int64_t i = (int64_t)blockIdx.x * COEFFS + c;
+  const bool live = i < n; /* the grid covers n exactly when n >= COEFFS (LANES > 1) */
   GROUPS(g, a.ngroups) {
     uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
     const uint64_t *dig = a.d ? a.d + g * a.d_gs + (int64_t)l * n : NULL;
     const uint64_t *x0 = a.x + g * a.x_gs + (int64_t)l * n, *x1 = x0 + a.x_cs;
     uint64_t r0 = 0, r1 = 0;
-    for (int s = lane; s < a.nsteps; s += LANES) {
+    for (int s = lane; live && s < a.nsteps; s += LANES) {
       const uint64_t *key = a.key[s];
       const uint32_t src = key ? fh_ckks_automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
       const uint64_t p = a.pt[s][g * a.pt_gs[s] + (int64_t)l * n + i]; /* loaded with the key's words */
@@ -1239,12 +1209,12 @@ __global__ void __launch_bounds__(EW_THREADS) lt_lanes_kernel(const __grid_const
       r0 = fh_mod_add(r0, fh_mont_mul(t0, p, q, qi), q);
       r1 = fh_mod_add(r1, fh_mont_mul(t1, p, q, qi), q);
     }
-    if (lane > 0) {
+    if (LANES > 1 && lane > 0) {
       part[0][lane - 1][c] = r0;
       part[1][lane - 1][c] = r1;
     }
-    __syncthreads();
-    if (lane == 0) {
+    if (LANES > 1) __syncthreads();
+    if (lane == 0 && live) {
       if (a.accumulate) {
         r0 = fh_mod_add(r0, o0[i], q);
         r1 = fh_mod_add(r1, o1[i], q);
@@ -1257,7 +1227,7 @@ __global__ void __launch_bounds__(EW_THREADS) lt_lanes_kernel(const __grid_const
       o0[i] = r0;
       o1[i] = r1;
     }
-    __syncthreads(); /* the next group's partial sums reuse part */
+    if (LANES > 1) __syncthreads(); /* the next group's partial sums reuse part */
   }
 }
 
@@ -1288,10 +1258,7 @@ fh_status k_lt(const void *argp, void *stream) {
   case 8: lt_lanes_kernel<8><<<grid, EW_THREADS, 0, h>>>(*a); break;
   case 4: lt_lanes_kernel<4><<<grid, EW_THREADS, 0, h>>>(*a); break;
   case 2: lt_lanes_kernel<2><<<grid, EW_THREADS, 0, h>>>(*a); break;
-  default: {
-    const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
-    lt_kernel<<<dim3(blocks_for(n, threads), a->nrows, grid_z(a->ngroups)), threads, 0, h>>>(*a);
-  }
+  default: lt_lanes_kernel<1><<<grid, EW_THREADS, 0, h>>>(*a);
   }
   return launched("kernel 'ckks_lt'");
 }
@@ -1351,10 +1318,7 @@ __global__ void __launch_bounds__(EW_THREADS) automorph_kernel(const __grid_cons
     const uint64_t *x = a.in + g * a.in_gs + (int64_t)l * n;
     COEFFS(s, n) {
       if (a.ntt_domain) {
-        /* out slot s (point psi^(2k+1), k = bitrev(s)) takes the slot of psi^(g(2k+1)) */
-        const uint64_t k = bitrev((uint32_t)s, a.log_n);
-        const uint64_t e = ((2 * k + 1) * gal) & (m2 - 1);
-        o[s] = x[bitrev((uint32_t)((e - 1) >> 1), a.log_n)];
+        o[s] = x[fh_ckks_automorph_src((uint32_t)s, gal, a.log_n)];
       } else {
         const uint64_t e = ((uint64_t)s * gal) & (m2 - 1);
         if (e < (uint64_t)n) o[e] = x[s];
@@ -1499,7 +1463,7 @@ __device__ uint64_t round_mod(double x, const fh_modulus &m) {
 __device__ __forceinline__ void encode_store(const fh_ckks_encode_args &a, int64_t g, cplx v, int64_t e, int size_log,
                                              double inv) {
   const int64_t n = (int64_t)1 << a.log_n, size = n >> 1;
-  const int64_t p = bitrev((uint32_t)e, size_log);
+  const int64_t p = fh_ckks_bitrev((uint32_t)e, size_log);
   const double re = __dmul_rn(__dmul_rn(v.re, inv), a.scale), im = __dmul_rn(__dmul_rn(v.im, inv), a.scale);
   uint64_t *o = a.out + g * a.out_gs;
   for (int l = 0; l < a.nlimbs; ++l) {
@@ -1795,7 +1759,7 @@ __global__ void __launch_bounds__(FFT_THREADS) decode_row_kernel(const __grid_co
   const uint64_t m2 = 2 * ((uint64_t)1 << a.log_n);
   for (int64_t g = blockIdx.x; g < a.ngroups; g += gridDim.x) {
     const cplx *w = (const cplx *)(a.work + g * a.work_gs);
-    for (int k = threadIdx.x; k < size; k += blockDim.x) fs[k] = w[bitrev((uint32_t)k, size_log)];
+    for (int k = threadIdx.x; k < size; k += blockDim.x) fs[k] = w[fh_ckks_bitrev((uint32_t)k, size_log)];
     __syncthreads();
     fft_dit_span(fs, size, size, a.rot_group, a.ksi, m2);
     for (int k = threadIdx.x; k < size; k += blockDim.x) decode_store(a, g, k, fs[k]);
@@ -1812,7 +1776,7 @@ __global__ void __launch_bounds__(FFT_THREADS) decode_chunk_kernel(const __grid_
   for (int64_t g = blockIdx.y; g < a.ngroups; g += gridDim.y) {
     const cplx *w = (const cplx *)(a.work + g * a.work_gs);
     cplx *w2 = (cplx *)(a.work + g * a.work_gs) + size;
-    for (int k = threadIdx.x; k < FFT_CHUNK; k += blockDim.x) fs[k] = w[bitrev((uint32_t)(base + k), size_log)];
+    for (int k = threadIdx.x; k < FFT_CHUNK; k += blockDim.x) fs[k] = w[fh_ckks_bitrev((uint32_t)(base + k), size_log)];
     __syncthreads();
     fft_dit_span(fs, FFT_CHUNK, FFT_CHUNK, a.rot_group, a.ksi, m2);
     for (int k = threadIdx.x; k < FFT_CHUNK; k += blockDim.x) w2[base + k] = fs[k];

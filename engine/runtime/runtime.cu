@@ -416,8 +416,10 @@ void fh_event_release(fh_event *e) {
     /* safe while pending: a pooled event is recorded again only by its next owner (waits
      * already enqueued keep the record they took), a destroyed one lets its resources go
      * when it completes */
-    if (!deferred && !e->timing) fh__cuda_event_put(e->dev.index, e->ev);
-    else if (!deferred) (void)cudaEventDestroy(e->ev);
+    if (!deferred) {
+      if (e->timing) (void)cudaEventDestroy(e->ev);
+      else fh__cuda_event_put(e->dev.index, e->ev);
+    }
     (void)cudaGetLastError();
   }
   fh_free(e);
