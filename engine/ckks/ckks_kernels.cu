@@ -31,8 +31,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#include <utility>
-
 #include "cuda_internal.h"
 #include "fh/ckks_kernels.h"
 
@@ -52,42 +50,6 @@ fh_status launched(const char *what) {
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fh__cuda_fail(e, what);
   return FH_OK;
-}
-
-/* Programmatic dependent launch (Hopper): every kernel here starts with pdl_begin, which
- * waits until the grid before it in the stream has completed and its writes are visible
- * (griddepcontrol.wait, a no-op for a kernel launched without the attribute), then lets the
- * next grid launch (griddepcontrol.launch_dependents). So a launch with the attribute runs
- * in stream order as before, but its blocks are dispatched and waiting while the previous
- * grid's last blocks finish: the launch latency between dependent kernels is hidden (at
- * N = 2^14 a key switch is a chain of small kernels bound by that latency). In a CUDA
- * graph capture the attribute becomes a programmatic edge. FHELIUM_CUDA_PDL=0 launches
- * without it (a benchmarking aid). */
-__device__ __forceinline__ void pdl_begin() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" :::);
-}
-bool pdl_on() {
-  static int on = -1;
-  if (on < 0) {
-    const char *v = getenv("FHELIUM_CUDA_PDL");
-    on = v && strcmp(v, "0") == 0 ? 0 : 1;
-  }
-  return on == 1;
-}
-template <typename... KArgs, typename... Args>
-void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args &&...args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = pdl_on() ? attr : NULL;
-  cfg.numAttrs = pdl_on() ? 1 : 0;
-  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...); /* errors: launched() */
 }
 
 unsigned grid_z(int64_t ngroups) { return (unsigned)(ngroups < MAX_GRID_Z ? ngroups : MAX_GRID_Z); }
@@ -362,7 +324,6 @@ __host__ __device__ __forceinline__ ntt_split ntt_split_of(int log_n) {
 /* A whole row (N <= NTT_TILE): every stage, global to global through shared memory. */
 template <bool FORWARD>
 __global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
-  pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
   const int n = 1 << a.log_n;
@@ -381,7 +342,6 @@ __global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_const
  * row; forward reads in, inverse works in place on out. */
 template <bool FORWARD>
 __global__ void __launch_bounds__(NTT_THREADS) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
-  pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
   const ntt_split sp = ntt_split_of(a.log_n);
@@ -404,7 +364,6 @@ __global__ void __launch_bounds__(NTT_THREADS) ntt_col_kernel(const __grid_const
  * in place on out and reduces, inverse reads in. */
 template <bool FORWARD>
 __global__ void __launch_bounds__(NTT_THREADS) ntt_chunk_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
-  pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
   const ntt_split sp = ntt_split_of(a.log_n);
@@ -432,16 +391,16 @@ fh_status run_ntt(const void *argp, void *stream) {
   const unsigned gz = grid_z(a->ngroups);
   if (a->log_n <= NTT_TILE_LOG) {
     const int threads = (int)(n / 8 < 32 ? 32 : n / 8);
-    launch(ntt_row_kernel<FORWARD>, dim3(1, a->nlimbs, gz), threads, 0, h, *a);
+    ntt_row_kernel<FORWARD><<<dim3(1, a->nlimbs, gz), threads, 0, h>>>(*a);
   } else {
     const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz);
     const int threads = NTT_TILE / 8;
     if (FORWARD) {
-      launch(ntt_col_kernel<true>, grid, threads, 0, h, *a);
-      launch(ntt_chunk_kernel<true>, grid, threads, 0, h, *a);
+      ntt_col_kernel<true><<<grid, threads, 0, h>>>(*a);
+      ntt_chunk_kernel<true><<<grid, threads, 0, h>>>(*a);
     } else {
-      launch(ntt_chunk_kernel<false>, grid, threads, 0, h, *a);
-      launch(ntt_col_kernel<false>, grid, threads, 0, h, *a);
+      ntt_chunk_kernel<false><<<grid, threads, 0, h>>>(*a);
+      ntt_col_kernel<false><<<grid, threads, 0, h>>>(*a);
     }
   }
   return launched(FORWARD ? "kernel 'ckks_ntt'" : "kernel 'ckks_intt'");
@@ -453,7 +412,6 @@ fh_status k_intt(const void *a, void *s) { return run_ntt<false>(a, s); }
 /* ==== element-wise =================================================================== */
 template <int OP>
 __global__ void __launch_bounds__(EW_THREADS) ew_kernel(const __grid_constant__ fh_ckks_ew_args a) {
-  pdl_begin();
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
   const fh_ckks_prime &pr = a.primes[a.prime[l]];
@@ -500,7 +458,7 @@ template <int OP>
 void launch_ew(const fh_ckks_ew_args *a, cudaStream_t h) {
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
-  launch(ew_kernel<OP>, dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, h, *a);
+  ew_kernel<OP><<<dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, h>>>(*a);
 }
 
 fh_status k_ew(const void *argp, void *stream) {
@@ -533,7 +491,6 @@ fh_status k_ew(const void *argp, void *stream) {
 
 /* ==== tensor product ================================================================= */
 __global__ void __launch_bounds__(EW_THREADS) tensor_kernel(const __grid_constant__ fh_ckks_tensor_args a) {
-  pdl_begin();
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n, off = (int64_t)l * n;
   const fh_ckks_prime &pr = a.primes[a.prime[l]];
@@ -558,7 +515,7 @@ fh_status k_tensor(const void *argp, void *stream) {
   if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
-  launch(tensor_kernel, dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, (cudaStream_t)stream, *a);
+  tensor_kernel<<<dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, (cudaStream_t)stream>>>(*a);
   return launched("kernel 'ckks_tensor'");
 }
 
@@ -645,7 +602,6 @@ __device__ __forceinline__ void bconv_coeff(int64_t j, int64_t n, int ns, int t0
 }
 
 __global__ void bconv_kernel(const __grid_constant__ fh_ckks_bconv_args a) {
-  pdl_begin();
   extern __shared__ uint64_t sh[]; /* smt[BCONV_TARGETS], then ys[nsrc][blockDim.x] */
   uint64_t *smt = sh, *ys = sh + BCONV_TARGETS;
   const int64_t n = (int64_t)1 << a.log_n;
@@ -672,7 +628,7 @@ fh_status k_bconv(const void *argp, void *stream) {
   const int threads = a->nsrc > BCONV_WIDE_SRC ? BCONV_THREADS_WIDE : BCONV_THREADS;
   const int chunks = a->ndst > 0 ? (a->ndst + BCONV_TARGETS - 1) / BCONV_TARGETS : 1;
   const size_t smem = (BCONV_TARGETS + (size_t)(a->nsrc > 0 ? a->nsrc : 1) * threads) * sizeof(uint64_t);
-  launch(bconv_kernel, dim3(blocks_for(n, threads), chunks, grid_z(a->ngroups)), threads, smem, (cudaStream_t)stream, *a);
+  bconv_kernel<<<dim3(blocks_for(n, threads), chunks, grid_z(a->ngroups)), threads, smem, (cudaStream_t)stream>>>(*a);
   return launched("kernel 'ckks_bconv'");
 }
 
@@ -680,7 +636,6 @@ fh_status k_bconv(const void *argp, void *stream) {
  * blockIdx.y is (digit, chunk of its targets): the digit's rows are copied (by
  * its first chunk) and converted to every other row. */
 __global__ void modup_kernel(const __grid_constant__ fh_ckks_modup_args a, int chunks) {
-  pdl_begin();
   extern __shared__ uint64_t sh[];
   uint64_t *smt = sh, *ys = sh + BCONV_TARGETS;
   const int64_t n = (int64_t)1 << a.log_n;
@@ -712,7 +667,8 @@ fh_status k_modup(const void *argp, void *stream) {
   const int threads = most > BCONV_WIDE_SRC ? BCONV_THREADS_WIDE : BCONV_THREADS;
   const int chunks = (most_dst + BCONV_TARGETS - 1) / BCONV_TARGETS;
   const size_t smem = (BCONV_TARGETS + (size_t)most * threads) * sizeof(uint64_t);
-  launch(modup_kernel, dim3(blocks_for(n, threads), a->ndigits * chunks, grid_z(a->ngroups)), threads, smem, (cudaStream_t)stream, *a, chunks);
+  modup_kernel<<<dim3(blocks_for(n, threads), a->ndigits * chunks, grid_z(a->ngroups)), threads, smem,
+                 (cudaStream_t)stream>>>(*a, chunks);
   return launched("kernel 'ckks_modup'");
 }
 
@@ -823,7 +779,6 @@ __device__ __forceinline__ void conv_fill(uint64_t *sm, const uint64_t *base, in
 /* ks0: a block per (source row, coefficient range): [x * shat_inv]_{s} of the row's digit,
  * once, with KS_FLAG set when it is above s / 2 (primes are below 2^63, so bit 63 is free) */
 __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
-  pdl_begin();
   const fh_ckks_modup_args &u = a.up;
   const int row = blockIdx.y;
   int jd = 0;
@@ -843,7 +798,6 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
 }
 
 __global__ void __launch_bounds__(NTT_THREADS, 4) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
-  pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
   const fh_ckks_modup_args &u = a.up;
@@ -887,7 +841,6 @@ constexpr int KS2_PER_THREAD = NTT_TILE / NTT_THREADS;
 /* MIN_BLOCKS: blocks per SM the registers must allow (2: 128 registers, 3: 80) */
 template <int MIN_BLOCKS>
 __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
-  pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   const fh_ckks_modup_args &u = a.up;
   const int r = blockIdx.y;
@@ -1007,18 +960,18 @@ fh_status k_ks_core(const void *argp, void *stream) {
   const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(u->ngroups);
   const int nsrc_rows = u->first[u->ndigits - 1] + u->nsrc[u->ndigits - 1];
   if (a->scaled == NULL) return fh_error_set(FH_ERR_EXECUTION, "ckks_ks_core: no scratch for the scaled sources");
-  launch(ks0_kernel, dim3(blocks_for(n, EW_THREADS), nsrc_rows, gz), EW_THREADS, 0, h, *a);
+  ks0_kernel<<<dim3(blocks_for(n, EW_THREADS), nsrc_rows, gz), EW_THREADS, 0, h>>>(*a);
   if (!ks_split(tiles * (unsigned)u->nrows * gz)) {
-    launch(ks1_kernel, dim3(tiles, u->ndigits * u->nrows, gz), NTT_THREADS, 0, h, *a);
-    if (ks2_blocks() == 3) launch(ks2_kernel<3>, dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h, *a);
-    else launch(ks2_kernel<2>, dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h, *a);
+    ks1_kernel<<<dim3(tiles, u->ndigits * u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
+    if (ks2_blocks() == 3) ks2_kernel<3><<<dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
+    else ks2_kernel<2><<<dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
     return launched("kernel 'ckks_ks_core'");
   }
   /* split: ks1 on every row (a digit's own rows too), the chunk stages of every digit in
    * parallel into the scratch, then the inner product with the key */
   fh_ckks_ks_core_args b = *a;
   b.in_ntt = NULL;
-  launch(ks1_kernel, dim3(tiles, u->ndigits * u->nrows, gz), NTT_THREADS, 0, h, b);
+  ks1_kernel<<<dim3(tiles, u->ndigits * u->nrows, gz), NTT_THREADS, 0, h>>>(b);
   fh_ckks_ntt_args t;
   memset(&t, 0, sizeof t);
   t.out = u->out;
@@ -1030,7 +983,7 @@ fh_status k_ks_core(const void *argp, void *stream) {
   t.primes = u->primes;
   t.ntt = a->ntt;
   memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
-  launch(ntt_chunk_kernel<true>, dim3(tiles, u->nrows, grid_z(t.ngroups)), NTT_THREADS, 0, h, t);
+  ntt_chunk_kernel<true><<<dim3(tiles, u->nrows, grid_z(t.ngroups)), NTT_THREADS, 0, h>>>(t);
   fh_status st = launched("kernel 'ckks_ks_core'");
   return st == FH_OK ? ks_inner_of_core(a, stream) : st;
 }
@@ -1042,7 +995,6 @@ fh_status k_ks_core(const void *argp, void *stream) {
  *      (a - t) P^-1 (+ add) straight from shared memory. */
 /* md0: the P rows scaled by their shat_inv in place, once (KS_FLAG as in ks0) */
 __global__ void __launch_bounds__(EW_THREADS) md0_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
-  pdl_begin();
   const fh_ckks_bconv_args &b = a.conv;
   const int i = blockIdx.y;
   const uint64_t q = b.primes[b.src_prime[i]].q, half = q >> 1;
@@ -1058,7 +1010,6 @@ __global__ void __launch_bounds__(EW_THREADS) md0_kernel(const __grid_constant__
 }
 
 __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
-  pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
   const fh_ckks_bconv_args &b = a.conv;
@@ -1085,7 +1036,6 @@ __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant_
 }
 
 __global__ void __launch_bounds__(NTT_THREADS) md2_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
-  pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   const fh_ckks_bconv_args &b = a.conv;
   const int l = blockIdx.y;
@@ -1169,15 +1119,14 @@ fh_status k_moddown(const void *argp, void *stream) {
   }
   cudaStream_t h = (cudaStream_t)stream;
   const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(b->ngroups);
-  if (b->nsrc > 0) launch(md0_kernel, dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h, *a);
-  launch(md1_kernel, dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h, *a);
-  launch(md2_kernel, dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h, *a);
+  if (b->nsrc > 0) md0_kernel<<<dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h>>>(*a);
+  md1_kernel<<<dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h>>>(*a);
+  md2_kernel<<<dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h>>>(*a);
   return launched("kernel 'ckks_moddown'");
 }
 
 /* ==== key-switching inner product ==================================================== */
 __global__ void __launch_bounds__(EW_THREADS) ks_kernel(const __grid_constant__ fh_ckks_ks_args a) {
-  pdl_begin();
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
   const fh_ckks_prime &pr = a.primes[a.prime[l]];
@@ -1214,7 +1163,7 @@ fh_status k_ks_inner(const void *argp, void *stream) {
   if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
-  launch(ks_kernel, dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, (cudaStream_t)stream, *a);
+  ks_kernel<<<dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, (cudaStream_t)stream>>>(*a);
   return launched("kernel 'ckks_ks_inner'");
 }
 
@@ -1233,7 +1182,6 @@ fh_status k_ks_inner(const void *argp, void *stream) {
  * coefficient (147k threads) is too few to hide the latency of the key reads. */
 template <int LANES>
 __global__ void __launch_bounds__(EW_THREADS) lt_lanes_kernel(const __grid_constant__ fh_ckks_lt_args a) {
-  pdl_begin();
   constexpr int COEFFS = EW_THREADS / LANES;
   __shared__ uint64_t part[2][LANES > 1 ? LANES - 1 : 1][COEFFS];
   const int l = blockIdx.y;
@@ -1297,7 +1245,6 @@ __device__ __forceinline__ void mac_chunk(unsigned __int128 &acc, const uint64_t
 }
 template <int LANES>
 __global__ void __launch_bounds__(EW_THREADS) lt_pair_kernel(const __grid_constant__ fh_ckks_lt_args a) {
-  pdl_begin();
   constexpr int PAIRS = EW_THREADS / LANES;
   __shared__ uint64_t part[4][LANES > 1 ? LANES - 1 : 1][PAIRS];
   const int l = blockIdx.y;
@@ -1422,20 +1369,20 @@ fh_status k_lt(const void *argp, void *stream) {
   if (lt_pair() && n >= 2 * (EW_THREADS / lanes)) {
     const dim3 grid((unsigned)(n / (2 * (EW_THREADS / lanes))), a->nrows, grid_z(a->ngroups));
     switch (lanes) {
-    case 8: launch(lt_pair_kernel<8>, grid, EW_THREADS, 0, h, *a); break;
-    case 4: launch(lt_pair_kernel<4>, grid, EW_THREADS, 0, h, *a); break;
-    case 2: launch(lt_pair_kernel<2>, grid, EW_THREADS, 0, h, *a); break;
-    default: launch(lt_pair_kernel<1>, grid, EW_THREADS, 0, h, *a);
+    case 8: lt_pair_kernel<8><<<grid, EW_THREADS, 0, h>>>(*a); break;
+    case 4: lt_pair_kernel<4><<<grid, EW_THREADS, 0, h>>>(*a); break;
+    case 2: lt_pair_kernel<2><<<grid, EW_THREADS, 0, h>>>(*a); break;
+    default: lt_pair_kernel<1><<<grid, EW_THREADS, 0, h>>>(*a);
     }
     return launched("kernel 'ckks_lt'");
   }
   if (n < EW_THREADS / lanes) lanes = 1;
   const dim3 grid(blocks_for(n, EW_THREADS / lanes), a->nrows, grid_z(a->ngroups));
   switch (lanes) {
-  case 8: launch(lt_lanes_kernel<8>, grid, EW_THREADS, 0, h, *a); break;
-  case 4: launch(lt_lanes_kernel<4>, grid, EW_THREADS, 0, h, *a); break;
-  case 2: launch(lt_lanes_kernel<2>, grid, EW_THREADS, 0, h, *a); break;
-  default: launch(lt_lanes_kernel<1>, grid, EW_THREADS, 0, h, *a);
+  case 8: lt_lanes_kernel<8><<<grid, EW_THREADS, 0, h>>>(*a); break;
+  case 4: lt_lanes_kernel<4><<<grid, EW_THREADS, 0, h>>>(*a); break;
+  case 2: lt_lanes_kernel<2><<<grid, EW_THREADS, 0, h>>>(*a); break;
+  default: lt_lanes_kernel<1><<<grid, EW_THREADS, 0, h>>>(*a);
   }
   return launched("kernel 'ckks_lt'");
 }
@@ -1458,7 +1405,6 @@ __device__ uint64_t chacha_word(const fh_ckks_stream_pos &p, uint64_t w) {
 }
 
 __global__ void __launch_bounds__(EW_THREADS) sample_kernel(const __grid_constant__ fh_ckks_sample_args a) {
-  pdl_begin();
   const int64_t n = a.n;
   const uint64_t tw = fh_ckks_ternary_words((uint64_t)n), gw = fh_ckks_gaussian_words((uint64_t)n);
   for (int r = blockIdx.y; r < a.nt + a.ng; r += gridDim.y) {
@@ -1480,13 +1426,13 @@ fh_status k_sample(const void *argp, void *stream) {
   const int rows = a->nt + a->ng;
   if (rows <= 0 || a->n <= 0) return FH_OK;
   const int threads = a->n < EW_THREADS ? (a->n > 32 ? (int)a->n : 32) : EW_THREADS;
-  launch(sample_kernel, dim3(blocks_for(a->n, threads), (unsigned)(rows < MAX_GRID_Z ? rows : MAX_GRID_Z)), threads, 0, (cudaStream_t)stream, *a);
+  sample_kernel<<<dim3(blocks_for(a->n, threads), (unsigned)(rows < MAX_GRID_Z ? rows : MAX_GRID_Z)), threads, 0,
+                  (cudaStream_t)stream>>>(*a);
   return launched("kernel 'ckks_sample'");
 }
 
 /* ==== automorphisms ================================================================== */
 __global__ void __launch_bounds__(EW_THREADS) automorph_kernel(const __grid_constant__ fh_ckks_automorph_args a) {
-  pdl_begin();
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
   const uint64_t m2 = 2 * (uint64_t)n, gal = a.galois;
@@ -1511,7 +1457,8 @@ fh_status k_automorph(const void *argp, void *stream) {
   if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
-  launch(automorph_kernel, dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, (cudaStream_t)stream, *a);
+  automorph_kernel<<<dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0,
+                     (cudaStream_t)stream>>>(*a);
   return launched("kernel 'ckks_automorph'");
 }
 
@@ -1662,7 +1609,6 @@ __device__ __forceinline__ cplx encode_load(const fh_ckks_encode_args &a, int64_
 
 /* Encode of a whole vector in shared memory (size <= FFT_CHUNK). */
 __global__ void __launch_bounds__(FFT_THREADS) encode_row_kernel(const __grid_constant__ fh_ckks_encode_args a) {
-  pdl_begin();
   extern __shared__ cplx fs[];
   const int size_log = a.log_n - 1, size = 1 << size_log;
   const uint64_t m2 = 2 * ((uint64_t)1 << a.log_n);
@@ -1677,7 +1623,6 @@ __global__ void __launch_bounds__(FFT_THREADS) encode_row_kernel(const __grid_co
 }
 /* Encode, large vectors, phase 1: load and the stages len > FFT_CHUNK on column tiles, into work. */
 __global__ void __launch_bounds__(FFT_THREADS) encode_col_kernel(const __grid_constant__ fh_ckks_encode_args a) {
-  pdl_begin();
   extern __shared__ cplx fs[];
   const int64_t size = (int64_t)1 << (a.log_n - 1);
   const int rows = (int)(size >> FFT_CHUNK_LOG);
@@ -1700,7 +1645,6 @@ __global__ void __launch_bounds__(FFT_THREADS) encode_col_kernel(const __grid_co
 }
 /* Encode, phase 2: the stages len <= FFT_CHUNK on contiguous chunks, then the outputs. */
 __global__ void __launch_bounds__(FFT_THREADS) encode_chunk_kernel(const __grid_constant__ fh_ckks_encode_args a) {
-  pdl_begin();
   __shared__ cplx fs[FFT_CHUNK];
   const int size_log = a.log_n - 1;
   const int64_t size = (int64_t)1 << size_log, base = (int64_t)blockIdx.x * FFT_CHUNK;
@@ -1724,11 +1668,11 @@ fh_status k_encode(const void *argp, void *stream) {
   const unsigned gy = grid_z(a->ngroups);
   if (size <= FFT_CHUNK) {
     const int threads = size / 2 < FFT_THREADS ? (size / 2 > 32 ? (int)(size / 2) : 32) : FFT_THREADS;
-    launch(encode_row_kernel, gy, threads, (size_t)size * sizeof(cplx), h, *a);
+    encode_row_kernel<<<gy, threads, (size_t)size * sizeof(cplx), h>>>(*a);
   } else {
     const int rows = (int)(size >> FFT_CHUNK_LOG);
-    launch(encode_col_kernel, dim3(FFT_CHUNK / FFT_COLS, gy), FFT_THREADS, (size_t)rows * FFT_COLS * sizeof(cplx), h, *a);
-    launch(encode_chunk_kernel, dim3((unsigned)(size / FFT_CHUNK), gy), FFT_THREADS, 0, h, *a);
+    encode_col_kernel<<<dim3(FFT_CHUNK / FFT_COLS, gy), FFT_THREADS, (size_t)rows * FFT_COLS * sizeof(cplx), h>>>(*a);
+    encode_chunk_kernel<<<dim3((unsigned)(size / FFT_CHUNK), gy), FFT_THREADS, 0, h>>>(*a);
   }
   return launched("kernel 'ckks_encode'");
 }
@@ -1814,7 +1758,6 @@ __device__ int fast_primes(const fh_ckks_decode_args &a, unsigned __int128 *qf_o
 }
 
 __global__ void __launch_bounds__(EW_THREADS) decode_crt_kernel(const __grid_constant__ fh_ckks_decode_args a) {
-  pdl_begin();
   const int64_t n = (int64_t)1 << a.log_n, slots = n >> 1;
   const int k = a.nlimbs, nq = a.nq, first = nq - k;
   unsigned __int128 qf;
@@ -1874,7 +1817,6 @@ constexpr unsigned DECODE_WIDE_BLOCKS = 512; /* each block rebuilds Q and Q/2 on
  * memory holds Q and floor(Q/2) once and each thread's Garner digits and
  * accumulator. */
 __global__ void decode_crt_wide_kernel(const __grid_constant__ fh_ckks_decode_args a) {
-  pdl_begin();
   extern __shared__ uint64_t sw[];
   const int64_t n = (int64_t)1 << a.log_n, slots = n >> 1;
   const int k = a.nlimbs, nq = a.nq, first = nq - k, W = k + 1;
@@ -1936,7 +1878,6 @@ __device__ __forceinline__ void decode_store(const fh_ckks_decode_args &a, int64
 
 /* Evaluation of a whole vector in shared memory (size <= FFT_CHUNK). */
 __global__ void __launch_bounds__(FFT_THREADS) decode_row_kernel(const __grid_constant__ fh_ckks_decode_args a) {
-  pdl_begin();
   extern __shared__ cplx fs[];
   const int size_log = a.log_n - 1, size = 1 << size_log;
   const uint64_t m2 = 2 * ((uint64_t)1 << a.log_n);
@@ -1952,7 +1893,6 @@ __global__ void __launch_bounds__(FFT_THREADS) decode_row_kernel(const __grid_co
 /* Evaluation, large vectors, phase 1: the bit-reversed gather from work[0, N)
  * and the stages len <= FFT_CHUNK on contiguous chunks, into work[N, 2N). */
 __global__ void __launch_bounds__(FFT_THREADS) decode_chunk_kernel(const __grid_constant__ fh_ckks_decode_args a) {
-  pdl_begin();
   __shared__ cplx fs[FFT_CHUNK];
   const int size_log = a.log_n - 1;
   const int64_t size = (int64_t)1 << size_log, base = (int64_t)blockIdx.x * FFT_CHUNK;
@@ -1970,7 +1910,6 @@ __global__ void __launch_bounds__(FFT_THREADS) decode_chunk_kernel(const __grid_
 /* Evaluation, phase 2: the stages len > FFT_CHUNK on column tiles of
  * work[N, 2N), into the output. */
 __global__ void __launch_bounds__(FFT_THREADS) decode_col_kernel(const __grid_constant__ fh_ckks_decode_args a) {
-  pdl_begin();
   extern __shared__ cplx fs[];
   const int64_t size = (int64_t)1 << (a.log_n - 1);
   const int rows = (int)(size >> FFT_CHUNK_LOG);
@@ -1999,19 +1938,20 @@ fh_status k_decode(const void *argp, void *stream) {
   const int64_t n = (int64_t)1 << a->log_n, size = n >> 1;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
   const unsigned gz = grid_z(a->ngroups);
-  launch(decode_crt_kernel, dim3(blocks_for(n, threads), 1, gz), threads, 0, h, *a);
+  decode_crt_kernel<<<dim3(blocks_for(n, threads), 1, gz), threads, 0, h>>>(*a);
   if (a->in_real == NULL && a->nlimbs > 1) {
     const size_t smem = (size_t)(2 + 2 * DECODE_WIDE_THREADS) * (a->nlimbs + 1) * sizeof(uint64_t);
     const unsigned nb = blocks_for(n, DECODE_WIDE_THREADS);
-    launch(decode_crt_wide_kernel, dim3(nb < DECODE_WIDE_BLOCKS ? nb : DECODE_WIDE_BLOCKS, 1, gz), DECODE_WIDE_THREADS, smem, h, *a);
+    decode_crt_wide_kernel<<<dim3(nb < DECODE_WIDE_BLOCKS ? nb : DECODE_WIDE_BLOCKS, 1, gz), DECODE_WIDE_THREADS, smem,
+                             h>>>(*a);
   }
   if (size <= FFT_CHUNK) {
     const int ft = size / 2 < FFT_THREADS ? (size / 2 > 32 ? (int)(size / 2) : 32) : FFT_THREADS;
-    launch(decode_row_kernel, gz, ft, (size_t)size * sizeof(cplx), h, *a);
+    decode_row_kernel<<<gz, ft, (size_t)size * sizeof(cplx), h>>>(*a);
   } else {
     const int rows = (int)(size >> FFT_CHUNK_LOG);
-    launch(decode_chunk_kernel, dim3((unsigned)(size / FFT_CHUNK), gz), FFT_THREADS, 0, h, *a);
-    launch(decode_col_kernel, dim3(FFT_CHUNK / FFT_COLS, gz), FFT_THREADS, (size_t)rows * FFT_COLS * sizeof(cplx), h, *a);
+    decode_chunk_kernel<<<dim3((unsigned)(size / FFT_CHUNK), gz), FFT_THREADS, 0, h>>>(*a);
+    decode_col_kernel<<<dim3(FFT_CHUNK / FFT_COLS, gz), FFT_THREADS, (size_t)rows * FFT_COLS * sizeof(cplx), h>>>(*a);
   }
   return launched("kernel 'ckks_decode'");
 }
