@@ -1231,120 +1231,6 @@ __global__ void __launch_bounds__(EW_THREADS) lt_lanes_kernel(const __grid_const
   }
 }
 
-/* The same sum on pairs of adjacent coefficients (i, i + 1), i even: 16-byte loads of the
- * key, the plaintexts and the output, half the load instructions of lt_lanes_kernel. The
- * automorphism maps the pair to an aligned pair (i + 1's source is i's source xor 1:
- * bitrev(i + 1) = bitrev(i) + N/2, and (2k + 1 + N) g = (2k + 1) g + N mod 2N for odd g),
- * so the digits' and the ciphertext's words come in 16-byte loads too, swapped when i's
- * source is odd. */
-__device__ __forceinline__ ulonglong2 ld_pair(const uint64_t *p) { return *(const ulonglong2 *)p; }
-__device__ __forceinline__ void mac_chunk(unsigned __int128 &acc, const uint64_t *v, const uint64_t *k, int cnt) {
-#pragma unroll
-  for (int t = 0; t < 4; ++t)
-    if (t < cnt) acc += (unsigned __int128)v[t] * k[t];
-}
-template <int LANES>
-__global__ void __launch_bounds__(EW_THREADS) lt_pair_kernel(const __grid_constant__ fh_ckks_lt_args a) {
-  constexpr int PAIRS = EW_THREADS / LANES;
-  __shared__ uint64_t part[4][LANES > 1 ? LANES - 1 : 1][PAIRS];
-  const int l = blockIdx.y;
-  const int64_t n = (int64_t)1 << a.log_n;
-  const fh_ckks_prime &pr = a.primes[a.prime[l]];
-  const uint64_t q = pr.q, qi = pr.qinv;
-  const bool qrow = l < a.nq_rows;
-  const uint64_t pm = qrow ? a.pmod[l] : 0, pms = qrow ? a.pmod_shoup[l] : 0;
-  const int nd = a.ndigits;
-  const int lane = threadIdx.x / PAIRS, c = threadIdx.x % PAIRS;
-  const int64_t i = 2 * ((int64_t)blockIdx.x * PAIRS + c); /* the grid covers n exactly (n >= 2 PAIRS) */
-  GROUPS(g, a.ngroups) {
-    uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
-    const uint64_t *dig = a.d ? a.d + g * a.d_gs + (int64_t)l * n : NULL;
-    const uint64_t *x0 = a.x + g * a.x_gs + (int64_t)l * n, *x1 = x0 + a.x_cs;
-    uint64_t r[4] = {0, 0, 0, 0}; /* component 0 of i, i + 1, then component 1 */
-    for (int s = lane; s < a.nsteps; s += LANES) {
-      const uint64_t *key = a.key[s];
-      const uint32_t src = key ? fh_ckks_automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
-      const uint32_t sb = src & ~1u;
-      const bool sw = (src & 1u) != 0;
-      const ulonglong2 pt = ld_pair(a.pt[s] + g * a.pt_gs[s] + (int64_t)l * n + i);
-      uint64_t t[4] = {0, 0, 0, 0};
-      if (key) {
-        const uint64_t *kr = key + (int64_t)a.key_row[l] * n + i;
-        for (int d0 = 0; d0 < nd; d0 += 4) {
-          const int cnt = nd - d0 < 4 ? nd - d0 : 4;
-          uint64_t va[4], vb[4], k0a[4], k0b[4], k1a[4], k1b[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int d = k < cnt ? d0 + k : d0;
-            const ulonglong2 v = ld_pair(dig + d * a.d_ds + sb);
-            const ulonglong2 k0 = ld_pair(kr + d * a.key_ds), k1 = ld_pair(kr + d * a.key_ds + a.key_cs);
-            va[k] = sw ? v.y : v.x;
-            vb[k] = sw ? v.x : v.y;
-            k0a[k] = k0.x;
-            k0b[k] = k0.y;
-            k1a[k] = k1.x;
-            k1b[k] = k1.y;
-          }
-          unsigned __int128 acc[4] = {0, 0, 0, 0};
-          mac_chunk(acc[0], va, k0a, cnt);
-          mac_chunk(acc[1], vb, k0b, cnt);
-          mac_chunk(acc[2], va, k1a, cnt);
-          mac_chunk(acc[3], vb, k1b, cnt);
-#pragma unroll
-          for (int k = 0; k < 4; ++k)
-            t[k] = fh_mod_add(t[k], fh_mont_reduce((uint64_t)acc[k], (uint64_t)(acc[k] >> 64), q, qi), q);
-        }
-      }
-      if (qrow) { /* pmod x_c[src] (fh_ckks_lt_terms): component 0, and component 1 without key */
-        const ulonglong2 xv = ld_pair(x0 + sb);
-        t[0] = fh_mod_add(t[0], fh_shoup_mul(sw ? xv.y : xv.x, pm, pms, q), q);
-        t[1] = fh_mod_add(t[1], fh_shoup_mul(sw ? xv.x : xv.y, pm, pms, q), q);
-        if (!key) {
-          const ulonglong2 yv = ld_pair(x1 + sb);
-          t[2] = fh_mod_add(t[2], fh_shoup_mul(sw ? yv.y : yv.x, pm, pms, q), q);
-          t[3] = fh_mod_add(t[3], fh_shoup_mul(sw ? yv.x : yv.y, pm, pms, q), q);
-        }
-      }
-      r[0] = fh_mod_add(r[0], fh_mont_mul(t[0], pt.x, q, qi), q);
-      r[1] = fh_mod_add(r[1], fh_mont_mul(t[1], pt.y, q, qi), q);
-      r[2] = fh_mod_add(r[2], fh_mont_mul(t[2], pt.x, q, qi), q);
-      r[3] = fh_mod_add(r[3], fh_mont_mul(t[3], pt.y, q, qi), q);
-    }
-    if (LANES > 1 && lane > 0)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) part[k][lane - 1][c] = r[k];
-    if (LANES > 1) __syncthreads();
-    if (lane == 0) {
-      if (a.accumulate) {
-        const ulonglong2 p0 = ld_pair(o0 + i), p1 = ld_pair(o1 + i);
-        r[0] = fh_mod_add(r[0], p0.x, q);
-        r[1] = fh_mod_add(r[1], p0.y, q);
-        r[2] = fh_mod_add(r[2], p1.x, q);
-        r[3] = fh_mod_add(r[3], p1.y, q);
-      }
-#pragma unroll
-      for (int j = 0; j < LANES - 1; ++j)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) r[k] = fh_mod_add(r[k], part[k][j][c], q);
-      *(ulonglong2 *)(o0 + i) = make_ulonglong2(r[0], r[1]);
-      *(ulonglong2 *)(o1 + i) = make_ulonglong2(r[2], r[3]);
-    }
-    if (LANES > 1) __syncthreads(); /* the next group's partial sums reuse part */
-  }
-}
-
-/* Whether the linear transform runs on coefficient pairs: FHELIUM_CUDA_LT_PAIR=0 or 1 (a
- * benchmarking aid), else LT_PAIR_DEFAULT. */
-constexpr bool LT_PAIR_DEFAULT = false;
-bool lt_pair() {
-  static int pair = -1;
-  if (pair < 0) {
-    const char *v = getenv("FHELIUM_CUDA_LT_PAIR");
-    pair = v && strcmp(v, "1") == 0 ? 1 : v && strcmp(v, "0") == 0 ? 0 : (LT_PAIR_DEFAULT ? 1 : 0);
-  }
-  return pair == 1;
-}
-
 /* Lanes per coefficient: FHELIUM_CUDA_LT=1, 2, 4 or 8 (a benchmarking aid), else
  * LT_LANES_DEFAULT, never more than the launch's steps. */
 constexpr int LT_LANES_DEFAULT = 4;
@@ -1366,16 +1252,6 @@ fh_status k_lt(const void *argp, void *stream) {
   const int64_t n = (int64_t)1 << a->log_n;
   cudaStream_t h = (cudaStream_t)stream;
   int lanes = lt_lanes(a->nsteps);
-  if (lt_pair() && n >= 2 * (EW_THREADS / lanes)) {
-    const dim3 grid((unsigned)(n / (2 * (EW_THREADS / lanes))), a->nrows, grid_z(a->ngroups));
-    switch (lanes) {
-    case 8: lt_pair_kernel<8><<<grid, EW_THREADS, 0, h>>>(*a); break;
-    case 4: lt_pair_kernel<4><<<grid, EW_THREADS, 0, h>>>(*a); break;
-    case 2: lt_pair_kernel<2><<<grid, EW_THREADS, 0, h>>>(*a); break;
-    default: lt_pair_kernel<1><<<grid, EW_THREADS, 0, h>>>(*a);
-    }
-    return launched("kernel 'ckks_lt'");
-  }
   if (n < EW_THREADS / lanes) lanes = 1;
   const dim3 grid(blocks_for(n, EW_THREADS / lanes), a->nrows, grid_z(a->ngroups));
   switch (lanes) {
