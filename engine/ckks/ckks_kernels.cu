@@ -4,7 +4,10 @@
  *   - every integer kernel computes a function whose value is fixed by its
  *     definition (a canonical residue in [0, q)), so any exact evaluation
  *     order gives the CPU's words; the NTTs keep Harvey's lazy ranges
- *     ([0, 4q) forward, [0, 2q) inverse) and reduce fully at the end;
+ *     ([0, 4q) forward, [0, 2q) inverse) and reduce fully at the end, or,
+ *     for primes below 2^FH_FP_MAX_BITS, run their butterflies on integers
+ *     held exactly in doubles (fh_fp_mul, fp_arith below) and write the
+ *     same canonical words;
  *   - encode and decode run the CPU's double-precision special FFT with the
  *     same operations in the same order, each a single IEEE
  *     round-to-nearest operation (__dmul_rn, __dadd_rn, __dsub_rn: no
