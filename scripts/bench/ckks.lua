@@ -26,7 +26,9 @@
 -- The matrix-vector rows time examples/matrix_vector.lua's program (size 8,
 -- 64, 256 at 8192 slots) eagerly and replayed, beside FHElium's eager / graph
 -- figures. Absolute times are only meaningful from the GPU machine; the
--- ratios hold anywhere.
+-- ratios hold anywhere. On CUDA the second line names the kernel switches in
+-- effect (FHELIUM_CUDA_FP, _KS, _KS2, _LT: docs/ckks.md), so that an A/B of
+-- two runs says which side each table is.
 -- Then, on a GPU, every GPU target of issue 14 (FHElium 0.30's figures on the
 -- same H200 beside each, yes/no, and a summary line; N = 2^17 reported), on
 -- the CPU its CPU targets (one thread against SEAL and OpenFHE, yes/no) and a
@@ -229,6 +231,14 @@ if not cuda and opts.matvec ~= "" and rows.check[16384] then matvec(16384, "8") 
 local info = fh.core.info()
 print(("fhelium %s, CKKS on %s, build %s; median ms per call; floor = D2D copy of the bytes an op must move"):format(
   info.version, device, info.build_type or "?"))
+if cuda then
+  -- the CUDA kernels' benchmarking switches (docs/ckks.md), so that a table says what ran
+  local knobs = {}
+  for _, k in ipairs { "FHELIUM_CUDA_FP", "FHELIUM_CUDA_KS", "FHELIUM_CUDA_KS2", "FHELIUM_CUDA_LT" } do
+    knobs[#knobs + 1] = k .. "=" .. (os.getenv(k) or "default")
+  end
+  print("kernel switches: " .. table.concat(knobs, " "))
+end
 local head = ("%-19s"):format("operation")
 for _, s in ipairs(columns) do
   head = head .. (" | %-42s"):format(("slots %d: eager  replay  floor  r/floor"):format(s))
