@@ -501,8 +501,9 @@ void fh__lua_open_ckks(lua_State *L) {
   fh__lua_setfuncs(L, meta);
   lua_pop(L, 1);
   static const luaL_Reg internal[] = {
-      {"find_primes", l_find_primes}, {"is_prime", l_is_prime}, {"tables", l_tables}, {"ntt", l_ntt}, {"ntt_fp", l_ntt_fp}, {"fp_mul", l_fp_mul},
-      {"intt", l_intt},               {"ew", l_ew},             {"automorph", l_automorph},
+      {"find_primes", l_find_primes}, {"is_prime", l_is_prime}, {"tables", l_tables}, {"ntt", l_ntt},
+      {"intt", l_intt},               {"ntt_fp", l_ntt_fp},     {"fp_mul", l_fp_mul},
+      {"ew", l_ew},                   {"automorph", l_automorph},
       {"encode", l_encode},           {"decode", l_decode},     {"sample", l_sample}, {"sample_run", l_sample_run},
       {"capture", l_capture},         {"tensor", l_tensor},     {"bconv", l_bconv},
       {"ks_inner", l_ks_inner},       {"modup", l_modup},       {NULL, NULL}};
