@@ -55,6 +55,16 @@ fh_status launched(const char *what) {
   return FH_OK;
 }
 
+/* A kernel switch read once from the environment (a benchmarking aid, docs/ckks.md):
+ * the index in `choices` (a NULL-terminated list) of the variable's value, else -1. */
+int env_switch(const char *name, const char *const *choices) {
+  const char *v = getenv(name);
+  if (v == NULL) return -1;
+  for (int i = 0; choices[i]; ++i)
+    if (strcmp(v, choices[i]) == 0) return i;
+  return -1;
+}
+
 unsigned grid_z(int64_t ngroups) { return (unsigned)(ngroups < MAX_GRID_Z ? ngroups : MAX_GRID_Z); }
 unsigned blocks_for(int64_t n, int per_block) { return (unsigned)((n + per_block - 1) / per_block); }
 
@@ -215,12 +225,14 @@ __device__ __forceinline__ fp_arith fp_arith_of(const fh_ckks_prime &c, const nt
   return a;
 }
 
-/* first: src holds the transform's input words; last: dst takes its output words
- * (reduce: fully reduced; the FP64 arithmetic always reduces) */
-template <int R, bool FORWARD, class A>
+/* FIRST: src holds the transform's input words; LAST: dst takes its output words
+ * (reduce: fully reduced; the FP64 arithmetic always reduces); FUSE: the pass holds the
+ * transform's stage t = total / 2 (the first forward stage, the last inverse one), which
+ * multiplies by R or scales. Compile-time flags: a runtime choice would issue both kinds
+ * of butterfly, predicated, at every stage. */
+template <int R, bool FORWARD, bool FIRST, bool LAST, bool FUSE, class A>
 __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst, int narr, int M, int log_tlo,
-                                         const ntt_geom g, bool fuse, bool first, bool last, bool reduce,
-                                         const A &ar) {
+                                         const ntt_geom g, bool reduce, const A &ar) {
   constexpr int r = R == 8 ? 3 : R == 4 ? 2 : 1;
   const int t_lo = 1 << log_tlo;
   const int per = M / R;
@@ -243,12 +255,12 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
     const uint32_t base = off + (uint32_t)a * aoff + (uint32_t)x0;
     typename A::T v[R];
 #pragma unroll
-    for (int j = 0; j < R; ++j) v[j] = ar.load(src.p[a * src.astride + (x0 + j * t_lo) * src.kstride], first);
+    for (int j = 0; j < R; ++j) v[j] = ar.load(src.p[a * src.astride + (x0 + j * t_lo) * src.kstride], FIRST);
 #pragma unroll
     for (int si = 0; si < r; ++si) {
       const int h = FORWARD ? (R >> (si + 1)) : (1 << si); /* pair distance, in j */
       const int log_t = log_tlo + (FORWARD ? (r - 1 - si) : si);
-      const bool fused = fuse && log_t + 1 == g.log_total; /* the stage t = total / 2 */
+      const bool fused = FUSE && si == (FORWARD ? 0 : r - 1); /* the stage t = total / 2 */
       const uint32_t g0 = (total >> (log_t + 1)) + (base >> (log_t + 1));
       /* the 2^k groups of this stage among the R words: k = r - si (forward) or si + 1 */
       const int gshift = FORWARD ? (r - si) : (si + 1); /* j >> gshift is the group within the pass */
@@ -266,7 +278,28 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
       }
     }
 #pragma unroll
-    for (int j = 0; j < R; ++j) dst.p[a * dst.astride + (x0 + j * t_lo) * dst.kstride] = ar.store(v[j], last, reduce, FORWARD);
+    for (int j = 0; j < R; ++j) dst.p[a * dst.astride + (x0 + j * t_lo) * dst.kstride] = ar.store(v[j], LAST, reduce, FORWARD);
+  }
+}
+
+/* ntt_pass with its flags made compile-time (a fused stage is in the first forward or the
+ * last inverse pass) */
+template <int R, bool FORWARD, class A>
+__device__ __forceinline__ void ntt_pass_of(const ntt_view src, const ntt_view dst, int narr, int M, int log_tlo,
+                                            const ntt_geom g, bool first, bool last, bool fused, bool reduce,
+                                            const A &ar) {
+  constexpr bool F = FORWARD;
+  if (first && last) {
+    if (fused) ntt_pass<R, F, true, true, true>(src, dst, narr, M, log_tlo, g, reduce, ar);
+    else ntt_pass<R, F, true, true, false>(src, dst, narr, M, log_tlo, g, reduce, ar);
+  } else if (first) {
+    if (F && fused) ntt_pass<R, F, true, false, F>(src, dst, narr, M, log_tlo, g, reduce, ar);
+    else ntt_pass<R, F, true, false, false>(src, dst, narr, M, log_tlo, g, reduce, ar);
+  } else if (last) {
+    if (!F && fused) ntt_pass<R, F, false, true, !F>(src, dst, narr, M, log_tlo, g, reduce, ar);
+    else ntt_pass<R, F, false, true, false>(src, dst, narr, M, log_tlo, g, reduce, ar);
+  } else {
+    ntt_pass<R, F, false, false, false>(src, dst, narr, M, log_tlo, g, reduce, ar);
   }
 }
 
@@ -289,9 +322,12 @@ __device__ void ntt_stages_with(ntt_view src, ntt_view dst, ntt_view sm, int nar
     const ntt_view to = last ? dst : sm;
     /* forward passes go down from t = M/2, inverse ones up from t = 1 */
     const int log_tlo = FORWARD ? (log_m - done - r) : done;
-    if (r == 3) ntt_pass<8, FORWARD>(from, to, narr, M, log_tlo, g, fuse, first, last, reduce && last, ar);
-    else if (r == 2) ntt_pass<4, FORWARD>(from, to, narr, M, log_tlo, g, fuse, first, last, reduce && last, ar);
-    else ntt_pass<2, FORWARD>(from, to, narr, M, log_tlo, g, fuse, first, last, reduce && last, ar);
+    /* the stage t = total / 2 is the arrays' first forward / last inverse stage when they
+     * span the transform */
+    const bool fused = fuse && log_m == g.log_total && (FORWARD ? first : last);
+    if (r == 3) ntt_pass_of<8, FORWARD>(from, to, narr, M, log_tlo, g, first, last, fused, reduce && last, ar);
+    else if (r == 2) ntt_pass_of<4, FORWARD>(from, to, narr, M, log_tlo, g, first, last, fused, reduce && last, ar);
+    else ntt_pass_of<2, FORWARD>(from, to, narr, M, log_tlo, g, first, last, fused, reduce && last, ar);
     __syncthreads();
     from = sm;
     done += r;
@@ -733,14 +769,14 @@ __device__ __forceinline__ uint64_t conv_flagged(const uint64_t *base, int64_t j
   return r;
 }
 
-/* conv_flagged for NS <= 4 sources known at compile time: the NS loads issued together
- * (a runtime loop waits for each in turn), one Montgomery reduction */
+/* conv_flagged for NS <= 4 sources known at compile time, source i's words at src[i]: the
+ * NS loads issued together (a runtime loop waits for each in turn), one Montgomery reduction */
 template <int NS>
-__device__ __forceinline__ uint64_t conv_flagged_n(const uint64_t *base, int64_t j, const conv_consts &k,
+__device__ __forceinline__ uint64_t conv_flagged_n(const uint64_t *const *src, int j, const conv_consts &k,
                                                    const fh_ckks_prime &c, bool center) {
   uint64_t y[NS];
 #pragma unroll
-  for (int i = 0; i < NS; ++i) y[i] = base[k.off[i] + j];
+  for (int i = 0; i < NS; ++i) y[i] = src[i][j];
   uint32_t cnt = 0;
   unsigned __int128 acc = 0;
 #pragma unroll
@@ -755,17 +791,28 @@ __device__ __forceinline__ uint64_t conv_flagged_n(const uint64_t *base, int64_t
 
 /* ks1 / md1: fill the column tile sm (NTT_TILE words: cols adjacent columns of the
  * N1 x N2 row, column-major in sm) with the row's conversion from ns sources at base
- * (their words at base + off[i]); a block of NTT_THREADS threads, two elements in flight */
+ * (their words at base + off[i]); a block of NTT_THREADS threads, two elements in flight.
+ * The sources' pointers to column c0 are formed once, so an element costs one 32-bit
+ * offset (its row in the tile times N2 plus its column) and a wide add per source. */
 template <int NS>
 __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
                                             const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
   const int cols = 1 << log_cols;
+  if constexpr (NS > 0) {
+    const uint64_t *src[NS];
+#pragma unroll
+    for (int i = 0; i < NS; ++i) src[i] = base + k.off[i] + c0;
 #pragma unroll 2
-  for (int it = 0; it < NTT_TILE / NTT_THREADS; ++it) {
-    const int e = threadIdx.x + it * NTT_THREADS;
-    const int64_t j = (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1));
-    if constexpr (NS > 0) sm[e] = conv_flagged_n<NS>(base, j, k, c, center);
-    else sm[e] = conv_flagged(base, j, ns, k, c, center);
+    for (int it = 0; it < NTT_TILE / NTT_THREADS; ++it) {
+      const int e = threadIdx.x + it * NTT_THREADS;
+      sm[e] = conv_flagged_n<NS>(src, (e >> log_cols) * n2 + (e & (cols - 1)), k, c, center);
+    }
+  } else {
+    for (int it = 0; it < NTT_TILE / NTT_THREADS; ++it) {
+      const int e = threadIdx.x + it * NTT_THREADS;
+      const int64_t j = (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1));
+      sm[e] = conv_flagged(base, j, ns, k, c, center);
+    }
   }
 }
 __device__ __forceinline__ void conv_fill(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
@@ -800,7 +847,9 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
   }
 }
 
-__global__ void __launch_bounds__(NTT_THREADS, 4) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+/* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128) */
+template <int MIN_BLOCKS>
+__global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
   const fh_ckks_modup_args &u = a.up;
@@ -835,16 +884,53 @@ __global__ void __launch_bounds__(NTT_THREADS, 4) ks1_kernel(const __grid_consta
   }
 }
 
-/* line t (of 128 bytes, t < 128) of the NTT_TILE-word tile at p into L2 (no registers held) */
-static_assert(NTT_TILE == 128 * 16, "a tile is 128 lines of 16 words");
-__device__ __forceinline__ void prefetch_tile(const uint64_t *p, int t) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p + t * 16));
-}
+/* ---- ks2 ------------------------------------------------------------------------------
+ * A block per (row r, chunk tile): for every digit, the chunk stages of the digit's scratch
+ * tile (ks1's output) or, for the digit's own rows, the input's NTT tile, then the product
+ * with the key's two tiles, accumulated in registers; both outputs written once.
+ * The tiles come by the copy engine of the SM (cp.async.bulk, Hopper's TMA) into shared
+ * memory, completing on mbarriers: while digit j's stages run, digit j's key tiles and
+ * digit j+1's scratch tile are on their way, and no thread holds registers for them.
+ * Shared memory: two tiles for the digits (double buffered), two for the key: 64 KiB, so
+ * three blocks per SM fit. */
 constexpr int KS2_PER_THREAD = NTT_TILE / NTT_THREADS;
-/* MIN_BLOCKS: blocks per SM the registers must allow (2: 128 registers, 3: 80) */
+constexpr int KS2_TILE_BYTES = NTT_TILE * (int)sizeof(uint64_t);
+constexpr size_t KS2_SMEM = 4 * (size_t)KS2_TILE_BYTES;
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)));
+}
+/* the calling thread arrives, announcing `bytes` of copies to complete the phase */
+__device__ __forceinline__ void mbar_expect(uint64_t *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+/* wait for the phase of the given parity to complete */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+  asm volatile("{\n"
+               ".reg .pred done;\n"
+               "wait_%=:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra wait_%=;\n"
+               "}" ::"r"(smem_addr(bar)),
+               "r"(parity)
+               : "memory");
+}
+/* one tile, global to shared, completing on bar */
+__device__ __forceinline__ void tile_load(uint64_t *dst, const uint64_t *src, uint64_t *bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"((uint32_t)KS2_TILE_BYTES), "r"(smem_addr(bar))
+               : "memory");
+}
+
+/* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128) */
 template <int MIN_BLOCKS>
 __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
-  __shared__ uint64_t sm[NTT_TILE];
+  extern __shared__ __align__(128) uint64_t ks2_sm[];
+  __shared__ __align__(8) uint64_t bars[3]; /* the two digit buffers', the key's */
+  uint64_t *kb0 = ks2_sm + 2 * NTT_TILE, *kb1 = ks2_sm + 3 * NTT_TILE;
   const fh_ckks_modup_args &u = a.up;
   const int r = blockIdx.y;
   const ntt_split sp = ntt_split_of(u.log_n);
@@ -855,44 +941,85 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
   const fh_ckks_prime c = u.primes[p];
   const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
   const ntt_geom geo = {n, base, n2, u.log_n};
-  const ntt_view sv = {sm, 1, n2};
   const uint64_t *key = a.key + (int64_t)a.key_row[r] * n + base;
-  GROUPS(g, u.ngroups) {
-    uint64_t acc0[KS2_PER_THREAD], acc1[KS2_PER_THREAD];
-#pragma unroll
-    for (int k = 0; k < KS2_PER_THREAD; ++k) acc0[k] = acc1[k] = 0;
-    for (int jd = 0; jd < u.ndigits; ++jd) {
-      const uint64_t *k0 = key + (int64_t)jd * a.key_ds, *k1 = k0 + a.key_cs;
-      /* the key's two tiles for this digit and the next digit's scratch tile on their way
-       * to L2 while the chunk stages run */
-      prefetch_tile(threadIdx.x < 128 ? k0 : k1, threadIdx.x & 127);
-      if (jd + 1 < u.ndigits && threadIdx.x < 128)
-        prefetch_tile(u.out + g * u.out_gs + (int64_t)(jd + 1) * u.out_ds + (int64_t)r * n + base, threadIdx.x);
-      /* a digit's own rows are the input's NTT rows when given (ks1 skipped them) */
-      const uint64_t *x_ntt = NULL;
-      if (a.in_ntt && r >= u.first[jd] && r < u.first[jd] + u.nsrc[jd]) {
-        x_ntt = a.in_ntt + g * a.in_ntt_gs + (int64_t)r * n + base;
-      } else {
-        const ntt_view src = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + base, 1, n2};
-        ntt_stages<true>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
-      }
-#pragma unroll
-      for (int k = 0; k < KS2_PER_THREAD; ++k) {
-        const int e = threadIdx.x + k * NTT_THREADS;
-        const uint64_t x = x_ntt ? x_ntt[e] : sm[e];
-        acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, k0[e], c.q, c.qinv), c.q);
-        acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, k1[e], c.q, c.qinv), c.q);
-      }
-      __syncthreads(); /* the next digit's stages overwrite sm */
+  const int nd = u.ndigits;
+  /* the block's (group, digit) steps in turn: step s is group blockIdx.z + (s / nd) gridDim.z */
+  const int64_t my_groups = blockIdx.z < u.ngroups ? (u.ngroups - 1 - blockIdx.z) / gridDim.z + 1 : 0;
+  const int64_t steps = my_groups * nd;
+  /* digit jd's rows are its own when the input's NTT rows are given (ks1 skipped them) */
+  auto own = [&](int jd) { return a.in_ntt && r >= u.first[jd] && r < u.first[jd] + u.nsrc[jd]; };
+  auto digit_tile = [&](int64_t s) -> const uint64_t * {
+    const int64_t g = blockIdx.z + (s / nd) * gridDim.z;
+    const int jd = (int)(s % nd);
+    if (own(jd)) return a.in_ntt + g * a.in_ntt_gs + (int64_t)r * n + base;
+    return u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + base;
+  };
+  if (threadIdx.x == 0) {
+    mbar_init(&bars[0]);
+    mbar_init(&bars[1]);
+    mbar_init(&bars[2]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    if (steps > 0) {
+      mbar_expect(&bars[0], KS2_TILE_BYTES);
+      tile_load(ks2_sm, digit_tile(0), &bars[0]);
     }
-    uint64_t *o0 = a.out + g * a.out_gs + (int64_t)r * n + base, *o1 = o0 + a.out_cs;
+  }
+  __syncthreads();
+  uint64_t acc0[KS2_PER_THREAD], acc1[KS2_PER_THREAD];
+  for (int64_t s = 0; s < steps; ++s) {
+    const int jd = (int)(s % nd), b = (int)(s & 1);
+    uint64_t *db = ks2_sm + b * NTT_TILE; /* this step's digit buffer */
+    /* the other digit buffer and the key buffers are free (the barrier that ended the
+     * previous step): this digit's key tiles and the next step's digit tile */
+    if (threadIdx.x == 0) {
+      const uint64_t *k0 = key + (int64_t)jd * a.key_ds;
+      mbar_expect(&bars[2], 2 * KS2_TILE_BYTES);
+      tile_load(kb0, k0, &bars[2]);
+      tile_load(kb1, k0 + a.key_cs, &bars[2]);
+      if (s + 1 < steps) {
+        mbar_expect(&bars[b ^ 1], KS2_TILE_BYTES);
+        tile_load(ks2_sm + (b ^ 1) * NTT_TILE, digit_tile(s + 1), &bars[b ^ 1]);
+      }
+    }
+    if (jd == 0) {
+#pragma unroll
+      for (int k = 0; k < KS2_PER_THREAD; ++k) acc0[k] = acc1[k] = 0;
+    }
+    mbar_wait(&bars[b], (uint32_t)((s >> 1) & 1));
+    if (!own(jd)) {
+      const ntt_view sv = {db, 1, n2};
+      ntt_stages<true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
+    }
+    mbar_wait(&bars[2], (uint32_t)(s & 1));
 #pragma unroll
     for (int k = 0; k < KS2_PER_THREAD; ++k) {
       const int e = threadIdx.x + k * NTT_THREADS;
-      o0[e] = acc0[k];
-      o1[e] = acc1[k];
+      const uint64_t x = db[e];
+      acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, kb0[e], c.q, c.qinv), c.q);
+      acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, kb1[e], c.q, c.qinv), c.q);
     }
+    if (jd == nd - 1) {
+      const int64_t g = blockIdx.z + (s / nd) * gridDim.z;
+      uint64_t *o0 = a.out + g * a.out_gs + (int64_t)r * n + base, *o1 = o0 + a.out_cs;
+#pragma unroll
+      for (int k = 0; k < KS2_PER_THREAD; ++k) {
+        const int e = threadIdx.x + k * NTT_THREADS;
+        o0[e] = acc0[k];
+        o1[e] = acc1[k];
+      }
+    }
+    /* this step's shared-memory writes and reads before the copies that reuse the buffers */
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
   }
+}
+
+/* Whether ks2's tiles can be bulk copies: every tile address a multiple of 16 bytes. */
+bool ks2_aligned(const fh_ckks_ks_core_args *a) {
+  const fh_ckks_modup_args *u = &a->up;
+  uintptr_t m = (uintptr_t)a->key | (uintptr_t)u->out | (uintptr_t)a->in_ntt;
+  m |= (uintptr_t)(a->key_ds | a->key_cs | u->out_gs | u->out_ds | a->in_ntt_gs) * sizeof(uint64_t);
+  return (m & 15u) == 0;
 }
 
 fh_status k_ntt(const void *a, void *s);
@@ -911,27 +1038,47 @@ fh_status ks_inner_of_core(const fh_ckks_ks_core_args *a, void *stream) {
  * parallel and the inner product reads them back (the digits cross memory twice more).
  * FHELIUM_CUDA_KS=fused or split overrides the choice (a benchmarking aid). */
 bool ks_split(unsigned blocks) {
-  static int mode = -1; /* 0 auto, 1 fused, 2 split */
-  if (mode < 0) {
-    const char *v = getenv("FHELIUM_CUDA_KS");
-    mode = v && strcmp(v, "fused") == 0 ? 1 : v && strcmp(v, "split") == 0 ? 2 : 0;
-  }
-  if (mode != 0) return mode == 2;
+  static const char *const modes[] = {"fused", "split", NULL};
+  static const int mode = env_switch("FHELIUM_CUDA_KS", modes); /* -1 auto, 0 fused, 1 split */
+  if (mode >= 0) return mode == 1;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
   return blocks < 2u * (unsigned)fh__cuda_sm_count(dev);
 }
 
-/* ks2's register budget: FHELIUM_CUDA_KS2=2 or 3 blocks per SM (a benchmarking aid),
- * else KS2_BLOCKS_DEFAULT */
-constexpr int KS2_BLOCKS_DEFAULT = 3;
+/* ks1's and ks2's register budgets, in blocks per SM: FHELIUM_CUDA_KS1=2 or 3 and
+ * FHELIUM_CUDA_KS2=2 or 3 (benchmarking aids), else the defaults */
+constexpr int KS1_BLOCKS_DEFAULT = 3, KS2_BLOCKS_DEFAULT = 2;
+static const char *const two_three[] = {"2", "3", NULL};
+int ks1_blocks() {
+  static const int b = env_switch("FHELIUM_CUDA_KS1", two_three);
+  return b < 0 ? KS1_BLOCKS_DEFAULT : b + 2;
+}
 int ks2_blocks() {
-  static int b = -1;
-  if (b < 0) {
-    const char *v = getenv("FHELIUM_CUDA_KS2");
-    b = v && strcmp(v, "2") == 0 ? 2 : v && strcmp(v, "3") == 0 ? 3 : KS2_BLOCKS_DEFAULT;
+  static const int b = env_switch("FHELIUM_CUDA_KS2", two_three);
+  return b < 0 ? KS2_BLOCKS_DEFAULT : b + 2;
+}
+
+void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
+  if (ks1_blocks() == 3) ks1_kernel<3><<<grid, NTT_THREADS, 0, h>>>(a);
+  else ks1_kernel<2><<<grid, NTT_THREADS, 0, h>>>(a);
+}
+
+/* ks2 needs KS2_SMEM bytes of dynamic shared memory, above the default 48 KiB: allowed
+ * once per device (a function attribute, not stream work, so a capture may do it) */
+template <int MIN_BLOCKS>
+fh_status ks2_launch(const fh_ckks_ks_core_args *a, dim3 grid, cudaStream_t h) {
+  static bool ready[64];
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (device)");
+  if (dev < 0 || dev >= 64 || !ready[dev]) {
+    e = cudaFuncSetAttribute(ks2_kernel<MIN_BLOCKS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)KS2_SMEM);
+    if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (shared memory)");
+    if (dev >= 0 && dev < 64) ready[dev] = true;
   }
-  return b;
+  ks2_kernel<MIN_BLOCKS><<<grid, NTT_THREADS, KS2_SMEM, h>>>(*a);
+  return FH_OK;
 }
 
 fh_status k_ks_core(const void *argp, void *stream) {
@@ -964,17 +1111,18 @@ fh_status k_ks_core(const void *argp, void *stream) {
   const int nsrc_rows = u->first[u->ndigits - 1] + u->nsrc[u->ndigits - 1];
   if (a->scaled == NULL) return fh_error_set(FH_ERR_EXECUTION, "ckks_ks_core: no scratch for the scaled sources");
   ks0_kernel<<<dim3(blocks_for(n, EW_THREADS), nsrc_rows, gz), EW_THREADS, 0, h>>>(*a);
-  if (!ks_split(tiles * (unsigned)u->nrows * gz)) {
-    ks1_kernel<<<dim3(tiles, u->ndigits * u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
-    if (ks2_blocks() == 3) ks2_kernel<3><<<dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
-    else ks2_kernel<2><<<dim3(tiles, u->nrows, gz), NTT_THREADS, 0, h>>>(*a);
+  if (!ks_split(tiles * (unsigned)u->nrows * gz) && ks2_aligned(a)) {
+    ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h);
+    const dim3 grid(tiles, u->nrows, gz);
+    const fh_status st = ks2_blocks() == 3 ? ks2_launch<3>(a, grid, h) : ks2_launch<2>(a, grid, h);
+    if (st != FH_OK) return st;
     return launched("kernel 'ckks_ks_core'");
   }
   /* split: ks1 on every row (a digit's own rows too), the chunk stages of every digit in
    * parallel into the scratch, then the inner product with the key */
   fh_ckks_ks_core_args b = *a;
   b.in_ntt = NULL;
-  ks1_kernel<<<dim3(tiles, u->ndigits * u->nrows, gz), NTT_THREADS, 0, h>>>(b);
+  ks1_launch(b, dim3(tiles, u->ndigits * u->nrows, gz), h);
   fh_ckks_ntt_args t;
   memset(&t, 0, sizeof t);
   t.out = u->out;
@@ -1057,9 +1205,6 @@ __global__ void __launch_bounds__(NTT_THREADS) md2_kernel(const __grid_constant_
     const int comp = (int)(gg % 2);
     const uint64_t *x = a.a + gg * a.a_gs + (int64_t)l * n + base;
     const uint64_t *z = a.add[comp] ? a.add[comp] + g * a.add_gs + (int64_t)l * n + base : NULL;
-    /* the tiles read after the chunk stages on their way to L2 meanwhile */
-    if (threadIdx.x < 128) prefetch_tile(x, threadIdx.x);
-    else if (z) prefetch_tile(z, threadIdx.x - 128);
     const ntt_view src = {b.out + gg * b.out_gs + (int64_t)b.dst_row[l] * n + base, 1, n2};
     ntt_stages<true>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
     uint64_t *o = a.out[comp] + g * a.out_gs + (int64_t)l * n + base;
@@ -1238,13 +1383,9 @@ __global__ void __launch_bounds__(EW_THREADS) lt_lanes_kernel(const __grid_const
  * LT_LANES_DEFAULT, never more than the launch's steps. */
 constexpr int LT_LANES_DEFAULT = 4;
 int lt_lanes(int nsteps) {
-  static int forced = -1;
-  if (forced < 0) {
-    const char *v = getenv("FHELIUM_CUDA_LT");
-    const int k = v ? atoi(v) : 0;
-    forced = k == 1 || k == 2 || k == 4 || k == 8 ? k : 0;
-  }
-  int lanes = forced ? forced : LT_LANES_DEFAULT;
+  static const char *const lanes_of[] = {"1", "2", "4", "8", NULL};
+  static const int forced = env_switch("FHELIUM_CUDA_LT", lanes_of); /* log2 of the lanes, or -1 */
+  int lanes = forced >= 0 ? 1 << forced : LT_LANES_DEFAULT;
   while (lanes > 1 && lanes > nsteps) lanes /= 2;
   return lanes;
 }
