@@ -168,18 +168,10 @@ struct ntt_geom {
  *   kernel's most); inverse: sums double per stage, so every pass ends with the centred
  *   reduction (|v| < 0.57 q; a pass's three stages reach 16 q at most). Products stay
  *   exact while their operands are below 32 q (fh_fp_mul). */
-/* The twiddle index of the first group at stage t = 2^log_t for logical word `base` of a
- * transform of `total` words: total / 2t + base / 2t (the rows' layout) */
-__device__ __forceinline__ uint32_t row_stage_base(uint32_t total, uint32_t base, int log_t) {
-  return (total >> (log_t + 1)) + (base >> (log_t + 1));
-}
 struct int_arith {
   typedef uint64_t T;
   ntt_prime P;
   fh_ckks_prime c;
-  __device__ __forceinline__ uint32_t stage_base(uint32_t total, uint32_t base, int log_t) const {
-    return row_stage_base(total, base, log_t);
-  }
   __device__ __forceinline__ T load(uint64_t bits, bool) const { return bits; }
   __device__ __forceinline__ uint64_t store(T v, bool, bool reduce, bool) const { return reduce ? reduce4(v, P) : v; }
   __device__ __forceinline__ void fwd(T &x, T &y, uint32_t gi) const { ct_bfly(x, y, __ldg(P.w + gi), __ldg(P.ws + gi), P); }
@@ -192,17 +184,6 @@ struct fp_arith {
   double q, qinv;
   const double *w, *wq;
   double f0, f0q, f1, f1q; /* the fused stage's two constants */
-  /* tile: w and wq hold a tile's twiddles (tw_tile_load), for the tile at logical word
-   * tile_off; else they are the prime's rows */
-  bool tile;
-  uint32_t tile_off;
-  /* a twiddle: the rows through the read-only cache (global memory only), a tile's from
-   * shared memory */
-  __device__ __forceinline__ double tw(const double *p, uint32_t gi) const { return tile ? p[gi] : __ldg(p + gi); }
-  __device__ __forceinline__ uint32_t stage_base(uint32_t total, uint32_t base, int log_t) const {
-    return tile ? ((base - tile_off) >> (log_t + 1)) + (NTT_TILE - (NTT_TILE >> log_t))
-                : row_stage_base(total, base, log_t);
-  }
   __device__ __forceinline__ T load(uint64_t bits, bool words) const {
     return words ? fh_fp_of_word(bits) : __longlong_as_double((long long)bits);
   }
@@ -212,7 +193,7 @@ struct fp_arith {
     return (uint64_t)__double_as_longlong(forward ? v : fh_fp_centre(v, q, qinv));
   }
   __device__ __forceinline__ void fwd(T &x, T &y, uint32_t gi) const {
-    const double r = fh_fp_mul(y, tw(w, gi), tw(wq, gi), q);
+    const double r = fh_fp_mul(y, __ldg(w + gi), __ldg(wq + gi), q);
     y = __dsub_rn(x, r);
     x = __dadd_rn(x, r);
   }
@@ -224,7 +205,7 @@ struct fp_arith {
   __device__ __forceinline__ void inv(T &x, T &y, uint32_t gi) const {
     const double d = __dsub_rn(x, y);
     x = __dadd_rn(x, y);
-    y = fh_fp_mul(d, tw(w, gi), tw(wq, gi), q);
+    y = fh_fp_mul(d, __ldg(w + gi), __ldg(wq + gi), q);
   }
   __device__ __forceinline__ void inv_last(T &x, T &y) const {
     const double s = __dadd_rn(x, y), d = __dsub_rn(x, y);
@@ -243,26 +224,7 @@ __device__ __forceinline__ fp_arith fp_arith_of(const fh_ckks_prime &c, const nt
   a.f0q = c.fp_c[k + 1];
   a.f1 = c.fp_c[k + 2];
   a.f1q = c.fp_c[k + 3];
-  a.tile = false;
-  a.tile_off = 0;
   return a;
-}
-
-/* A tile's twiddles in shared memory, for the stages t = 1 .. 2^(log_m - 1) of the
- * NTT_TILE words at logical word tile_off of a forward transform of total words: stage
- * 2^l's NTT_TILE / 2^(l+1) groups at w[NTT_TILE - NTT_TILE / 2^l ..] (and wq), so at
- * most 2 NTT_TILE doubles each. A block that runs the same stages on many tiles of one
- * row (ks2: one per digit) reads them from memory once. */
-__device__ __forceinline__ void tw_tile_load(double *w, double *wq, const ntt_prime &P, uint32_t total,
-                                             uint32_t tile_off, int log_m) {
-  for (int l = 0; l < log_m; ++l) {
-    const int groups = NTT_TILE >> (l + 1), at = NTT_TILE - (NTT_TILE >> l);
-    const uint32_t from = row_stage_base(total, tile_off, l);
-    for (int i = threadIdx.x; i < groups; i += blockDim.x) {
-      w[at + i] = P.fw[from + i];
-      wq[at + i] = P.fwq[from + i];
-    }
-  }
 }
 
 /* FIRST: src holds the transform's input words; LAST: dst takes its output words
@@ -301,7 +263,7 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
       const int h = FORWARD ? (R >> (si + 1)) : (1 << si); /* pair distance, in j */
       const int log_t = log_tlo + (FORWARD ? (r - 1 - si) : si);
       const bool fused = FUSE && si == (FORWARD ? 0 : r - 1); /* the stage t = total / 2 */
-      const uint32_t g0 = ar.stage_base(total, base, log_t);
+      const uint32_t g0 = (total >> (log_t + 1)) + (base >> (log_t + 1));
       /* the 2^k groups of this stage among the R words: k = r - si (forward) or si + 1 */
       const int gshift = FORWARD ? (r - si) : (si + 1); /* j >> gshift is the group within the pass */
 #pragma unroll
@@ -934,8 +896,6 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
 constexpr int KS2_PER_THREAD = NTT_TILE / NTT_THREADS;
 constexpr int KS2_TILE_BYTES = NTT_TILE * (int)sizeof(uint64_t);
 constexpr size_t KS2_SMEM = 4 * (size_t)KS2_TILE_BYTES;
-/* with the tile's FP64 twiddles too (tw_tile_load): 96 KiB, two blocks per SM */
-constexpr size_t KS2_SMEM_TW = KS2_SMEM + 2 * NTT_TILE * sizeof(double);
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void mbar_init(uint64_t *bar) {
@@ -965,9 +925,8 @@ __device__ __forceinline__ void tile_load(uint64_t *dst, const uint64_t *src, ui
                : "memory");
 }
 
-/* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128); TW: the
- * FP64 rows' twiddles for the block's tile held in shared memory */
-template <int MIN_BLOCKS, bool TW>
+/* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128) */
+template <int MIN_BLOCKS>
 __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   extern __shared__ __align__(128) uint64_t ks2_sm[];
   __shared__ __align__(8) uint64_t bars[3]; /* the two digit buffers', the key's */
@@ -995,18 +954,6 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
     if (own(jd)) return a.in_ntt + g * a.in_ntt_gs + (int64_t)r * n + base;
     return u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + base;
   };
-  fp_arith fa = {};
-  if (P.fw) {
-    fa = fp_arith_of(c, P, true);
-    if (TW) {
-      double *tw = (double *)(ks2_sm + 4 * NTT_TILE);
-      tw_tile_load(tw, tw + NTT_TILE, P, (uint32_t)n, (uint32_t)base, sp.log_n2);
-      fa.w = tw;
-      fa.wq = tw + NTT_TILE;
-      fa.tile = true;
-      fa.tile_off = (uint32_t)base;
-    }
-  }
   if (threadIdx.x == 0) {
     mbar_init(&bars[0]);
     mbar_init(&bars[1]);
@@ -1041,8 +988,7 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
     mbar_wait(&bars[b], (uint32_t)((s >> 1) & 1));
     if (!own(jd)) {
       const ntt_view sv = {db, 1, n2};
-      if (P.fw) ntt_stages_with<true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, fa);
-      else ntt_stages_with<true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
+      ntt_stages<true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
     }
     mbar_wait(&bars[2], (uint32_t)(s & 1));
 #pragma unroll
@@ -1102,17 +1048,15 @@ bool ks_split(unsigned blocks) {
 
 /* ks1's and ks2's register budgets, in blocks per SM: FHELIUM_CUDA_KS1=2 or 3 and
  * FHELIUM_CUDA_KS2=2 or 3 (benchmarking aids), else the defaults */
-constexpr int KS1_BLOCKS_DEFAULT = 3, KS2_MODE_DEFAULT = 0;
+constexpr int KS1_BLOCKS_DEFAULT = 3, KS2_BLOCKS_DEFAULT = 2;
 static const char *const two_three[] = {"2", "3", NULL};
-static const char *const ks2_modes[] = {"2", "3", "tw", NULL};
 int ks1_blocks() {
   static const int b = env_switch("FHELIUM_CUDA_KS1", two_three);
   return b < 0 ? KS1_BLOCKS_DEFAULT : b + 2;
 }
-/* ks2: 2 or 3 blocks per SM, or "tw" (2, the twiddles in shared memory) */
-int ks2_mode() {
-  static const int b = env_switch("FHELIUM_CUDA_KS2", ks2_modes);
-  return b < 0 ? KS2_MODE_DEFAULT : b;
+int ks2_blocks() {
+  static const int b = env_switch("FHELIUM_CUDA_KS2", two_three);
+  return b < 0 ? KS2_BLOCKS_DEFAULT : b + 2;
 }
 
 void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
@@ -1122,19 +1066,18 @@ void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
 
 /* ks2 needs KS2_SMEM bytes of dynamic shared memory, above the default 48 KiB: allowed
  * once per device (a function attribute, not stream work, so a capture may do it) */
-template <int MIN_BLOCKS, bool TW>
+template <int MIN_BLOCKS>
 fh_status ks2_launch(const fh_ckks_ks_core_args *a, dim3 grid, cudaStream_t h) {
   static bool ready[64];
-  const size_t smem = TW ? KS2_SMEM_TW : KS2_SMEM;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (device)");
   if (dev < 0 || dev >= 64 || !ready[dev]) {
-    e = cudaFuncSetAttribute(ks2_kernel<MIN_BLOCKS, TW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    e = cudaFuncSetAttribute(ks2_kernel<MIN_BLOCKS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)KS2_SMEM);
     if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (shared memory)");
     if (dev >= 0 && dev < 64) ready[dev] = true;
   }
-  ks2_kernel<MIN_BLOCKS, TW><<<grid, NTT_THREADS, smem, h>>>(*a);
+  ks2_kernel<MIN_BLOCKS><<<grid, NTT_THREADS, KS2_SMEM, h>>>(*a);
   return FH_OK;
 }
 
@@ -1171,10 +1114,7 @@ fh_status k_ks_core(const void *argp, void *stream) {
   if (!ks_split(tiles * (unsigned)u->nrows * gz) && ks2_aligned(a)) {
     ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h);
     const dim3 grid(tiles, u->nrows, gz);
-    const int m = ks2_mode();
-    const fh_status st = m == 2   ? ks2_launch<2, true>(a, grid, h)
-                         : m == 1 ? ks2_launch<3, false>(a, grid, h)
-                                  : ks2_launch<2, false>(a, grid, h);
+    const fh_status st = ks2_blocks() == 3 ? ks2_launch<3>(a, grid, h) : ks2_launch<2>(a, grid, h);
     if (st != FH_OK) return st;
     return launched("kernel 'ckks_ks_core'");
   }
