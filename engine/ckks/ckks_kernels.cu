@@ -769,14 +769,11 @@ __device__ __forceinline__ uint64_t conv_flagged(const uint64_t *base, int64_t j
   return r;
 }
 
-/* conv_flagged for NS <= 4 sources known at compile time, source i's words at src[i]: the
- * NS loads issued together (a runtime loop waits for each in turn), one Montgomery reduction */
+/* conv_flagged for NS <= 4 sources known at compile time, from the NS words y[i] of one
+ * coefficient (source i's): one Montgomery reduction */
 template <int NS>
-__device__ __forceinline__ uint64_t conv_flagged_n(const uint64_t *const *src, uint32_t j, const conv_consts &k,
-                                                   const fh_ckks_prime &c, bool center) {
-  uint64_t y[NS];
-#pragma unroll
-  for (int i = 0; i < NS; ++i) y[i] = src[i][j];
+__device__ __forceinline__ uint64_t conv_flagged_n(const uint64_t *y, const conv_consts &k, const fh_ckks_prime &c,
+                                                   bool center) {
   uint32_t cnt = 0;
   unsigned __int128 acc = 0;
 #pragma unroll
@@ -791,21 +788,33 @@ __device__ __forceinline__ uint64_t conv_flagged_n(const uint64_t *const *src, u
 
 /* ks1 / md1: fill the column tile sm (NTT_TILE words: cols adjacent columns of the
  * N1 x N2 row, column-major in sm) with the row's conversion from ns sources at base
- * (their words at base + off[i]); a block of NTT_THREADS threads, two elements in flight.
- * The sources' pointers to column c0 are formed once, so an element costs one 32-bit
- * offset (its row in the tile times N2 plus its column) and a wide add per source. */
-template <int NS>
+ * (their words at base + off[i]); a block of NTT_THREADS threads. With NS known, a thread
+ * loads the words of CONV_LOADS / NS of its coefficients (at least one) before any product (the loads are
+ * L2 hits whose latency one coefficient's products cannot cover), and the sources'
+ * pointers to column c0 are formed once, so a word costs one 32-bit offset (its row in
+ * the tile times N2 plus its column) and a wide add. */
+template <int NS, int CONV_LOADS>
 __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
                                             const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
   const int cols = 1 << log_cols;
   if constexpr (NS > 0) {
+    constexpr int E = CONV_LOADS / NS > 0 ? CONV_LOADS / NS : 1; /* coefficients per round */
+    constexpr int PER = NTT_TILE / NTT_THREADS;
     const uint64_t *src[NS];
 #pragma unroll
     for (int i = 0; i < NS; ++i) src[i] = base + k.off[i] + c0;
-#pragma unroll 2
-    for (int it = 0; it < NTT_TILE / NTT_THREADS; ++it) {
-      const int e = threadIdx.x + it * NTT_THREADS;
-      sm[e] = conv_flagged_n<NS>(src, (uint32_t)((e >> log_cols) * n2 + (e & (cols - 1))), k, c, center);
+    for (int it0 = 0; it0 < PER; it0 += E) {
+      uint64_t y[E][NS];
+#pragma unroll
+      for (int m = 0; m < E; ++m) {
+        const int e = threadIdx.x + (it0 + m) * NTT_THREADS;
+        const uint32_t j = (uint32_t)((e >> log_cols) * n2 + (e & (cols - 1)));
+#pragma unroll
+        for (int i = 0; i < NS; ++i) y[m][i] = (it0 + m < PER) ? src[i][j] : 0;
+      }
+#pragma unroll
+      for (int m = 0; m < E; ++m)
+        if (it0 + m < PER) sm[threadIdx.x + (it0 + m) * NTT_THREADS] = conv_flagged_n<NS>(y[m], k, c, center);
     }
   } else {
     for (int it = 0; it < NTT_TILE / NTT_THREADS; ++it) {
@@ -815,14 +824,15 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
     }
   }
 }
+template <int LOADS>
 __device__ __forceinline__ void conv_fill(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
                                           const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
   switch (ns) {
-  case 1: conv_fill_n<1>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 2: conv_fill_n<2>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 3: conv_fill_n<3>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 4: conv_fill_n<4>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  default: conv_fill_n<0>(sm, base, ns, k, c, center, log_cols, n2, c0);
+  case 1: conv_fill_n<1, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 2: conv_fill_n<2, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 3: conv_fill_n<3, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 4: conv_fill_n<4, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  default: conv_fill_n<0, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0);
   }
 }
 
@@ -848,7 +858,7 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
 }
 
 /* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128) */
-template <int MIN_BLOCKS>
+template <int MIN_BLOCKS, int LOADS>
 __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
@@ -875,7 +885,7 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
       for (int e = threadIdx.x; e < tile; e += blockDim.x)
         sm[e] = in[(int64_t)r * n + (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1))];
     } else {
-      conv_fill(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
+      conv_fill<LOADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
     }
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
@@ -1032,6 +1042,16 @@ fh_status ks_inner_of_core(const fh_ckks_ks_core_args *a, void *stream) {
   return k_ks_inner(&k, stream);
 }
 
+/* The conversions' source words loaded before their products, per thread (ks1, md1):
+ * FHELIUM_CUDA_CONV=1 (one coefficient's), 8 or 16 (a benchmarking aid), else
+ * CONV_LOADS_DEFAULT */
+constexpr int CONV_LOADS_DEFAULT = 8;
+int conv_loads() {
+  static const char *const loads_of[] = {"1", "8", "16", NULL};
+  static const int i = env_switch("FHELIUM_CUDA_CONV", loads_of);
+  return i == 0 ? 1 : i == 1 ? 8 : i == 2 ? 16 : CONV_LOADS_DEFAULT;
+}
+
 /* Whether a key switch whose fused second kernel (ks2) would run `blocks` blocks splits it
  * instead: ks2 walks every digit in one block, so a grid of fewer blocks than twice the SMs
  * leaves SMs idle (N = 2^14: 72 blocks on 132 SMs); split, the digits' chunk stages run in
@@ -1060,8 +1080,11 @@ int ks2_blocks() {
 }
 
 void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
-  if (ks1_blocks() == 3) ks1_kernel<3><<<grid, NTT_THREADS, 0, h>>>(a);
-  else ks1_kernel<2><<<grid, NTT_THREADS, 0, h>>>(a);
+  const int loads = conv_loads();
+  if (ks1_blocks() == 2) ks1_kernel<2, CONV_LOADS_DEFAULT><<<grid, NTT_THREADS, 0, h>>>(a);
+  else if (loads == 1) ks1_kernel<3, 1><<<grid, NTT_THREADS, 0, h>>>(a);
+  else if (loads == 16) ks1_kernel<3, 16><<<grid, NTT_THREADS, 0, h>>>(a);
+  else ks1_kernel<3, 8><<<grid, NTT_THREADS, 0, h>>>(a);
 }
 
 /* ks2 needs KS2_SMEM bytes of dynamic shared memory, above the default 48 KiB: allowed
@@ -1160,6 +1183,7 @@ __global__ void __launch_bounds__(EW_THREADS) md0_kernel(const __grid_constant__
   }
 }
 
+template <int LOADS>
 __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
@@ -1178,7 +1202,7 @@ __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant_
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, b.ngroups) {
     const uint64_t *in = b.in + g * b.in_gs;
-    conv_fill(sm, in, ns, kc, c, center, log_cols, n2, c0);
+    conv_fill<LOADS>(sm, in, ns, kc, c, center, log_cols, n2, c0);
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {b.out + g * b.out_gs + (int64_t)b.dst_row[l] * n + c0, n2, 1};
@@ -1268,7 +1292,11 @@ fh_status k_moddown(const void *argp, void *stream) {
   cudaStream_t h = (cudaStream_t)stream;
   const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(b->ngroups);
   if (b->nsrc > 0) md0_kernel<<<dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h>>>(*a);
-  md1_kernel<<<dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h>>>(*a);
+  const dim3 grid(tiles, b->ndst, gz);
+  const int loads = conv_loads();
+  if (loads == 1) md1_kernel<1><<<grid, NTT_THREADS, 0, h>>>(*a);
+  else if (loads == 16) md1_kernel<16><<<grid, NTT_THREADS, 0, h>>>(*a);
+  else md1_kernel<8><<<grid, NTT_THREADS, 0, h>>>(*a);
   md2_kernel<<<dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h>>>(*a);
   return launched("kernel 'ckks_moddown'");
 }
