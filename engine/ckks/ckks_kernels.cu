@@ -227,6 +227,12 @@ __device__ __forceinline__ fp_arith fp_arith_of(const fh_ckks_prime &c, const nt
   return a;
 }
 
+/* fp_arith whose transform leaves its output in doubles (forward, |v| < 11 q: ks2's
+ * inner product takes them as they are) */
+struct fp_arith_raw : fp_arith {
+  __device__ __forceinline__ uint64_t store(T v, bool, bool, bool) const { return (uint64_t)__double_as_longlong(v); }
+};
+
 /* FIRST: src holds the transform's input words; LAST: dst takes its output words
  * (reduce: fully reduced; the FP64 arithmetic always reduces); FUSE: the pass holds the
  * transform's stage t = total / 2 (the first forward stage, the last inverse one), which
@@ -935,8 +941,9 @@ __device__ __forceinline__ void tile_load(uint64_t *dst, const uint64_t *src, ui
                : "memory");
 }
 
-/* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128) */
-template <int MIN_BLOCKS>
+/* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128); FP_MAC:
+ * the inner product in doubles for primes below 2^45 (else Montgomery products) */
+template <int MIN_BLOCKS, bool FP_MAC>
 __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   extern __shared__ __align__(128) uint64_t ks2_sm[];
   __shared__ __align__(8) uint64_t bars[3]; /* the two digit buffers', the key's */
@@ -953,6 +960,9 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
   const ntt_geom geo = {n, base, n2, u.log_n};
   const uint64_t *key = a.key + (int64_t)a.key_row[r] * n + base;
   const int nd = u.ndigits;
+  /* FP64 products for primes below 2^45 (the accumulators then hold doubles' bits), for
+   * up to 16 digits as the CPU twin (_ckks.fp_mac) covers: |sum| <= 16 (0.55 q) < 2^49 */
+  const bool fp = FP_MAC && P.fw != NULL && nd <= 16;
   /* the block's (group, digit) steps in turn: step s is group blockIdx.z + (s / nd) gridDim.z */
   const int64_t my_groups = blockIdx.z < u.ngroups ? (u.ngroups - 1 - blockIdx.z) / gridDim.z + 1 : 0;
   const int64_t steps = my_groups * nd;
@@ -996,17 +1006,33 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
       for (int k = 0; k < KS2_PER_THREAD; ++k) acc0[k] = acc1[k] = 0;
     }
     mbar_wait(&bars[b], (uint32_t)((s >> 1) & 1));
-    if (!own(jd)) {
+    const bool words = own(jd); /* the input's NTT words, else the stages' output */
+    if (!words) {
       const ntt_view sv = {db, 1, n2};
-      ntt_stages<true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
+      if (fp) ntt_stages_with<true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, fp_arith_raw{fp_arith_of(c, P, true)});
+      else ntt_stages_with<true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
     }
     mbar_wait(&bars[2], (uint32_t)(s & 1));
+    if (fp) {
+      /* doubles (fh_fp_mac_word): the digits' values as the stages leave them (|x| < 7 q
+       * from ks1's words: at most nine stages of at most 0.625 q each), terms within
+       * q (1/2 + 7 q 2^-52) < 0.55 q (fh_fp_mul_w), sums exact */
 #pragma unroll
-    for (int k = 0; k < KS2_PER_THREAD; ++k) {
-      const int e = threadIdx.x + k * NTT_THREADS;
-      const uint64_t x = db[e];
-      acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, kb0[e], c.q, c.qinv), c.q);
-      acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, kb1[e], c.q, c.qinv), c.q);
+      for (int k = 0; k < KS2_PER_THREAD; ++k) {
+        const int e = threadIdx.x + k * NTT_THREADS;
+        const double x = words ? fh_fp_of_word(db[e]) : __longlong_as_double((long long)db[e]);
+        const double s0 = __longlong_as_double((long long)acc0[k]), s1 = __longlong_as_double((long long)acc1[k]);
+        acc0[k] = (uint64_t)__double_as_longlong(__dadd_rn(s0, fh_fp_mul_w(x, fh_fp_of_word(kb0[e]), c.fp_q, c.fp_qinv)));
+        acc1[k] = (uint64_t)__double_as_longlong(__dadd_rn(s1, fh_fp_mul_w(x, fh_fp_of_word(kb1[e]), c.fp_q, c.fp_qinv)));
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < KS2_PER_THREAD; ++k) {
+        const int e = threadIdx.x + k * NTT_THREADS;
+        const uint64_t x = db[e];
+        acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, kb0[e], c.q, c.qinv), c.q);
+        acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, kb1[e], c.q, c.qinv), c.q);
+      }
     }
     if (jd == nd - 1) {
       const int64_t g = blockIdx.z + (s / nd) * gridDim.z;
@@ -1014,8 +1040,8 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
 #pragma unroll
       for (int k = 0; k < KS2_PER_THREAD; ++k) {
         const int e = threadIdx.x + k * NTT_THREADS;
-        o0[e] = acc0[k];
-        o1[e] = acc1[k];
+        o0[e] = fp ? fh_fp_mac_word(__longlong_as_double((long long)acc0[k]), c.fp_q, c.fp_qinv, c.q, c.qinv) : acc0[k];
+        o1[e] = fp ? fh_fp_mac_word(__longlong_as_double((long long)acc1[k]), c.fp_q, c.fp_qinv, c.q, c.qinv) : acc1[k];
       }
     }
     /* this step's shared-memory writes and reads before the copies that reuse the buffers */
@@ -1078,6 +1104,13 @@ int ks2_blocks() {
   static const int b = env_switch("FHELIUM_CUDA_KS2", two_three);
   return b < 0 ? KS2_BLOCKS_DEFAULT : b + 2;
 }
+/* ks2's inner product: FHELIUM_CUDA_MAC=int keeps Montgomery products on every row (a
+ * benchmarking aid), else doubles on the rows of primes below 2^45 */
+bool ks2_fp_mac() {
+  static const char *const macs[] = {"fp", "int", NULL};
+  static const int m = env_switch("FHELIUM_CUDA_MAC", macs);
+  return m != 1;
+}
 
 void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
   const int loads = conv_loads();
@@ -1089,18 +1122,18 @@ void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
 
 /* ks2 needs KS2_SMEM bytes of dynamic shared memory, above the default 48 KiB: allowed
  * once per device (a function attribute, not stream work, so a capture may do it) */
-template <int MIN_BLOCKS>
+template <int MIN_BLOCKS, bool FP_MAC>
 fh_status ks2_launch(const fh_ckks_ks_core_args *a, dim3 grid, cudaStream_t h) {
   static bool ready[64];
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (device)");
   if (dev < 0 || dev >= 64 || !ready[dev]) {
-    e = cudaFuncSetAttribute(ks2_kernel<MIN_BLOCKS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)KS2_SMEM);
+    e = cudaFuncSetAttribute(ks2_kernel<MIN_BLOCKS, FP_MAC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)KS2_SMEM);
     if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (shared memory)");
     if (dev >= 0 && dev < 64) ready[dev] = true;
   }
-  ks2_kernel<MIN_BLOCKS><<<grid, NTT_THREADS, KS2_SMEM, h>>>(*a);
+  ks2_kernel<MIN_BLOCKS, FP_MAC><<<grid, NTT_THREADS, KS2_SMEM, h>>>(*a);
   return FH_OK;
 }
 
@@ -1137,7 +1170,9 @@ fh_status k_ks_core(const void *argp, void *stream) {
   if (!ks_split(tiles * (unsigned)u->nrows * gz) && ks2_aligned(a)) {
     ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h);
     const dim3 grid(tiles, u->nrows, gz);
-    const fh_status st = ks2_blocks() == 3 ? ks2_launch<3>(a, grid, h) : ks2_launch<2>(a, grid, h);
+    const bool fpm = ks2_fp_mac();
+    const fh_status st = ks2_blocks() == 3 ? (fpm ? ks2_launch<3, true>(a, grid, h) : ks2_launch<3, false>(a, grid, h))
+                                           : (fpm ? ks2_launch<2, true>(a, grid, h) : ks2_launch<2, false>(a, grid, h));
     if (st != FH_OK) return st;
     return launched("kernel 'ckks_ks_core'");
   }
