@@ -277,6 +277,48 @@ static int l_fp_mac(lua_State *L) {
   return 1;
 }
 
+/* _ckks.fp_conv(ys, rows, smt, t) -> the word of sum_i fh_fp_conv_term(ys[i], rows[i], rows[i] / t, t)
+ * - [v smt]_t (v: the ys with bit 63 set): the CUDA key switch's centred base conversion in
+ * doubles; ys scaled source residues below 2^50 (bit 63 the lift's flag), rows and smt words
+ * below t, 1 to 4 sources, t < 2^FH_FP_MAX_BITS; the word as a number */
+static int l_fp_conv(lua_State *L) {
+  const char *fn = "_ckks.fp_conv";
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  const uint64_t smt = check_u64(L, 3, fn, "smt"), t = check_u64(L, 4, fn, "t");
+  if (t < 3 || !fh_fp_eligible(t))
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 4 (t) expected 3 <= t < 2^%d, got %llu", fn, FH_FP_MAX_BITS,
+                         (unsigned long long)t);
+  if (smt >= t) return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 3 (smt) expected a word below t, got %llu", fn,
+                                     (unsigned long long)smt);
+  const int n = (int)lua_objlen(L, 1);
+  if (n < 1 || n > 4 || (int)lua_objlen(L, 2) != n)
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: expected 1 to 4 ys and as many rows, got %d and %d", fn, n,
+                         (int)lua_objlen(L, 2));
+  const double td = (double)t, tinv = 1.0 / td;
+  double acc = 0;
+  uint64_t cnt = 0;
+  for (int i = 1; i <= n; ++i) {
+    lua_rawgeti(L, 1, i);
+    const uint64_t y = check_u64(L, lua_gettop(L), fn, "ys[i]");
+    lua_pop(L, 1);
+    lua_rawgeti(L, 2, i);
+    const uint64_t w = check_u64(L, lua_gettop(L), fn, "rows[i]");
+    lua_pop(L, 1);
+    if ((y & ~((uint64_t)1 << 63)) >= ((uint64_t)1 << 50))
+      return fh__lua_raise(L, FH_ERR_VALUE, "%s: ys[%d] expected a residue below 2^50 (and bit 63), got %llu", fn, i,
+                           (unsigned long long)y);
+    if (w >= t) return fh__lua_raise(L, FH_ERR_VALUE, "%s: rows[%d] expected a word below t, got %llu", fn, i,
+                                     (unsigned long long)w);
+    cnt += y >> 63;
+    acc = FH_DADD(acc, fh_fp_conv_term(y, (double)w, fh_fp_twiddle(w, t), td));
+  }
+  const uint64_t corr = (uint64_t)(((unsigned __int128)cnt * smt) % t);
+  acc = FH_DSUB(acc, (double)corr);
+  lua_pushnumber(L, (double)fh_fp_canon(acc, td, tinv));
+  return 1;
+}
+
 static const char *const ew_ops[] = {"copy",      "add",       "sub",         "neg",           "mont_mul",
                                      "mont_mac",  "mul_const", "add_const",   "sub_add_mul",   "add_mul_const",
                                      "to_mont",   "from_mont", "signed",      NULL};
@@ -540,7 +582,7 @@ void fh__lua_open_ckks(lua_State *L) {
   static const luaL_Reg internal[] = {
       {"find_primes", l_find_primes}, {"is_prime", l_is_prime}, {"tables", l_tables}, {"ntt", l_ntt},
       {"intt", l_intt},               {"ntt_fp", l_ntt_fp},     {"fp_mul", l_fp_mul},
-      {"fp_mac", l_fp_mac},
+      {"fp_mac", l_fp_mac},           {"fp_conv", l_fp_conv},
       {"ew", l_ew},                   {"automorph", l_automorph},
       {"encode", l_encode},           {"decode", l_decode},     {"sample", l_sample}, {"sample_run", l_sample_run},
       {"capture", l_capture},         {"tensor", l_tensor},     {"bconv", l_bconv},

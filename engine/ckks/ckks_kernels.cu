@@ -233,6 +233,12 @@ struct fp_arith_raw : fp_arith {
   __device__ __forceinline__ uint64_t store(T v, bool, bool, bool) const { return (uint64_t)__double_as_longlong(v); }
 };
 
+/* fp_arith whose transform reads doubles (their bits), not words (ks1 after conv_fill_fp:
+ * inputs below 4 q in size, the forward passes' range) */
+struct fp_arith_in : fp_arith {
+  __device__ __forceinline__ T load(uint64_t bits, bool) const { return __longlong_as_double((long long)bits); }
+};
+
 /* FIRST: src holds the transform's input words; LAST: dst takes its output words
  * (reduce: fully reduced; the FP64 arithmetic always reduces); FUSE: the pass holds the
  * transform's stage t = total / 2 (the first forward stage, the last inverse one), which
@@ -739,6 +745,8 @@ struct conv_consts {
   int64_t off[FH_CKKS_MAX_PRIMES];
   uint64_t corr[FH_CKKS_MAX_PRIMES + 1];
   uint64_t smt;
+  /* in doubles (conv_fill_fp): the factors Shat_i mod t, their quotients by t, corr */
+  double rowd[FH_CKKS_MAX_PRIMES], rowq[FH_CKKS_MAX_PRIMES], corrd[FH_CKKS_MAX_PRIMES + 1];
 };
 
 /* every thread of the block: row the target's factors (Shat_i mod t), s0 the first
@@ -749,11 +757,15 @@ __device__ __forceinline__ void conv_consts_init(conv_consts &k, const uint64_t 
   for (int i = threadIdx.x; i < ns; i += blockDim.x) {
     k.rowm[i] = fh_shoup_mul(row[i], c.r1, c.r1_shoup, c.q);
     k.off[i] = (int64_t)(src_row ? src_row[i] : i) * n;
+    k.rowd[i] = (double)row[i];
+    k.rowq[i] = fh_fp_twiddle(row[i], c.q);
   }
   if (center && threadIdx.x == 0) k.smt = fh_mod_mul(row[0], s0 % c.bar.q, &c.bar); /* S mod t */
   __syncthreads();
-  if (center)
-    for (int m = threadIdx.x; m <= ns; m += blockDim.x) k.corr[m] = fh_mod_mul((uint64_t)m, k.smt, &c.bar);
+  for (int m = threadIdx.x; m <= ns; m += blockDim.x) {
+    k.corr[m] = center ? fh_mod_mul((uint64_t)m, k.smt, &c.bar) : 0;
+    k.corrd[m] = (double)k.corr[m];
+  }
   __syncthreads();
 }
 
@@ -842,6 +854,55 @@ __device__ __forceinline__ void conv_fill(uint64_t *sm, const uint64_t *base, in
   }
 }
 
+/* conv_fill_n in doubles (fh_fp_conv_term) for a target below 2^45 and sources below 2^50:
+ * sm takes the doubles' bits, below (0.63 NS + 1) t in size, for the NTT's first pass to
+ * read as they are (fp_arith_in) */
+template <int NS, int CONV_LOADS>
+__device__ __forceinline__ void conv_fill_fp_n(uint64_t *sm, const uint64_t *base, const conv_consts &k,
+                                               const fh_ckks_prime &c, int log_cols, int n2, int c0) {
+  const int cols = 1 << log_cols;
+  constexpr int E = CONV_LOADS / NS > 0 ? CONV_LOADS / NS : 1;
+  constexpr int PER = NTT_TILE / NTT_THREADS;
+  const uint64_t *src[NS];
+#pragma unroll
+  for (int i = 0; i < NS; ++i) src[i] = base + k.off[i] + c0;
+  for (int it0 = 0; it0 < PER; it0 += E) {
+    uint64_t y[E][NS];
+#pragma unroll
+    for (int m = 0; m < E; ++m) {
+      const int e = threadIdx.x + (it0 + m) * NTT_THREADS;
+      const uint32_t j = (uint32_t)((e >> log_cols) * n2 + (e & (cols - 1)));
+#pragma unroll
+      for (int i = 0; i < NS; ++i) y[m][i] = (it0 + m < PER) ? src[i][j] : 0;
+    }
+#pragma unroll
+    for (int m = 0; m < E; ++m) {
+      if (it0 + m >= PER) continue;
+      uint32_t cnt = 0;
+      double acc = 0;
+#pragma unroll
+      for (int i = 0; i < NS; ++i) {
+        cnt += (uint32_t)(y[m][i] >> 63);
+        acc = __dadd_rn(acc, fh_fp_conv_term(y[m][i], k.rowd[i], k.rowq[i], c.fp_q));
+      }
+      acc = __dsub_rn(acc, k.corrd[cnt]);
+      sm[threadIdx.x + (it0 + m) * NTT_THREADS] = (uint64_t)__double_as_longlong(acc);
+    }
+  }
+}
+/* conv_fill in doubles for ns <= 4 sources; false (nothing written) for more */
+template <int LOADS>
+__device__ __forceinline__ bool conv_fill_fp(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
+                                             const fh_ckks_prime &c, int log_cols, int n2, int c0) {
+  switch (ns) {
+  case 1: conv_fill_fp_n<1, LOADS>(sm, base, k, c, log_cols, n2, c0); return true;
+  case 2: conv_fill_fp_n<2, LOADS>(sm, base, k, c, log_cols, n2, c0); return true;
+  case 3: conv_fill_fp_n<3, LOADS>(sm, base, k, c, log_cols, n2, c0); return true;
+  case 4: conv_fill_fp_n<4, LOADS>(sm, base, k, c, log_cols, n2, c0); return true;
+  default: return false;
+  }
+}
+
 /* ks0: a block per (source row, coefficient range): [x * shat_inv]_{s} of the row's digit,
  * once, with KS_FLAG set when it is above s / 2 (primes are below 2^63, so bit 63 is free) */
 __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
@@ -864,7 +925,8 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
 }
 
 /* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128) */
-template <int MIN_BLOCKS, int LOADS>
+/* FP_CONV: the conversion in doubles where it applies (conv_fill_fp) */
+template <int MIN_BLOCKS, int LOADS, bool FP_CONV>
 __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
@@ -881,8 +943,14 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
   const int p = u.prime[r];
   const fh_ckks_prime c = u.primes[p];
   const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
-  if (!own) /* from ks0's scaled rows of the digit */
+  /* the conversion in doubles when the target takes FP64 products and every source is
+   * below 2^50 (FP_CONV) */
+  bool fpc = false;
+  if (!own) { /* from ks0's scaled rows of the digit */
     conv_consts_init(kc, u.consts[jd] + 2 * ns + (int64_t)t * ns, ns, u.primes[u.prime[f]].q, NULL, n, c, u.center);
+    fpc = FP_CONV && P.fw != NULL && ns <= 4;
+    for (int i = 0; i < ns && fpc; ++i) fpc = u.primes[u.prime[f + i]].q < ((uint64_t)1 << 50);
+  }
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, u.ngroups) {
     const uint64_t *in = u.in + g * u.in_gs;
@@ -890,13 +958,16 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
     if (own) {
       for (int e = threadIdx.x; e < tile; e += blockDim.x)
         sm[e] = in[(int64_t)r * n + (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1))];
+    } else if (fpc) {
+      conv_fill_fp<LOADS>(sm, ys, ns, kc, c, log_cols, n2, c0);
     } else {
       conv_fill<LOADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
     }
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + c0, n2, 1};
-    ntt_stages<true>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
+    if (fpc) ntt_stages_with<true>(src, dst, src, cols, sp.log_n1, geo, true, false, fp_arith_in{fp_arith_of(c, P, true)});
+    else ntt_stages<true>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
   }
 }
 
@@ -1104,20 +1175,23 @@ int ks2_blocks() {
   static const int b = env_switch("FHELIUM_CUDA_KS2", two_three);
   return b < 0 ? KS2_BLOCKS_DEFAULT : b + 2;
 }
-/* ks2's inner product: FHELIUM_CUDA_MAC=int keeps Montgomery products on every row (a
- * benchmarking aid), else doubles on the rows of primes below 2^45 */
-bool ks2_fp_mac() {
-  static const char *const macs[] = {"fp", "int", NULL};
-  static const int m = env_switch("FHELIUM_CUDA_MAC", macs);
+/* The key switch's products in doubles where they apply (ks1's conversion, ks2's inner
+ * product: rows of primes below 2^45): FHELIUM_CUDA_KSFP=int keeps integer products (a
+ * benchmarking aid) */
+bool ks_fp_products() {
+  static const char *const kinds[] = {"fp", "int", NULL};
+  static const int m = env_switch("FHELIUM_CUDA_KSFP", kinds);
   return m != 1;
 }
 
 void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
   const int loads = conv_loads();
-  if (ks1_blocks() == 2) ks1_kernel<2, CONV_LOADS_DEFAULT><<<grid, NTT_THREADS, 0, h>>>(a);
-  else if (loads == 1) ks1_kernel<3, 1><<<grid, NTT_THREADS, 0, h>>>(a);
-  else if (loads == 16) ks1_kernel<3, 16><<<grid, NTT_THREADS, 0, h>>>(a);
-  else ks1_kernel<3, 8><<<grid, NTT_THREADS, 0, h>>>(a);
+  const bool fpc = ks_fp_products();
+  if (ks1_blocks() == 2) ks1_kernel<2, CONV_LOADS_DEFAULT, true><<<grid, NTT_THREADS, 0, h>>>(a);
+  else if (!fpc) ks1_kernel<3, CONV_LOADS_DEFAULT, false><<<grid, NTT_THREADS, 0, h>>>(a);
+  else if (loads == 1) ks1_kernel<3, 1, true><<<grid, NTT_THREADS, 0, h>>>(a);
+  else if (loads == 16) ks1_kernel<3, 16, true><<<grid, NTT_THREADS, 0, h>>>(a);
+  else ks1_kernel<3, 8, true><<<grid, NTT_THREADS, 0, h>>>(a);
 }
 
 /* ks2 needs KS2_SMEM bytes of dynamic shared memory, above the default 48 KiB: allowed
@@ -1170,7 +1244,7 @@ fh_status k_ks_core(const void *argp, void *stream) {
   if (!ks_split(tiles * (unsigned)u->nrows * gz) && ks2_aligned(a)) {
     ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h);
     const dim3 grid(tiles, u->nrows, gz);
-    const bool fpm = ks2_fp_mac();
+    const bool fpm = ks_fp_products();
     const fh_status st = ks2_blocks() == 3 ? (fpm ? ks2_launch<3, true>(a, grid, h) : ks2_launch<3, false>(a, grid, h))
                                            : (fpm ? ks2_launch<2, true>(a, grid, h) : ks2_launch<2, false>(a, grid, h));
     if (st != FH_OK) return st;

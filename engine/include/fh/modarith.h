@@ -214,6 +214,15 @@ FH_HD uint64_t fh_fp_canon(double x, double q, double qinv) {
   const double b = FH_DADD(r, r < 0 ? FH_DADD(q, FH_FP_TWO52) : FH_FP_TWO52); /* 2^52 + [r]_q, exact */
   return fh_fp_double_bits(b) & 0xFFFFFFFFFFFFFULL;
 }
+/* One term of a centred base conversion in doubles (CUDA ks1, for a target t below
+ * 2^45 and sources below 2^50): y a scaled source residue with the lift's flag in bit 63
+ * (ignored here; the caller counts the flags), w = Shat_i mod t, wq = w / t rounded.
+ * The term is y w mod t within t (1/2 + 2^-3); a conversion from ns sources is the sum
+ * of its terms minus [v S]_t (v the flags counted), below (0.63 ns + 1) t in size, and
+ * its word is fh_fp_canon of that. */
+FH_HD double fh_fp_conv_term(uint64_t y, double w, double wq, double t) {
+  return fh_fp_mul(fh_fp_of_word(y & ~((uint64_t)1 << 63)), w, wq, t);
+}
 /* The key switch's inner product in doubles (CUDA ks2 for primes below 2^45): the sum
  * acc of fh_fp_mul_w(x_j, k_j) over the digits (|acc| <= 2^49) as the word the integer
  * path gives, sum_j fh_mont_mul(x_j, k_j) = [acc R^-1]_q (the keys are in Montgomery
