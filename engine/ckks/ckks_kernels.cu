@@ -750,22 +750,25 @@ struct conv_consts {
 };
 
 /* every thread of the block: row the target's factors (Shat_i mod t), s0 the first
- * source prime; source i is row src_row[i] (i when src_row is NULL) of N words */
+ * source prime; source i is row src_row[i] (i when src_row is NULL) of N words; fp: the
+ * doubles of conv_fill_fp too */
 __device__ __forceinline__ void conv_consts_init(conv_consts &k, const uint64_t *row, int ns, uint64_t s0,
                                                  const int32_t *src_row, int64_t n, const fh_ckks_prime &c,
-                                                 bool center) {
+                                                 bool center, bool fp) {
   for (int i = threadIdx.x; i < ns; i += blockDim.x) {
     k.rowm[i] = fh_shoup_mul(row[i], c.r1, c.r1_shoup, c.q);
     k.off[i] = (int64_t)(src_row ? src_row[i] : i) * n;
-    k.rowd[i] = (double)row[i];
-    k.rowq[i] = fh_fp_twiddle(row[i], c.q);
+    if (fp) {
+      k.rowd[i] = (double)row[i];
+      k.rowq[i] = fh_fp_twiddle(row[i], c.q);
+    }
   }
   if (center && threadIdx.x == 0) k.smt = fh_mod_mul(row[0], s0 % c.bar.q, &c.bar); /* S mod t */
   __syncthreads();
-  for (int m = threadIdx.x; m <= ns; m += blockDim.x) {
-    k.corr[m] = center ? fh_mod_mul((uint64_t)m, k.smt, &c.bar) : 0;
-    k.corrd[m] = (double)k.corr[m];
-  }
+  if (center)
+    for (int m = threadIdx.x; m <= ns; m += blockDim.x) k.corr[m] = fh_mod_mul((uint64_t)m, k.smt, &c.bar);
+  if (fp)
+    for (int m = threadIdx.x; m <= ns; m += blockDim.x) k.corrd[m] = center ? (double)k.corr[m] : 0.0;
   __syncthreads();
 }
 
@@ -945,12 +948,11 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
   const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
   /* the conversion in doubles when the target takes FP64 products and every source is
    * below 2^50 (FP_CONV) */
-  bool fpc = false;
-  if (!own) { /* from ks0's scaled rows of the digit */
-    conv_consts_init(kc, u.consts[jd] + 2 * ns + (int64_t)t * ns, ns, u.primes[u.prime[f]].q, NULL, n, c, u.center);
-    fpc = FP_CONV && P.fw != NULL && ns <= 4;
-    for (int i = 0; i < ns && fpc; ++i) fpc = u.primes[u.prime[f + i]].q < ((uint64_t)1 << 50);
-  }
+  bool fpc = FP_CONV && !own && P.fw != NULL && ns <= 4;
+  for (int i = 0; i < ns && fpc; ++i) fpc = u.primes[u.prime[f + i]].q < ((uint64_t)1 << 50);
+  if (!own) /* from ks0's scaled rows of the digit */
+    conv_consts_init(kc, u.consts[jd] + 2 * ns + (int64_t)t * ns, ns, u.primes[u.prime[f]].q, NULL, n, c, u.center,
+                     fpc);
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, u.ngroups) {
     const uint64_t *in = u.in + g * u.in_gs;
@@ -1176,22 +1178,25 @@ int ks2_blocks() {
   return b < 0 ? KS2_BLOCKS_DEFAULT : b + 2;
 }
 /* The key switch's products in doubles where they apply (ks1's conversion, ks2's inner
- * product: rows of primes below 2^45): FHELIUM_CUDA_KSFP=int keeps integer products (a
- * benchmarking aid) */
+ * product: rows of primes below 2^45) with FHELIUM_CUDA_KSFP=fp; integer products
+ * otherwise. Off by default until measured on a GPU (docs/ckks.md). */
 bool ks_fp_products() {
   static const char *const kinds[] = {"fp", "int", NULL};
   static const int m = env_switch("FHELIUM_CUDA_KSFP", kinds);
-  return m != 1;
+  return m == 0;
 }
 
-void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
+template <bool FP_CONV>
+void ks1_launch_with(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
   const int loads = conv_loads();
-  const bool fpc = ks_fp_products();
-  if (ks1_blocks() == 2) ks1_kernel<2, CONV_LOADS_DEFAULT, true><<<grid, NTT_THREADS, 0, h>>>(a);
-  else if (!fpc) ks1_kernel<3, CONV_LOADS_DEFAULT, false><<<grid, NTT_THREADS, 0, h>>>(a);
-  else if (loads == 1) ks1_kernel<3, 1, true><<<grid, NTT_THREADS, 0, h>>>(a);
-  else if (loads == 16) ks1_kernel<3, 16, true><<<grid, NTT_THREADS, 0, h>>>(a);
-  else ks1_kernel<3, 8, true><<<grid, NTT_THREADS, 0, h>>>(a);
+  if (ks1_blocks() == 2) ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
+  else if (loads == 1) ks1_kernel<3, 1, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
+  else if (loads == 16) ks1_kernel<3, 16, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
+  else ks1_kernel<3, 8, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
+}
+void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
+  if (ks_fp_products()) ks1_launch_with<true>(a, grid, h);
+  else ks1_launch_with<false>(a, grid, h);
 }
 
 /* ks2 needs KS2_SMEM bytes of dynamic shared memory, above the default 48 KiB: allowed
@@ -1307,7 +1312,7 @@ __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant_
   const ntt_prime P = ntt_prime_at(b.primes, a.ntt, p, b.log_n, true);
   const bool center = b.center && ns > 0;
   conv_consts_init(kc, b.consts + 2 * ns + (int64_t)l * ns, ns, ns > 0 ? b.primes[b.src_prime[0]].q : 1, b.src_row,
-                   n, c, center); /* from md0's scaled rows */
+                   n, c, center, false); /* from md0's scaled rows */
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, b.ngroups) {
     const uint64_t *in = b.in + g * b.in_gs;
