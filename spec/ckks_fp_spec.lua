@@ -100,6 +100,150 @@ describe("FP64 modular products (fh_fp_mul, the CPU twin)", function()
   end)
 end)
 
+-- a^e mod q by square-and-multiply (uint64 cdata)
+local function powmod(a, e, q)
+  local r, b = 1ULL, a % q
+  while e > 0ULL do
+    if bit.band(e, 1ULL) ~= 0ULL then r = mulmod(r, b, q) end
+    b = mulmod(b, b, q)
+    e = bit.rshift(e, 1)
+  end
+  return r
+end
+
+describe("FP64 key-switch inner products (fh_fp_mac, the CPU twin of ks2's)", function()
+  local seed = H.seed("ckks fp64 inner products")
+
+  -- sum_j x_j k_j R^-1 mod q, R = 2^64: what sum_j fh_mont_mul(x_j mod q, k_j) gives
+  local function want(xs, ks, q)
+    local r = 1ULL
+    for _ = 1, 64 do
+      r = r + r
+      if r >= q then r = r - q end
+    end
+    local rinv = powmod(r, q - 2ULL, q)
+    local s = 0ULL
+    for j = 1, #xs do
+      s = s + mulmod(num_mod(xs[j], q), ks[j], q)
+      if s >= q then s = s - q end
+    end
+    return mulmod(s, rinv, q)
+  end
+
+  it("gives the integer path's word for 1 to 16 terms, |x| up to 32 q, 20- to 45-bit primes", function()
+    local rng = seed
+    local function rand(q)
+      rng = rng + 1
+      return C.sample("uniform", 1, { q = q, seed = rng }):tolist()[1]
+    end
+    for _, bits in ipairs { 20, 30, 40, 44, 45 } do
+      for _, q in ipairs(C.find_primes(bits, 3, 2):tolist()) do
+        local qd = tonumber(q)
+        for _, n in ipairs { 1, 2, 9, 16 } do
+          local cases = {
+            function() return tonumber(rand(q)) - 3 * qd, rand(q) end, -- the NTT's outputs: |x| < 6 q
+            function() return qd - 1, q - 1ULL end,
+            function() return 32 * qd, q - 1ULL end,
+            function() return -32 * qd, q - 1ULL end,
+            function() return 0, rand(q) end,
+          }
+          for ci, case in ipairs(cases) do
+            local xs, ks = {}, {}
+            for j = 1, n do xs[j], ks[j] = case() end
+            local got = C.fp_mac(xs, ks, q)
+            local w = want(xs, ks, q)
+            if 0ULL + got ~= w then
+              error(("fp_mac case %d, %d terms, q = %s: %.0f, not %s"):format(ci, n, tostring(q), got, tostring(w)))
+            end
+          end
+        end
+      end
+    end
+  end)
+
+  it("refuses what it does not cover", function()
+    refuses("TypeError", "_ckks.fp_mac: xs[1] expected a number, got string", function() C.fp_mac({ "1" }, { 1 }, 97) end)
+    refuses("ValueError", "_ckks.fp_mac: xs[1] expected an integer of size at most 32 q, got 0.5",
+      function() C.fp_mac({ 0.5 }, { 1 }, 97) end)
+    refuses("ValueError", "at most 32 q, got 3105", function() C.fp_mac({ 32 * 97 + 1 }, { 1 }, 97) end)
+    refuses("ValueError", "_ckks.fp_mac: ks[1] expected a word below q, got 97", function() C.fp_mac({ 1 }, { 97 }, 97) end)
+    refuses("ValueError", "_ckks.fp_mac: expected 1 to 16 xs and as many ks, got 2 and 1",
+      function() C.fp_mac({ 1, 2 }, { 1 }, 97) end)
+    refuses("ValueError", "expected 1 to 16 xs and as many ks, got 0 and 0", function() C.fp_mac({}, {}, 97) end)
+    local many = {}
+    for j = 1, 17 do many[j] = 1 end
+    refuses("ValueError", "got 17 and 17", function() C.fp_mac(many, many, 97) end)
+    refuses("ValueError", "_ckks.fp_mac: argument 3 (q) expected an odd 3 <= q < 2^45", function() C.fp_mac({ 1 }, { 1 }, 96) end)
+    refuses("ValueError", "expected an odd 3 <= q < 2^45", function() C.fp_mac({ 1 }, { 1 }, TWO45 + 1ULL) end)
+  end)
+end)
+
+describe("FP64 base conversion (fh_fp_conv_term, the CPU twin of ks1's)", function()
+  local seed = H.seed("ckks fp64 conversions")
+  local FLAG = bit.lshift(1ULL, 63)
+
+  -- sum_i y_i w_i - v smt mod t, y_i without the flag, v the flags counted
+  local function want(ys, ws, smt, t)
+    local s, v = 0ULL, 0ULL
+    for i = 1, #ys do
+      local y = ys[i]
+      if y >= FLAG then
+        v = v + 1ULL
+        y = y - FLAG
+      end
+      s = (s + mulmod(y, ws[i], t)) % t
+    end
+    return (s + t - mulmod(v, smt, t)) % t
+  end
+
+  it("gives the integer conversion's word for 1 to 4 sources below 2^50, flagged or not, 20- to 45-bit targets", function()
+    local rng = seed
+    local function rand(q)
+      rng = rng + 1
+      return C.sample("uniform", 1, { q = q, seed = rng }):tolist()[1]
+    end
+    local TWO50 = 2ULL ^ 50
+    for _, bits in ipairs { 20, 30, 40, 44, 45 } do
+      for _, t in ipairs(C.find_primes(bits, 3, 2):tolist()) do
+        for ns = 1, 4 do
+          local cases = {
+            function() return rand(TWO50), rand(t) end,
+            function() return rand(TWO50) + FLAG, rand(t) end,
+            function() return TWO50 - 1ULL, t - 1ULL end,
+            function() return TWO50 - 1ULL + FLAG, t - 1ULL end,
+            function() return 0ULL + FLAG, t - 1ULL end,
+          }
+          for ci, case in ipairs(cases) do
+            local ys, ws = {}, {}
+            for i = 1, ns do ys[i], ws[i] = case() end
+            for _, smt in ipairs { 0ULL, t - 1ULL, rand(t) } do
+              local got = C.fp_conv(ys, ws, smt, t)
+              local w = want(ys, ws, smt, t)
+              if 0ULL + got ~= w then
+                error(("fp_conv case %d, %d sources, t = %s: %.0f, not %s"):format(ci, ns, tostring(t), got, tostring(w)))
+              end
+            end
+          end
+        end
+      end
+    end
+  end)
+
+  it("refuses what it does not cover", function()
+    refuses("ValueError", "_ckks.fp_conv: ys[1] expected a residue below 2^50 (and bit 63), got 1125899906842624",
+      function() C.fp_conv({ 2ULL ^ 50 }, { 1 }, 0, 97) end)
+    refuses("ValueError", "_ckks.fp_conv: rows[1] expected a word below t, got 97", function() C.fp_conv({ 1 }, { 97 }, 0, 97) end)
+    refuses("ValueError", "_ckks.fp_conv: argument 3 (smt) expected a word below t, got 97",
+      function() C.fp_conv({ 1 }, { 1 }, 97, 97) end)
+    refuses("ValueError", "_ckks.fp_conv: argument 4 (t) expected 3 <= t < 2^45", function() C.fp_conv({ 1 }, { 1 }, 0, TWO45) end)
+    refuses("ValueError", "_ckks.fp_conv: expected 1 to 4 ys and as many rows, got 5 and 5",
+      function() C.fp_conv({ 1, 1, 1, 1, 1 }, { 1, 1, 1, 1, 1 }, 0, 97) end)
+    refuses("ValueError", "got 1 and 2", function() C.fp_conv({ 1 }, { 1, 1 }, 0, 97) end)
+    refuses("TypeError", "_ckks.fp_conv: ys[i] expected an integer or uint64 cdata, got string",
+      function() C.fp_conv({ "x" }, { 1 }, 0, 97) end)
+  end)
+end)
+
 describe("FP64 NTT (the CUDA butterflies' CPU twin)", function()
   local seed = H.seed("ckks fp64 ntt")
 

@@ -240,6 +240,85 @@ static int l_fp_mul(lua_State *L) {
   return 1;
 }
 
+/* _ckks.fp_mac(xs, ks, q) -> fh_fp_mac_word(sum_j fh_fp_mul_w(xs[j], ks[j], q, 1/q)): the
+ * CUDA key switch's inner product in doubles; xs integer-valued numbers (|x| <= 32 q),
+ * ks words below q (as many as xs, at most 16: |sum| <= 12 q < 2^49), q < 2^FH_FP_MAX_BITS;
+ * the word as a number */
+static int l_fp_mac(lua_State *L) {
+  const char *fn = "_ckks.fp_mac";
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  const uint64_t q = check_u64(L, 3, fn, "q");
+  if (q < 3 || !(q & 1) || !fh_fp_eligible(q))
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 3 (q) expected an odd 3 <= q < 2^%d, got %llu", fn,
+                         FH_FP_MAX_BITS, (unsigned long long)q);
+  const int n = (int)lua_objlen(L, 1);
+  if (n < 1 || n > 16 || (int)lua_objlen(L, 2) != n)
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: expected 1 to 16 xs and as many ks, got %d and %d", fn, n,
+                         (int)lua_objlen(L, 2));
+  const double qd = (double)q, qinv = 1.0 / qd;
+  double acc = 0;
+  for (int j = 1; j <= n; ++j) {
+    lua_rawgeti(L, 1, j);
+    if (lua_type(L, -1) != LUA_TNUMBER)
+      return fh__lua_raise(L, FH_ERR_TYPE, "%s: xs[%d] expected a number, got %s", fn, j, fh__lua_typename(L, -1));
+    const double x = lua_tonumber(L, -1);
+    if (x != floor(x) || fabs(x) > 32 * qd)
+      return fh__lua_raise(L, FH_ERR_VALUE, "%s: xs[%d] expected an integer of size at most 32 q, got %.17g", fn, j, x);
+    lua_pop(L, 1);
+    lua_rawgeti(L, 2, j);
+    const uint64_t k = check_u64(L, lua_gettop(L), fn, "ks[j]");
+    lua_pop(L, 1);
+    if (k >= q) return fh__lua_raise(L, FH_ERR_VALUE, "%s: ks[%d] expected a word below q, got %llu", fn, j,
+                                     (unsigned long long)k);
+    acc = FH_DADD(acc, fh_fp_mul_w(x, (double)k, qd, qinv));
+  }
+  lua_pushnumber(L, (double)fh_fp_mac_word(acc, qd, qinv, q, fh_mont_qinv(q)));
+  return 1;
+}
+
+/* _ckks.fp_conv(ys, rows, smt, t) -> the word of sum_i fh_fp_conv_term(ys[i], rows[i], rows[i] / t, t)
+ * - [v smt]_t (v: the ys with bit 63 set): the CUDA key switch's centred base conversion in
+ * doubles; ys scaled source residues below 2^50 (bit 63 the lift's flag), rows and smt words
+ * below t, 1 to 4 sources, t < 2^FH_FP_MAX_BITS; the word as a number */
+static int l_fp_conv(lua_State *L) {
+  const char *fn = "_ckks.fp_conv";
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  const uint64_t smt = check_u64(L, 3, fn, "smt"), t = check_u64(L, 4, fn, "t");
+  if (t < 3 || !fh_fp_eligible(t))
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 4 (t) expected 3 <= t < 2^%d, got %llu", fn, FH_FP_MAX_BITS,
+                         (unsigned long long)t);
+  if (smt >= t) return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 3 (smt) expected a word below t, got %llu", fn,
+                                     (unsigned long long)smt);
+  const int n = (int)lua_objlen(L, 1);
+  if (n < 1 || n > 4 || (int)lua_objlen(L, 2) != n)
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: expected 1 to 4 ys and as many rows, got %d and %d", fn, n,
+                         (int)lua_objlen(L, 2));
+  const double td = (double)t, tinv = 1.0 / td;
+  double acc = 0;
+  uint64_t cnt = 0;
+  for (int i = 1; i <= n; ++i) {
+    lua_rawgeti(L, 1, i);
+    const uint64_t y = check_u64(L, lua_gettop(L), fn, "ys[i]");
+    lua_pop(L, 1);
+    lua_rawgeti(L, 2, i);
+    const uint64_t w = check_u64(L, lua_gettop(L), fn, "rows[i]");
+    lua_pop(L, 1);
+    if ((y & ~((uint64_t)1 << 63)) >= ((uint64_t)1 << 50))
+      return fh__lua_raise(L, FH_ERR_VALUE, "%s: ys[%d] expected a residue below 2^50 (and bit 63), got %llu", fn, i,
+                           (unsigned long long)y);
+    if (w >= t) return fh__lua_raise(L, FH_ERR_VALUE, "%s: rows[%d] expected a word below t, got %llu", fn, i,
+                                     (unsigned long long)w);
+    cnt += y >> 63;
+    acc = FH_DADD(acc, fh_fp_conv_term(y, (double)w, fh_fp_twiddle(w, t), td));
+  }
+  const uint64_t corr = (uint64_t)(((unsigned __int128)cnt * smt) % t);
+  acc = FH_DSUB(acc, (double)corr);
+  lua_pushnumber(L, (double)fh_fp_canon(acc, td, tinv));
+  return 1;
+}
+
 static const char *const ew_ops[] = {"copy",      "add",       "sub",         "neg",           "mont_mul",
                                      "mont_mac",  "mul_const", "add_const",   "sub_add_mul",   "add_mul_const",
                                      "to_mont",   "from_mont", "signed",      NULL};
@@ -503,6 +582,7 @@ void fh__lua_open_ckks(lua_State *L) {
   static const luaL_Reg internal[] = {
       {"find_primes", l_find_primes}, {"is_prime", l_is_prime}, {"tables", l_tables}, {"ntt", l_ntt},
       {"intt", l_intt},               {"ntt_fp", l_ntt_fp},     {"fp_mul", l_fp_mul},
+      {"fp_mac", l_fp_mac},           {"fp_conv", l_fp_conv},
       {"ew", l_ew},                   {"automorph", l_automorph},
       {"encode", l_encode},           {"decode", l_decode},     {"sample", l_sample}, {"sample_run", l_sample_run},
       {"capture", l_capture},         {"tensor", l_tensor},     {"bconv", l_bconv},

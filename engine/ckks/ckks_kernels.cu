@@ -227,6 +227,18 @@ __device__ __forceinline__ fp_arith fp_arith_of(const fh_ckks_prime &c, const nt
   return a;
 }
 
+/* fp_arith whose transform leaves its output in doubles (forward, |v| < 11 q: ks2's
+ * inner product takes them as they are) */
+struct fp_arith_raw : fp_arith {
+  __device__ __forceinline__ uint64_t store(T v, bool, bool, bool) const { return (uint64_t)__double_as_longlong(v); }
+};
+
+/* fp_arith whose transform reads doubles (their bits), not words (ks1 after conv_fill_fp:
+ * inputs below 4 q in size, the forward passes' range) */
+struct fp_arith_in : fp_arith {
+  __device__ __forceinline__ T load(uint64_t bits, bool) const { return __longlong_as_double((long long)bits); }
+};
+
 /* FIRST: src holds the transform's input words; LAST: dst takes its output words
  * (reduce: fully reduced; the FP64 arithmetic always reduces); FUSE: the pass holds the
  * transform's stage t = total / 2 (the first forward stage, the last inverse one), which
@@ -733,21 +745,30 @@ struct conv_consts {
   int64_t off[FH_CKKS_MAX_PRIMES];
   uint64_t corr[FH_CKKS_MAX_PRIMES + 1];
   uint64_t smt;
+  /* in doubles (conv_fill_fp): the factors Shat_i mod t, their quotients by t, corr */
+  double rowd[FH_CKKS_MAX_PRIMES], rowq[FH_CKKS_MAX_PRIMES], corrd[FH_CKKS_MAX_PRIMES + 1];
 };
 
 /* every thread of the block: row the target's factors (Shat_i mod t), s0 the first
- * source prime; source i is row src_row[i] (i when src_row is NULL) of N words */
+ * source prime; source i is row src_row[i] (i when src_row is NULL) of N words; fp: the
+ * doubles of conv_fill_fp too */
 __device__ __forceinline__ void conv_consts_init(conv_consts &k, const uint64_t *row, int ns, uint64_t s0,
                                                  const int32_t *src_row, int64_t n, const fh_ckks_prime &c,
-                                                 bool center) {
+                                                 bool center, bool fp) {
   for (int i = threadIdx.x; i < ns; i += blockDim.x) {
     k.rowm[i] = fh_shoup_mul(row[i], c.r1, c.r1_shoup, c.q);
     k.off[i] = (int64_t)(src_row ? src_row[i] : i) * n;
+    if (fp) {
+      k.rowd[i] = (double)row[i];
+      k.rowq[i] = fh_fp_twiddle(row[i], c.q);
+    }
   }
   if (center && threadIdx.x == 0) k.smt = fh_mod_mul(row[0], s0 % c.bar.q, &c.bar); /* S mod t */
   __syncthreads();
   if (center)
     for (int m = threadIdx.x; m <= ns; m += blockDim.x) k.corr[m] = fh_mod_mul((uint64_t)m, k.smt, &c.bar);
+  if (fp)
+    for (int m = threadIdx.x; m <= ns; m += blockDim.x) k.corrd[m] = center ? (double)k.corr[m] : 0.0;
   __syncthreads();
 }
 
@@ -836,6 +857,55 @@ __device__ __forceinline__ void conv_fill(uint64_t *sm, const uint64_t *base, in
   }
 }
 
+/* conv_fill_n in doubles (fh_fp_conv_term) for a target below 2^45 and sources below 2^50:
+ * sm takes the doubles' bits, below (0.63 NS + 1) t in size, for the NTT's first pass to
+ * read as they are (fp_arith_in) */
+template <int NS, int CONV_LOADS>
+__device__ __forceinline__ void conv_fill_fp_n(uint64_t *sm, const uint64_t *base, const conv_consts &k,
+                                               const fh_ckks_prime &c, int log_cols, int n2, int c0) {
+  const int cols = 1 << log_cols;
+  constexpr int E = CONV_LOADS / NS > 0 ? CONV_LOADS / NS : 1;
+  constexpr int PER = NTT_TILE / NTT_THREADS;
+  const uint64_t *src[NS];
+#pragma unroll
+  for (int i = 0; i < NS; ++i) src[i] = base + k.off[i] + c0;
+  for (int it0 = 0; it0 < PER; it0 += E) {
+    uint64_t y[E][NS];
+#pragma unroll
+    for (int m = 0; m < E; ++m) {
+      const int e = threadIdx.x + (it0 + m) * NTT_THREADS;
+      const uint32_t j = (uint32_t)((e >> log_cols) * n2 + (e & (cols - 1)));
+#pragma unroll
+      for (int i = 0; i < NS; ++i) y[m][i] = (it0 + m < PER) ? src[i][j] : 0;
+    }
+#pragma unroll
+    for (int m = 0; m < E; ++m) {
+      if (it0 + m >= PER) continue;
+      uint32_t cnt = 0;
+      double acc = 0;
+#pragma unroll
+      for (int i = 0; i < NS; ++i) {
+        cnt += (uint32_t)(y[m][i] >> 63);
+        acc = __dadd_rn(acc, fh_fp_conv_term(y[m][i], k.rowd[i], k.rowq[i], c.fp_q));
+      }
+      acc = __dsub_rn(acc, k.corrd[cnt]);
+      sm[threadIdx.x + (it0 + m) * NTT_THREADS] = (uint64_t)__double_as_longlong(acc);
+    }
+  }
+}
+/* conv_fill in doubles for ns <= 4 sources; false (nothing written) for more */
+template <int LOADS>
+__device__ __forceinline__ bool conv_fill_fp(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
+                                             const fh_ckks_prime &c, int log_cols, int n2, int c0) {
+  switch (ns) {
+  case 1: conv_fill_fp_n<1, LOADS>(sm, base, k, c, log_cols, n2, c0); return true;
+  case 2: conv_fill_fp_n<2, LOADS>(sm, base, k, c, log_cols, n2, c0); return true;
+  case 3: conv_fill_fp_n<3, LOADS>(sm, base, k, c, log_cols, n2, c0); return true;
+  case 4: conv_fill_fp_n<4, LOADS>(sm, base, k, c, log_cols, n2, c0); return true;
+  default: return false;
+  }
+}
+
 /* ks0: a block per (source row, coefficient range): [x * shat_inv]_{s} of the row's digit,
  * once, with KS_FLAG set when it is above s / 2 (primes are below 2^63, so bit 63 is free) */
 __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
@@ -858,7 +928,8 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
 }
 
 /* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128) */
-template <int MIN_BLOCKS, int LOADS>
+/* FP_CONV: the conversion in doubles where it applies (conv_fill_fp) */
+template <int MIN_BLOCKS, int LOADS, bool FP_CONV>
 __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
@@ -875,8 +946,13 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
   const int p = u.prime[r];
   const fh_ckks_prime c = u.primes[p];
   const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
+  /* the conversion in doubles when the target takes FP64 products and every source is
+   * below 2^50 (FP_CONV) */
+  bool fpc = FP_CONV && !own && P.fw != NULL && ns <= 4;
+  for (int i = 0; i < ns && fpc; ++i) fpc = u.primes[u.prime[f + i]].q < ((uint64_t)1 << 50);
   if (!own) /* from ks0's scaled rows of the digit */
-    conv_consts_init(kc, u.consts[jd] + 2 * ns + (int64_t)t * ns, ns, u.primes[u.prime[f]].q, NULL, n, c, u.center);
+    conv_consts_init(kc, u.consts[jd] + 2 * ns + (int64_t)t * ns, ns, u.primes[u.prime[f]].q, NULL, n, c, u.center,
+                     fpc);
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, u.ngroups) {
     const uint64_t *in = u.in + g * u.in_gs;
@@ -884,13 +960,16 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
     if (own) {
       for (int e = threadIdx.x; e < tile; e += blockDim.x)
         sm[e] = in[(int64_t)r * n + (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1))];
+    } else if (fpc) {
+      conv_fill_fp<LOADS>(sm, ys, ns, kc, c, log_cols, n2, c0);
     } else {
       conv_fill<LOADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
     }
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + c0, n2, 1};
-    ntt_stages<true>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
+    if (fpc) ntt_stages_with<true>(src, dst, src, cols, sp.log_n1, geo, true, false, fp_arith_in{fp_arith_of(c, P, true)});
+    else ntt_stages<true>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
   }
 }
 
@@ -935,8 +1014,9 @@ __device__ __forceinline__ void tile_load(uint64_t *dst, const uint64_t *src, ui
                : "memory");
 }
 
-/* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128) */
-template <int MIN_BLOCKS>
+/* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128); FP_MAC:
+ * the inner product in doubles for primes below 2^45 (else Montgomery products) */
+template <int MIN_BLOCKS, bool FP_MAC>
 __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   extern __shared__ __align__(128) uint64_t ks2_sm[];
   __shared__ __align__(8) uint64_t bars[3]; /* the two digit buffers', the key's */
@@ -953,6 +1033,9 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
   const ntt_geom geo = {n, base, n2, u.log_n};
   const uint64_t *key = a.key + (int64_t)a.key_row[r] * n + base;
   const int nd = u.ndigits;
+  /* FP64 products for primes below 2^45 (the accumulators then hold doubles' bits), for
+   * up to 16 digits as the CPU twin (_ckks.fp_mac) covers: |sum| <= 16 (0.55 q) < 2^49 */
+  const bool fp = FP_MAC && P.fw != NULL && nd <= 16;
   /* the block's (group, digit) steps in turn: step s is group blockIdx.z + (s / nd) gridDim.z */
   const int64_t my_groups = blockIdx.z < u.ngroups ? (u.ngroups - 1 - blockIdx.z) / gridDim.z + 1 : 0;
   const int64_t steps = my_groups * nd;
@@ -996,17 +1079,33 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
       for (int k = 0; k < KS2_PER_THREAD; ++k) acc0[k] = acc1[k] = 0;
     }
     mbar_wait(&bars[b], (uint32_t)((s >> 1) & 1));
-    if (!own(jd)) {
+    const bool words = own(jd); /* the input's NTT words, else the stages' output */
+    if (!words) {
       const ntt_view sv = {db, 1, n2};
-      ntt_stages<true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
+      if (fp) ntt_stages_with<true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, fp_arith_raw{fp_arith_of(c, P, true)});
+      else ntt_stages_with<true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
     }
     mbar_wait(&bars[2], (uint32_t)(s & 1));
+    if (fp) {
+      /* doubles (fh_fp_mac_word): the digits' values as the stages leave them (|x| < 7 q
+       * from ks1's words: at most nine stages of at most 0.625 q each), terms within
+       * q (1/2 + 7 q 2^-52) < 0.55 q (fh_fp_mul_w), sums exact */
 #pragma unroll
-    for (int k = 0; k < KS2_PER_THREAD; ++k) {
-      const int e = threadIdx.x + k * NTT_THREADS;
-      const uint64_t x = db[e];
-      acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, kb0[e], c.q, c.qinv), c.q);
-      acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, kb1[e], c.q, c.qinv), c.q);
+      for (int k = 0; k < KS2_PER_THREAD; ++k) {
+        const int e = threadIdx.x + k * NTT_THREADS;
+        const double x = words ? fh_fp_of_word(db[e]) : __longlong_as_double((long long)db[e]);
+        const double s0 = __longlong_as_double((long long)acc0[k]), s1 = __longlong_as_double((long long)acc1[k]);
+        acc0[k] = (uint64_t)__double_as_longlong(__dadd_rn(s0, fh_fp_mul_w(x, fh_fp_of_word(kb0[e]), c.fp_q, c.fp_qinv)));
+        acc1[k] = (uint64_t)__double_as_longlong(__dadd_rn(s1, fh_fp_mul_w(x, fh_fp_of_word(kb1[e]), c.fp_q, c.fp_qinv)));
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < KS2_PER_THREAD; ++k) {
+        const int e = threadIdx.x + k * NTT_THREADS;
+        const uint64_t x = db[e];
+        acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, kb0[e], c.q, c.qinv), c.q);
+        acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, kb1[e], c.q, c.qinv), c.q);
+      }
     }
     if (jd == nd - 1) {
       const int64_t g = blockIdx.z + (s / nd) * gridDim.z;
@@ -1014,8 +1113,8 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
 #pragma unroll
       for (int k = 0; k < KS2_PER_THREAD; ++k) {
         const int e = threadIdx.x + k * NTT_THREADS;
-        o0[e] = acc0[k];
-        o1[e] = acc1[k];
+        o0[e] = fp ? fh_fp_mac_word(__longlong_as_double((long long)acc0[k]), c.fp_q, c.fp_qinv, c.q, c.qinv) : acc0[k];
+        o1[e] = fp ? fh_fp_mac_word(__longlong_as_double((long long)acc1[k]), c.fp_q, c.fp_qinv, c.q, c.qinv) : acc1[k];
       }
     }
     /* this step's shared-memory writes and reads before the copies that reuse the buffers */
@@ -1078,29 +1177,42 @@ int ks2_blocks() {
   static const int b = env_switch("FHELIUM_CUDA_KS2", two_three);
   return b < 0 ? KS2_BLOCKS_DEFAULT : b + 2;
 }
+/* The key switch's products in doubles where they apply (ks1's conversion, ks2's inner
+ * product: rows of primes below 2^45) with FHELIUM_CUDA_KSFP=fp; integer products
+ * otherwise. Off by default until measured on a GPU (docs/ckks.md). */
+bool ks_fp_products() {
+  static const char *const kinds[] = {"fp", "int", NULL};
+  static const int m = env_switch("FHELIUM_CUDA_KSFP", kinds);
+  return m == 0;
+}
 
-void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
+template <bool FP_CONV>
+void ks1_launch_with(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
   const int loads = conv_loads();
-  if (ks1_blocks() == 2) ks1_kernel<2, CONV_LOADS_DEFAULT><<<grid, NTT_THREADS, 0, h>>>(a);
-  else if (loads == 1) ks1_kernel<3, 1><<<grid, NTT_THREADS, 0, h>>>(a);
-  else if (loads == 16) ks1_kernel<3, 16><<<grid, NTT_THREADS, 0, h>>>(a);
-  else ks1_kernel<3, 8><<<grid, NTT_THREADS, 0, h>>>(a);
+  if (ks1_blocks() == 2) ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
+  else if (loads == 1) ks1_kernel<3, 1, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
+  else if (loads == 16) ks1_kernel<3, 16, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
+  else ks1_kernel<3, 8, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
+}
+void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
+  if (ks_fp_products()) ks1_launch_with<true>(a, grid, h);
+  else ks1_launch_with<false>(a, grid, h);
 }
 
 /* ks2 needs KS2_SMEM bytes of dynamic shared memory, above the default 48 KiB: allowed
  * once per device (a function attribute, not stream work, so a capture may do it) */
-template <int MIN_BLOCKS>
+template <int MIN_BLOCKS, bool FP_MAC>
 fh_status ks2_launch(const fh_ckks_ks_core_args *a, dim3 grid, cudaStream_t h) {
   static bool ready[64];
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (device)");
   if (dev < 0 || dev >= 64 || !ready[dev]) {
-    e = cudaFuncSetAttribute(ks2_kernel<MIN_BLOCKS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)KS2_SMEM);
+    e = cudaFuncSetAttribute(ks2_kernel<MIN_BLOCKS, FP_MAC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)KS2_SMEM);
     if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (shared memory)");
     if (dev >= 0 && dev < 64) ready[dev] = true;
   }
-  ks2_kernel<MIN_BLOCKS><<<grid, NTT_THREADS, KS2_SMEM, h>>>(*a);
+  ks2_kernel<MIN_BLOCKS, FP_MAC><<<grid, NTT_THREADS, KS2_SMEM, h>>>(*a);
   return FH_OK;
 }
 
@@ -1137,7 +1249,9 @@ fh_status k_ks_core(const void *argp, void *stream) {
   if (!ks_split(tiles * (unsigned)u->nrows * gz) && ks2_aligned(a)) {
     ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h);
     const dim3 grid(tiles, u->nrows, gz);
-    const fh_status st = ks2_blocks() == 3 ? ks2_launch<3>(a, grid, h) : ks2_launch<2>(a, grid, h);
+    const bool fpm = ks_fp_products();
+    const fh_status st = ks2_blocks() == 3 ? (fpm ? ks2_launch<3, true>(a, grid, h) : ks2_launch<3, false>(a, grid, h))
+                                           : (fpm ? ks2_launch<2, true>(a, grid, h) : ks2_launch<2, false>(a, grid, h));
     if (st != FH_OK) return st;
     return launched("kernel 'ckks_ks_core'");
   }
@@ -1198,7 +1312,7 @@ __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant_
   const ntt_prime P = ntt_prime_at(b.primes, a.ntt, p, b.log_n, true);
   const bool center = b.center && ns > 0;
   conv_consts_init(kc, b.consts + 2 * ns + (int64_t)l * ns, ns, ns > 0 ? b.primes[b.src_prime[0]].q : 1, b.src_row,
-                   n, c, center); /* from md0's scaled rows */
+                   n, c, center, false); /* from md0's scaled rows */
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, b.ngroups) {
     const uint64_t *in = b.in + g * b.in_gs;

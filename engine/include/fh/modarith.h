@@ -174,6 +174,11 @@ FH_HD double fh_fp_mul(double x, double w, double wq, double q) {
   const double l = FH_DFMA(x, w, -h);
   return FH_DADD(FH_DFMA(-t, q, h), l);
 }
+/* fh_fp_mul for a multiplier w < q that has no stored quotient (a key word): w / q is
+ * formed as w qinv, qinv = 1/q rounded, within 2^-52 of w / q, so t = round(x w qinv)
+ * is within 1/2 + |x| 2^-52 of x w / q and r = x w - t q exactly, with
+ * |r| <= q (1/2 + |x| 2^-52): 0.75 q for |x| <= 32 q and q < 2^45. */
+FH_HD double fh_fp_mul_w(double x, double w, double q, double qinv) { return fh_fp_mul(x, w, FH_DMUL(w, qinv), q); }
 /* a centred representative of x (|x| < 2^50): |r| <= q (1/2 + |x| 2^-53); qinv = 1/q rounded */
 FH_HD double fh_fp_centre(double x, double q, double qinv) {
   const double t = FH_DSUB(FH_DFMA(x, qinv, FH_FP_ROUNDER), FH_FP_ROUNDER);
@@ -208,6 +213,22 @@ FH_HD uint64_t fh_fp_canon(double x, double q, double qinv) {
   const double r = fh_fp_centre(x, q, qinv);
   const double b = FH_DADD(r, r < 0 ? FH_DADD(q, FH_FP_TWO52) : FH_FP_TWO52); /* 2^52 + [r]_q, exact */
   return fh_fp_double_bits(b) & 0xFFFFFFFFFFFFFULL;
+}
+/* One term of a centred base conversion in doubles (CUDA ks1, for a target t below
+ * 2^45 and sources below 2^50): y a scaled source residue with the lift's flag in bit 63
+ * (ignored here; the caller counts the flags), w = Shat_i mod t, wq = w / t rounded.
+ * The term is y w mod t within t (1/2 + 2^-3); a conversion from ns sources is the sum
+ * of its terms minus [v S]_t (v the flags counted), below (0.63 ns + 1) t in size, and
+ * its word is fh_fp_canon of that. */
+FH_HD double fh_fp_conv_term(uint64_t y, double w, double wq, double t) {
+  return fh_fp_mul(fh_fp_of_word(y & ~((uint64_t)1 << 63)), w, wq, t);
+}
+/* The key switch's inner product in doubles (CUDA ks2 for primes below 2^45): the sum
+ * acc of fh_fp_mul_w(x_j, k_j) over the digits (|acc| <= 2^49) as the word the integer
+ * path gives, sum_j fh_mont_mul(x_j, k_j) = [acc R^-1]_q (the keys are in Montgomery
+ * form); qd = q and qinv = 1/q rounded as doubles, mqinv = fh_mont_qinv(q). */
+FH_HD uint64_t fh_fp_mac_word(double acc, double qd, double qinv, uint64_t q, uint64_t mqinv) {
+  return fh_mont_to_std(fh_fp_canon(acc, qd, qinv), q, mqinv);
 }
 
 /* ---- host helpers ---------------------------------------------------------- */
