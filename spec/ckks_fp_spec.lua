@@ -301,6 +301,38 @@ describe("FP64 NTT (the CUDA butterflies' CPU twin)", function()
     end
   end)
 
+  it("takes doubles below 4q in size (a conversion's) to the integer NTT's words of their residues", function()
+    for _, log_n in ipairs { 4, 11, 14, 16 } do
+      local qs = {}
+      for _, bits in ipairs { 30, 40, 45 } do qs[#qs + 1] = C.find_primes(bits, log_n, 1):tolist()[1] end
+      local n = 2 ^ log_n
+      local tb = C.tables(log_n, u64(qs), #qs)
+      local d = fh.empty({ 2 * #qs, n }, { dtype = "float64" })
+      local words = fh.empty({ 2 * #qs, n }, { dtype = "uint64" })
+      local ids = {}
+      local rng = seed + 1000 * log_n
+      for i, q in ipairs(qs) do
+        local qd = tonumber(q)
+        local u = C.sample("uniform", n, { q = 8 * q - 1ULL, seed = rng + i }):tolist() -- [0, 8q - 1)
+        local a, b, wa, wb = {}, {}, {}, {}
+        for j = 1, n do
+          local x = tonumber(u[j]) - (4 * qd - 1) -- in (-4q, 4q)
+          a[j] = x
+          -- the extremes, alternating: 4q - 1 and -(4q - 1)
+          b[j] = j % 2 == 1 and 4 * qd - 1 or -(4 * qd - 1)
+          wa[j] = num_mod(a[j], q)
+          wb[j] = num_mod(b[j], q)
+        end
+        d:select(1, i):copy_(fh.tensor(a, { dtype = "float64" }))
+        d:select(1, #qs + i):copy_(fh.tensor(b, { dtype = "float64" }))
+        words:select(1, i):copy_(u64(wa))
+        words:select(1, #qs + i):copy_(u64(wb))
+        ids[i], ids[#qs + i] = i - 1, i - 1
+      end
+      assert.is_true(fh.equal(C.ntt_fp(tb, d, ids, true), C.ntt(tb, words, ids)), "N=2^" .. log_n)
+    end
+  end)
+
   it("refuses primes of 45 bits and more, and bad rows", function()
     local qs = { C.find_primes(40, 4, 1):tolist()[1], C.find_primes(60, 4, 1):tolist()[1] }
     local tb = C.tables(4, u64(qs), 1)
@@ -308,7 +340,16 @@ describe("FP64 NTT (the CUDA butterflies' CPU twin)", function()
     refuses("ValueError", "_ckks.ntt_fp: argument 3 (ids) expected primes below 2^45, got " .. tostring(qs[2]):gsub("ULL", ""), function() C.ntt_fp(tb, ok, { 1 }, true) end)
     refuses("ValueError", "_ckks.ntt_fp: argument 3 (ids) expected prime ids below 2, got 2", function() C.ntt_fp(tb, ok, { 2 }, true) end)
     refuses("ValueError", "_ckks.ntt_fp: argument 2 (t) expected a contiguous uint64 CPU tensor [1, 16]", function() C.ntt_fp(tb, fh.zeros({ 1, 8 }, { dtype = "uint64" }), { 0 }, true) end)
-    refuses("ValueError", "_ckks.ntt_fp: argument 2 (t) expected a contiguous uint64 CPU tensor", function() C.ntt_fp(tb, fh.zeros({ 1, 16 }), { 0 }, true) end)
+    refuses("ValueError", "_ckks.ntt_fp: argument 2 (t) expected a contiguous uint64 CPU tensor", function() C.ntt_fp(tb, fh.zeros({ 1, 16 }), { 0 }, false) end)
+    refuses("ValueError", "_ckks.ntt_fp: argument 2 (t) expected a contiguous uint64 CPU tensor", function() C.ntt_fp(tb, fh.zeros({ 1, 16 }, { dtype = "float32" }), { 0 }, true) end)
+    local q4 = 4 * tonumber(qs[1])
+    local function row_with(x) -- a float64 [1, 16] of zeros but x at the third word
+      local r = {}
+      for j = 1, 16 do r[j] = j == 3 and x or 0 end
+      return fh.tensor({ r }, { dtype = "float64" })
+    end
+    refuses("ValueError", "_ckks.ntt_fp: argument 2 (t) expected integers below 4q in size, got 0.5 (row 1)", function() C.ntt_fp(tb, row_with(0.5), { 0 }, true) end)
+    refuses("ValueError", "expected integers below 4q in size, got -" .. ("%.0f"):format(q4), function() C.ntt_fp(tb, row_with(-q4), { 0 }, true) end)
   end)
 
   gpu_it("runs on CUDA with the CPU's words on the extreme rows (row, column and chunk kernels)", function()

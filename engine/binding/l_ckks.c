@@ -179,7 +179,9 @@ static int l_intt(lua_State *L) { return ntt_common(L, false); }
 
 /* _ckks.ntt_fp(tables, t, ids, forward): the CUDA NTT's FP64 arithmetic run on the CPU
  * (fh_ckks_ntt_row_fp, the twin the specs compare with the integer NTT); tables and t on
- * the CPU, t a contiguous uint64 [#ids, N] of standard residues, every prime FP64-eligible */
+ * the CPU, t a contiguous uint64 [#ids, N] of standard residues (forward: or a float64
+ * [#ids, N] of integers below 4q in size, as a conversion in doubles gives), every prime
+ * FP64-eligible */
 static int l_ntt_fp(lua_State *L) {
   const char *fn = "_ckks.ntt_fp";
   fh_ckks_tables *tb = check_tables(L, 1, fn);
@@ -189,10 +191,14 @@ static int l_ntt_fp(lua_State *L) {
   bool forward = lua_toboolean(L, 4);
   if (tb->device.type != FH_DEVICE_CPU)
     return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 1 (tables) expected tables on the CPU, got tables on a GPU", fn);
-  if (fh_tensor_device(t).type != FH_DEVICE_CPU || t->dtype != FH_UINT64 || t->ndim != 2 || t->shape[0] != nids ||
-      t->shape[1] != tb->n || !fh_tensor_is_contiguous(t))
-    return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 2 (t) expected a contiguous uint64 CPU tensor [%d, %lld]", fn,
-                         nids, (long long)tb->n);
+  /* words, or (forward) integer-valued doubles below 4q in size */
+  const bool doubles = forward && t->dtype == FH_FLOAT64;
+  if (fh_tensor_device(t).type != FH_DEVICE_CPU || (t->dtype != FH_UINT64 && !doubles) || t->ndim != 2 ||
+      t->shape[0] != nids || t->shape[1] != tb->n || !fh_tensor_is_contiguous(t))
+    return fh__lua_raise(L, FH_ERR_VALUE,
+                         "%s: argument 2 (t) expected a contiguous uint64 CPU tensor [%d, %lld] (float64 too when "
+                         "forward)",
+                         fn, nids, (long long)tb->n);
   for (int i = 0; i < nids; ++i) {
     if (ids[i] >= tb->nq + tb->np)
       return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 3 (ids) expected prime ids below %d, got %d", fn,
@@ -200,6 +206,13 @@ static int l_ntt_fp(lua_State *L) {
     if (!fh_fp_eligible(tb->host[ids[i]].q))
       return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 3 (ids) expected primes below 2^%d, got %llu (id %d)", fn,
                            FH_FP_MAX_BITS, (unsigned long long)tb->host[ids[i]].q, ids[i]);
+    if (doubles) {
+      const double *d = (const double *)fh_tensor_data(t) + (int64_t)i * tb->n, lim = 4 * (double)tb->host[ids[i]].q;
+      for (int64_t j = 0; j < tb->n; ++j)
+        if (d[j] != floor(d[j]) || fabs(d[j]) >= lim)
+          return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 2 (t) expected integers below 4q in size, got %.17g (row %d)",
+                               fn, d[j], i + 1);
+    }
   }
   const int64_t n = tb->n, total = (int64_t)nids * n;
   uint64_t *w = fh_malloc(sizeof(uint64_t) * (size_t)total);
@@ -209,10 +222,11 @@ static int l_ntt_fp(lua_State *L) {
     fh_free(v);
     return fh__lua_raise(L, FH_ERR_MEMORY, "%s: out of memory", fn);
   }
-  const uint64_t *in = (const uint64_t *)fh_tensor_data(t);
+  const uint64_t *in = doubles ? NULL : (const uint64_t *)fh_tensor_data(t);
+  const double *din = doubles ? (const double *)fh_tensor_data(t) : NULL;
   for (int i = 0; i < nids; ++i)
-    fh_ckks_ntt_row_fp(w + i * n, in + i * n, tb->log_n, &tb->host[ids[i]], tb->ntt + (int64_t)ids[i] * 4 * n,
-                       forward, v);
+    fh_ckks_ntt_row_fp(w + i * n, in ? in + i * n : NULL, din ? din + i * n : NULL, tb->log_n, &tb->host[ids[i]],
+                       tb->ntt + (int64_t)ids[i] * 4 * n, forward, v);
   fh_free(v);
   fh_tensor_box *b = fh__lua_new_tensor_box(L);
   fh_tensor_options o = {FH_UINT64, fh_cpu(), false, false};

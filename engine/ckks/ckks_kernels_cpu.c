@@ -199,11 +199,11 @@ static void ntt_inverse_row(uint64_t *a, const uint64_t *in, int log_n, const fh
  * the GPU, with ranges at least as wide: forward, no reduction between stages (the GPU
  * reduces at least every 11); inverse, the centred reduction after every three stages
  * (the GPU's passes). Standard residues in, canonical words out, like the integer rows. */
-void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
-                        bool forward, double *v) {
+void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, const double *din, int log_n, const fh_ckks_prime *p,
+                        const uint64_t *tw, bool forward, double *v) {
   const int64_t n = (int64_t)1 << log_n;
   const double q = p->fp_q, qi = p->fp_qinv;
-  for (int64_t j = 0; j < n; ++j) v[j] = fh_fp_of_word(in[j]);
+  for (int64_t j = 0; j < n; ++j) v[j] = din ? din[j] : fh_fp_of_word(in[j]);
   if (forward) {
     const uint64_t *w = tw;
     for (int64_t m = 1, t = n >> 1; m < n; m <<= 1, t >>= 1)

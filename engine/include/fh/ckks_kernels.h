@@ -110,9 +110,11 @@ typedef struct fh_ckks_prime {
 } fh_ckks_prime;
 
 /* The CUDA NTT's FP64 arithmetic on one row on the CPU (a test twin; the prime must
- * satisfy fh_fp_eligible): in -> a (may alias), v scratch of N doubles owned by the caller. */
-void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, int log_n, const fh_ckks_prime *p, const uint64_t *tw,
-                        bool forward, double *v);
+ * satisfy fh_fp_eligible): in -> a (may alias), v scratch of N doubles owned by the caller.
+ * din, when not NULL, replaces in: integer-valued doubles below 4q in size (forward only:
+ * the inputs a CUDA transform takes from a conversion in doubles). */
+void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, const double *din, int log_n, const fh_ckks_prime *p,
+                        const uint64_t *tw, bool forward, double *v);
 
 /* ---- NTT / INTT ------------------------------------------------------------
  * out may equal in (in place). ntt points at the context's twiddle table:
