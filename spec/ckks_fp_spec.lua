@@ -41,6 +41,15 @@ local function num_mod(x, q)
   return m == 0ULL and 0ULL or q - m
 end
 
+-- rand(q): a word in [0, q), each call from the next seed after `seed`
+local function words_from(seed)
+  local rng = seed
+  return function(q)
+    rng = rng + 1
+    return C.sample("uniform", 1, { q = q, seed = rng }):tolist()[1]
+  end
+end
+
 -- every preset prime below 2^45 (the FP64-eligible ones), and each preset's N
 local function eligible_primes()
   local seen, out = {}, {}
@@ -64,11 +73,7 @@ describe("FP64 modular products (fh_fp_mul, the CPU twin)", function()
     for _, bits in ipairs { 20, 30, 40, 44, 45 } do
       for _, q in ipairs(C.find_primes(bits, 4, 2):tolist()) do qs[#qs + 1] = q end
     end
-    local rng = seed
-    local function rand(q) -- a word in [0, q)
-      rng = rng + 1
-      return C.sample("uniform", 1, { q = q, seed = rng }):tolist()[1]
-    end
+    local rand = words_from(seed)
     for _, q in ipairs(qs) do
       local qd = tonumber(q)
       local ws = { 0ULL, 1ULL, q - 1ULL, q / 2ULL, rand(q), rand(q) }
@@ -114,14 +119,18 @@ end
 describe("FP64 key-switch inner products (fh_fp_mac, the CPU twin of ks2's)", function()
   local seed = H.seed("ckks fp64 inner products")
 
-  -- sum_j x_j k_j R^-1 mod q, R = 2^64: what sum_j fh_mont_mul(x_j mod q, k_j) gives
-  local function want(xs, ks, q)
+  -- R^-1 mod q, R = 2^64 (q prime)
+  local function mont_rinv(q)
     local r = 1ULL
     for _ = 1, 64 do
       r = r + r
       if r >= q then r = r - q end
     end
-    local rinv = powmod(r, q - 2ULL, q)
+    return powmod(r, q - 2ULL, q)
+  end
+
+  -- sum_j x_j k_j R^-1 mod q: what sum_j fh_mont_mul(x_j mod q, k_j) gives
+  local function want(xs, ks, q, rinv)
     local s = 0ULL
     for j = 1, #xs do
       s = s + mulmod(num_mod(xs[j], q), ks[j], q)
@@ -131,14 +140,10 @@ describe("FP64 key-switch inner products (fh_fp_mac, the CPU twin of ks2's)", fu
   end
 
   it("gives the integer path's word for 1 to 16 terms, |x| up to 32 q, 20- to 45-bit primes", function()
-    local rng = seed
-    local function rand(q)
-      rng = rng + 1
-      return C.sample("uniform", 1, { q = q, seed = rng }):tolist()[1]
-    end
+    local rand = words_from(seed)
     for _, bits in ipairs { 20, 30, 40, 44, 45 } do
       for _, q in ipairs(C.find_primes(bits, 3, 2):tolist()) do
-        local qd = tonumber(q)
+        local qd, rinv = tonumber(q), mont_rinv(q)
         for _, n in ipairs { 1, 2, 9, 16 } do
           local cases = {
             function() return tonumber(rand(q)) - 3 * qd, rand(q) end, -- the NTT's outputs: |x| < 6 q
@@ -151,7 +156,7 @@ describe("FP64 key-switch inner products (fh_fp_mac, the CPU twin of ks2's)", fu
             local xs, ks = {}, {}
             for j = 1, n do xs[j], ks[j] = case() end
             local got = C.fp_mac(xs, ks, q)
-            local w = want(xs, ks, q)
+            local w = want(xs, ks, q, rinv)
             if 0ULL + got ~= w then
               error(("fp_mac case %d, %d terms, q = %s: %.0f, not %s"):format(ci, n, tostring(q), got, tostring(w)))
             end
@@ -197,11 +202,7 @@ describe("FP64 base conversion (fh_fp_conv_term, the CPU twin of ks1's)", functi
   end
 
   it("gives the integer conversion's word for 1 to 4 sources below 2^50, flagged or not, 20- to 45-bit targets", function()
-    local rng = seed
-    local function rand(q)
-      rng = rng + 1
-      return C.sample("uniform", 1, { q = q, seed = rng }):tolist()[1]
-    end
+    local rand = words_from(seed)
     local TWO50 = 2ULL ^ 50
     for _, bits in ipairs { 20, 30, 40, 44, 45 } do
       for _, t in ipairs(C.find_primes(bits, 3, 2):tolist()) do

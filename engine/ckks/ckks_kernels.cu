@@ -233,7 +233,7 @@ struct fp_arith_raw : fp_arith {
   __device__ __forceinline__ uint64_t store(T v, bool, bool, bool) const { return (uint64_t)__double_as_longlong(v); }
 };
 
-/* fp_arith whose transform reads doubles (their bits), not words (ks1 after conv_fill_fp:
+/* fp_arith whose transform reads doubles (their bits), not words (ks1 after conv_fill<true>:
  * inputs below 4 q in size, the forward passes' range) */
 struct fp_arith_in : fp_arith {
   __device__ __forceinline__ T load(uint64_t bits, bool) const { return __longlong_as_double((long long)bits); }
@@ -745,13 +745,13 @@ struct conv_consts {
   int64_t off[FH_CKKS_MAX_PRIMES];
   uint64_t corr[FH_CKKS_MAX_PRIMES + 1];
   uint64_t smt;
-  /* in doubles (conv_fill_fp): the factors Shat_i mod t, their quotients by t, corr */
+  /* in doubles (conv_flagged_fp_n): the factors Shat_i mod t, their quotients by t, corr */
   double rowd[FH_CKKS_MAX_PRIMES], rowq[FH_CKKS_MAX_PRIMES], corrd[FH_CKKS_MAX_PRIMES + 1];
 };
 
 /* every thread of the block: row the target's factors (Shat_i mod t), s0 the first
  * source prime; source i is row src_row[i] (i when src_row is NULL) of N words; fp: the
- * doubles of conv_fill_fp too */
+ * doubles of conv_flagged_fp_n too */
 __device__ __forceinline__ void conv_consts_init(conv_consts &k, const uint64_t *row, int ns, uint64_t s0,
                                                  const int32_t *src_row, int64_t n, const fh_ckks_prime &c,
                                                  bool center, bool fp) {
@@ -807,14 +807,31 @@ __device__ __forceinline__ uint64_t conv_flagged_n(const uint64_t *y, const conv
   return r;
 }
 
+/* conv_flagged_n in doubles (fh_fp_conv_term) for a target below 2^45 and sources below
+ * 2^50: the bits of a double below (0.63 NS + 1) t in size, for the NTT's first pass to
+ * read as it is (fp_arith_in) */
+template <int NS>
+__device__ __forceinline__ uint64_t conv_flagged_fp_n(const uint64_t *y, const conv_consts &k,
+                                                      const fh_ckks_prime &c) {
+  uint32_t cnt = 0;
+  double acc = 0;
+#pragma unroll
+  for (int i = 0; i < NS; ++i) {
+    cnt += (uint32_t)(y[i] >> 63);
+    acc = __dadd_rn(acc, fh_fp_conv_term(y[i], k.rowd[i], k.rowq[i], c.fp_q));
+  }
+  return (uint64_t)__double_as_longlong(__dsub_rn(acc, k.corrd[cnt]));
+}
+
 /* ks1 / md1: fill the column tile sm (NTT_TILE words: cols adjacent columns of the
  * N1 x N2 row, column-major in sm) with the row's conversion from ns sources at base
  * (their words at base + off[i]); a block of NTT_THREADS threads. With NS known, a thread
  * loads the words of CONV_LOADS / NS of its coefficients (at least one) before any product (the loads are
  * L2 hits whose latency one coefficient's products cannot cover), and the sources'
  * pointers to column c0 are formed once, so a word costs one 32-bit offset (its row in
- * the tile times N2 plus its column) and a wide add. */
-template <int NS, int CONV_LOADS>
+ * the tile times N2 plus its column) and a wide add. FP: the conversion in doubles
+ * (conv_flagged_fp_n; NS from 1 to 4 only). */
+template <bool FP, int NS, int CONV_LOADS>
 __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
                                             const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
   const int cols = 1 << log_cols;
@@ -835,7 +852,9 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
       }
 #pragma unroll
       for (int m = 0; m < E; ++m)
-        if (it0 + m < PER) sm[threadIdx.x + (it0 + m) * NTT_THREADS] = conv_flagged_n<NS>(y[m], k, c, center);
+        if (it0 + m < PER)
+          sm[threadIdx.x + (it0 + m) * NTT_THREADS] =
+              FP ? conv_flagged_fp_n<NS>(y[m], k, c) : conv_flagged_n<NS>(y[m], k, c, center);
     }
   } else {
     for (int it = 0; it < NTT_TILE / NTT_THREADS; ++it) {
@@ -845,64 +864,17 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
     }
   }
 }
-template <int LOADS>
+/* FP needs 1 to 4 sources (ks1 checks); the integer conversion takes any number */
+template <bool FP, int LOADS>
 __device__ __forceinline__ void conv_fill(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
                                           const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
   switch (ns) {
-  case 1: conv_fill_n<1, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 2: conv_fill_n<2, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 3: conv_fill_n<3, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 4: conv_fill_n<4, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  default: conv_fill_n<0, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0);
-  }
-}
-
-/* conv_fill_n in doubles (fh_fp_conv_term) for a target below 2^45 and sources below 2^50:
- * sm takes the doubles' bits, below (0.63 NS + 1) t in size, for the NTT's first pass to
- * read as they are (fp_arith_in) */
-template <int NS, int CONV_LOADS>
-__device__ __forceinline__ void conv_fill_fp_n(uint64_t *sm, const uint64_t *base, const conv_consts &k,
-                                               const fh_ckks_prime &c, int log_cols, int n2, int c0) {
-  const int cols = 1 << log_cols;
-  constexpr int E = CONV_LOADS / NS > 0 ? CONV_LOADS / NS : 1;
-  constexpr int PER = NTT_TILE / NTT_THREADS;
-  const uint64_t *src[NS];
-#pragma unroll
-  for (int i = 0; i < NS; ++i) src[i] = base + k.off[i] + c0;
-  for (int it0 = 0; it0 < PER; it0 += E) {
-    uint64_t y[E][NS];
-#pragma unroll
-    for (int m = 0; m < E; ++m) {
-      const int e = threadIdx.x + (it0 + m) * NTT_THREADS;
-      const uint32_t j = (uint32_t)((e >> log_cols) * n2 + (e & (cols - 1)));
-#pragma unroll
-      for (int i = 0; i < NS; ++i) y[m][i] = (it0 + m < PER) ? src[i][j] : 0;
-    }
-#pragma unroll
-    for (int m = 0; m < E; ++m) {
-      if (it0 + m >= PER) continue;
-      uint32_t cnt = 0;
-      double acc = 0;
-#pragma unroll
-      for (int i = 0; i < NS; ++i) {
-        cnt += (uint32_t)(y[m][i] >> 63);
-        acc = __dadd_rn(acc, fh_fp_conv_term(y[m][i], k.rowd[i], k.rowq[i], c.fp_q));
-      }
-      acc = __dsub_rn(acc, k.corrd[cnt]);
-      sm[threadIdx.x + (it0 + m) * NTT_THREADS] = (uint64_t)__double_as_longlong(acc);
-    }
-  }
-}
-/* conv_fill in doubles for ns <= 4 sources; false (nothing written) for more */
-template <int LOADS>
-__device__ __forceinline__ bool conv_fill_fp(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
-                                             const fh_ckks_prime &c, int log_cols, int n2, int c0) {
-  switch (ns) {
-  case 1: conv_fill_fp_n<1, LOADS>(sm, base, k, c, log_cols, n2, c0); return true;
-  case 2: conv_fill_fp_n<2, LOADS>(sm, base, k, c, log_cols, n2, c0); return true;
-  case 3: conv_fill_fp_n<3, LOADS>(sm, base, k, c, log_cols, n2, c0); return true;
-  case 4: conv_fill_fp_n<4, LOADS>(sm, base, k, c, log_cols, n2, c0); return true;
-  default: return false;
+  case 1: conv_fill_n<FP, 1, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 2: conv_fill_n<FP, 2, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 3: conv_fill_n<FP, 3, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 4: conv_fill_n<FP, 4, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  default:
+    if constexpr (!FP) conv_fill_n<false, 0, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0);
   }
 }
 
@@ -928,7 +900,7 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
 }
 
 /* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128) */
-/* FP_CONV: the conversion in doubles where it applies (conv_fill_fp) */
+/* FP_CONV: the conversion in doubles where it applies (conv_fill<true>) */
 template <int MIN_BLOCKS, int LOADS, bool FP_CONV>
 __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   __shared__ uint64_t sm[NTT_TILE];
@@ -961,9 +933,9 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
       for (int e = threadIdx.x; e < tile; e += blockDim.x)
         sm[e] = in[(int64_t)r * n + (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1))];
     } else if (fpc) {
-      conv_fill_fp<LOADS>(sm, ys, ns, kc, c, log_cols, n2, c0);
+      conv_fill<true, LOADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
     } else {
-      conv_fill<LOADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
+      conv_fill<false, LOADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
     }
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
@@ -1316,7 +1288,7 @@ __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant_
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, b.ngroups) {
     const uint64_t *in = b.in + g * b.in_gs;
-    conv_fill<LOADS>(sm, in, ns, kc, c, center, log_cols, n2, c0);
+    conv_fill<false, LOADS>(sm, in, ns, kc, c, center, log_cols, n2, c0);
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {b.out + g * b.out_gs + (int64_t)b.dst_row[l] * n + c0, n2, 1};
