@@ -1150,12 +1150,12 @@ int ks2_blocks() {
   return b < 0 ? KS2_BLOCKS_DEFAULT : b + 2;
 }
 /* The key switch's products in doubles where they apply (ks1's conversion, ks2's inner
- * product: rows of primes below 2^45) with FHELIUM_CUDA_KSFP=fp; integer products
- * otherwise. Off by default until measured on a GPU (docs/ckks.md). */
+ * product: rows of primes below 2^45), the default; FHELIUM_CUDA_KSFP=int keeps the
+ * integer products everywhere (a benchmarking aid; docs/ckks.md). */
 bool ks_fp_products() {
   static const char *const kinds[] = {"fp", "int", NULL};
   static const int m = env_switch("FHELIUM_CUDA_KSFP", kinds);
-  return m == 0;
+  return m != 1;
 }
 
 template <bool FP_CONV>
