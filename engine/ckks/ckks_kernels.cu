@@ -170,17 +170,24 @@ struct ntt_geom {
  *   exact while their operands are below 32 q (fh_fp_mul). */
 struct int_arith {
   typedef uint64_t T;
+  struct TW { /* a twiddle and its Shoup companion */
+    uint64_t w, ws;
+  };
   ntt_prime P;
   fh_ckks_prime c;
   __device__ __forceinline__ T load(uint64_t bits, bool) const { return bits; }
   __device__ __forceinline__ uint64_t store(T v, bool, bool reduce, bool) const { return reduce ? reduce4(v, P) : v; }
-  __device__ __forceinline__ void fwd(T &x, T &y, uint32_t gi) const { ct_bfly(x, y, __ldg(P.w + gi), __ldg(P.ws + gi), P); }
+  __device__ __forceinline__ TW twiddle(uint32_t gi) const { return TW{__ldg(P.w + gi), __ldg(P.ws + gi)}; }
+  __device__ __forceinline__ void fwd(T &x, T &y, const TW &t) const { ct_bfly(x, y, t.w, t.ws, P); }
   __device__ __forceinline__ void fwd_first(T &x, T &y) const { ct_first(x, y, c, P); }
-  __device__ __forceinline__ void inv(T &x, T &y, uint32_t gi) const { gs_bfly(x, y, __ldg(P.w + gi), __ldg(P.ws + gi), P); }
+  __device__ __forceinline__ void inv(T &x, T &y, const TW &t) const { gs_bfly(x, y, t.w, t.ws, P); }
   __device__ __forceinline__ void inv_last(T &x, T &y) const { gs_last(x, y, c, P); }
 };
 struct fp_arith {
   typedef double T;
+  struct TW { /* a twiddle and its quotient by q */
+    double w, wq;
+  };
   double q, qinv;
   const double *w, *wq;
   double f0, f0q, f1, f1q; /* the fused stage's two constants */
@@ -192,8 +199,9 @@ struct fp_arith {
     if (words) return fh_fp_canon(v, q, qinv);
     return (uint64_t)__double_as_longlong(forward ? v : fh_fp_centre(v, q, qinv));
   }
-  __device__ __forceinline__ void fwd(T &x, T &y, uint32_t gi) const {
-    const double r = fh_fp_mul(y, __ldg(w + gi), __ldg(wq + gi), q);
+  __device__ __forceinline__ TW twiddle(uint32_t gi) const { return TW{__ldg(w + gi), __ldg(wq + gi)}; }
+  __device__ __forceinline__ void fwd(T &x, T &y, const TW &t) const {
+    const double r = fh_fp_mul(y, t.w, t.wq, q);
     y = __dsub_rn(x, r);
     x = __dadd_rn(x, r);
   }
@@ -202,10 +210,10 @@ struct fp_arith {
     x = __dadd_rn(u, v);
     y = __dsub_rn(u, v);
   }
-  __device__ __forceinline__ void inv(T &x, T &y, uint32_t gi) const {
+  __device__ __forceinline__ void inv(T &x, T &y, const TW &t) const {
     const double d = __dsub_rn(x, y);
     x = __dadd_rn(x, y);
-    y = fh_fp_mul(d, __ldg(w + gi), __ldg(wq + gi), q);
+    y = fh_fp_mul(d, t.w, t.wq, q);
   }
   __device__ __forceinline__ void inv_last(T &x, T &y) const {
     const double s = __dadd_rn(x, y), d = __dsub_rn(x, y);
@@ -239,12 +247,21 @@ struct fp_arith_in : fp_arith {
   __device__ __forceinline__ T load(uint64_t bits, bool) const { return __longlong_as_double((long long)bits); }
 };
 
+/* where stage si's twiddles start among a pass's R - 1 (forward: stage si has 2^si
+ * groups; inverse: R / 2^(si+1)) */
+template <int R, bool FORWARD>
+__host__ __device__ constexpr int pass_tw_offset(int si) {
+  return FORWARD ? (1 << si) - 1 : R - (R >> si); /* inverse: R/2 + R/4 + .. over the stages before */
+}
+
 /* FIRST: src holds the transform's input words; LAST: dst takes its output words
  * (reduce: fully reduced; the FP64 arithmetic always reduces); FUSE: the pass holds the
  * transform's stage t = total / 2 (the first forward stage, the last inverse one), which
  * multiplies by R or scales. Compile-time flags: a runtime choice would issue both kinds
- * of butterfly, predicated, at every stage. */
-template <int R, bool FORWARD, bool FIRST, bool LAST, bool FUSE, class A>
+ * of butterfly, predicated, at every stage. PRE: the pass's twiddles are loaded before
+ * its words, all at once, for passes whose twiddle rows are too large to stay in L1 (the
+ * chunk stages): their latency then passes under the words' loads. */
+template <int R, bool FORWARD, bool FIRST, bool LAST, bool FUSE, bool PRE, class A>
 __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst, int narr, int M, int log_tlo,
                                          const ntt_geom g, bool reduce, const A &ar) {
   constexpr int r = R == 8 ? 3 : R == 4 ? 2 : 1;
@@ -267,6 +284,18 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
      * pass fall in groups (base >> (log_t + 1)) + (j >> (log_t + 1 - log_tlo)): one
      * twiddle per group, read once */
     const uint32_t base = off + (uint32_t)a * aoff + (uint32_t)x0;
+    typename A::TW tws[R - 1];
+    if constexpr (PRE) {
+#pragma unroll
+      for (int si = 0; si < r; ++si) {
+        if (FUSE && si == (FORWARD ? 0 : r - 1)) continue;
+        const int log_t = log_tlo + (FORWARD ? (r - 1 - si) : si);
+        const uint32_t g0 = (total >> (log_t + 1)) + (base >> (log_t + 1));
+        const int ng = FORWARD ? (1 << si) : (R >> (si + 1));
+#pragma unroll
+        for (int k = 0; k < ng; ++k) tws[pass_tw_offset<R, FORWARD>(si) + k] = ar.twiddle(g0 + (uint32_t)k);
+      }
+    }
     typename A::T v[R];
 #pragma unroll
     for (int j = 0; j < R; ++j) v[j] = ar.load(src.p[a * src.astride + (x0 + j * t_lo) * src.kstride], FIRST);
@@ -282,12 +311,13 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
       for (int j = 0; j < R; ++j) {
         if (j & h) continue;
         const uint32_t gi = g0 + (uint32_t)(j >> gshift);
-        if (FORWARD) {
-          if (fused) ar.fwd_first(v[j], v[j + h]);
-          else ar.fwd(v[j], v[j + h], gi);
+        if (fused) {
+          if (FORWARD) ar.fwd_first(v[j], v[j + h]);
+          else ar.inv_last(v[j], v[j + h]);
         } else {
-          if (fused) ar.inv_last(v[j], v[j + h]);
-          else ar.inv(v[j], v[j + h], gi);
+          const typename A::TW t = PRE ? tws[pass_tw_offset<R, FORWARD>(si) + (j >> gshift)] : ar.twiddle(gi);
+          if (FORWARD) ar.fwd(v[j], v[j + h], t);
+          else ar.inv(v[j], v[j + h], t);
         }
       }
     }
@@ -298,22 +328,22 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
 
 /* ntt_pass with its flags made compile-time (a fused stage is in the first forward or the
  * last inverse pass) */
-template <int R, bool FORWARD, class A>
+template <int R, bool FORWARD, bool PRE, class A>
 __device__ __forceinline__ void ntt_pass_of(const ntt_view src, const ntt_view dst, int narr, int M, int log_tlo,
                                             const ntt_geom g, bool first, bool last, bool fused, bool reduce,
                                             const A &ar) {
   constexpr bool F = FORWARD;
   if (first && last) {
-    if (fused) ntt_pass<R, F, true, true, true>(src, dst, narr, M, log_tlo, g, reduce, ar);
-    else ntt_pass<R, F, true, true, false>(src, dst, narr, M, log_tlo, g, reduce, ar);
+    if (fused) ntt_pass<R, F, true, true, true, PRE>(src, dst, narr, M, log_tlo, g, reduce, ar);
+    else ntt_pass<R, F, true, true, false, PRE>(src, dst, narr, M, log_tlo, g, reduce, ar);
   } else if (first) {
-    if (F && fused) ntt_pass<R, F, true, false, F>(src, dst, narr, M, log_tlo, g, reduce, ar);
-    else ntt_pass<R, F, true, false, false>(src, dst, narr, M, log_tlo, g, reduce, ar);
+    if (F && fused) ntt_pass<R, F, true, false, F, PRE>(src, dst, narr, M, log_tlo, g, reduce, ar);
+    else ntt_pass<R, F, true, false, false, PRE>(src, dst, narr, M, log_tlo, g, reduce, ar);
   } else if (last) {
-    if (!F && fused) ntt_pass<R, F, false, true, !F>(src, dst, narr, M, log_tlo, g, reduce, ar);
-    else ntt_pass<R, F, false, true, false>(src, dst, narr, M, log_tlo, g, reduce, ar);
+    if (!F && fused) ntt_pass<R, F, false, true, !F, PRE>(src, dst, narr, M, log_tlo, g, reduce, ar);
+    else ntt_pass<R, F, false, true, false, PRE>(src, dst, narr, M, log_tlo, g, reduce, ar);
   } else {
-    ntt_pass<R, F, false, false, false>(src, dst, narr, M, log_tlo, g, reduce, ar);
+    ntt_pass<R, F, false, false, false, PRE>(src, dst, narr, M, log_tlo, g, reduce, ar);
   }
 }
 
@@ -323,7 +353,7 @@ __device__ __forceinline__ void ntt_pass_of(const ntt_view src, const ntt_view d
  * (kstride/astride of its view). fuse: the first forward stage multiplies by
  * R / the last inverse stage scales, when it is the transform's t = total/2.
  * reduce: forward outputs fully reduced. */
-template <bool FORWARD, class A>
+template <bool FORWARD, bool PRE = false, class A>
 __device__ void ntt_stages_with(ntt_view src, ntt_view dst, ntt_view sm, int narr, int log_m, const ntt_geom g,
                                 bool fuse, bool reduce, const A &ar) {
   const int M = 1 << log_m;
@@ -339,9 +369,9 @@ __device__ void ntt_stages_with(ntt_view src, ntt_view dst, ntt_view sm, int nar
     /* the stage t = total / 2 is the arrays' first forward / last inverse stage when they
      * span the transform */
     const bool fused = fuse && log_m == g.log_total && (FORWARD ? first : last);
-    if (r == 3) ntt_pass_of<8, FORWARD>(from, to, narr, M, log_tlo, g, first, last, fused, reduce && last, ar);
-    else if (r == 2) ntt_pass_of<4, FORWARD>(from, to, narr, M, log_tlo, g, first, last, fused, reduce && last, ar);
-    else ntt_pass_of<2, FORWARD>(from, to, narr, M, log_tlo, g, first, last, fused, reduce && last, ar);
+    if (r == 3) ntt_pass_of<8, FORWARD, PRE>(from, to, narr, M, log_tlo, g, first, last, fused, reduce && last, ar);
+    else if (r == 2) ntt_pass_of<4, FORWARD, PRE>(from, to, narr, M, log_tlo, g, first, last, fused, reduce && last, ar);
+    else ntt_pass_of<2, FORWARD, PRE>(from, to, narr, M, log_tlo, g, first, last, fused, reduce && last, ar);
     __syncthreads();
     from = sm;
     done += r;
@@ -349,11 +379,11 @@ __device__ void ntt_stages_with(ntt_view src, ntt_view dst, ntt_view sm, int nar
 }
 
 /* The stages in the prime's arithmetic: FP64 when it has FP64 twiddle rows. */
-template <bool FORWARD>
+template <bool FORWARD, bool PRE = false>
 __device__ void ntt_stages(ntt_view src, ntt_view dst, ntt_view sm, int narr, int log_m, const ntt_geom g,
                            bool fuse, bool reduce, const fh_ckks_prime &c, const ntt_prime &P) {
-  if (P.fw) ntt_stages_with<FORWARD>(src, dst, sm, narr, log_m, g, fuse, reduce, fp_arith_of(c, P, FORWARD));
-  else ntt_stages_with<FORWARD>(src, dst, sm, narr, log_m, g, fuse, reduce, int_arith{P, c});
+  if (P.fw) ntt_stages_with<FORWARD, PRE>(src, dst, sm, narr, log_m, g, fuse, reduce, fp_arith_of(c, P, FORWARD));
+  else ntt_stages_with<FORWARD, PRE>(src, dst, sm, narr, log_m, g, fuse, reduce, int_arith{P, c});
 }
 
 /* N = N1 x N2 with N2 = 2^ceil(log N / 2) contiguous words per chunk and N1 rows:
@@ -414,7 +444,7 @@ __global__ void __launch_bounds__(NTT_THREADS) ntt_col_kernel(const __grid_const
 /* The chunk kernel: NTT_TILE / N2 adjacent chunks of N2 words; forward works
  * in place on out and reduces, inverse reads in. */
 template <bool FORWARD>
-__global__ void __launch_bounds__(NTT_THREADS) ntt_chunk_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
+__global__ void __launch_bounds__(NTT_THREADS, 3) ntt_chunk_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
   const ntt_split sp = ntt_split_of(a.log_n);
@@ -429,7 +459,7 @@ __global__ void __launch_bounds__(NTT_THREADS) ntt_chunk_kernel(const __grid_con
     const ntt_view src = {(uint64_t *)(in + (int64_t)l * n + base), 1, n2};
     const ntt_view dst = {a.out + g * a.out_gs + (int64_t)l * n + base, 1, n2};
     const ntt_view sv = {sm, 1, n2};
-    ntt_stages<FORWARD>(src, dst, sv, chunks, sp.log_n2, geo, false, FORWARD, c, P);
+    ntt_stages<FORWARD, true>(src, dst, sv, chunks, sp.log_n2, geo, false, FORWARD, c, P);
   }
 }
 
@@ -838,15 +868,25 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
   if constexpr (NS > 0) {
     constexpr int E = CONV_LOADS / NS > 0 ? CONV_LOADS / NS : 1; /* coefficients per round */
     constexpr int PER = NTT_TILE / NTT_THREADS;
+    static_assert(NTT_THREADS % 32 == 0, "a round of the block spans whole rows of the tile");
+    /* coefficient e = tid + it NTT_THREADS of the tile is row e >> log_cols, column
+     * e & (cols - 1); cols divides NTT_THREADS, so round it is the thread's first word
+     * plus it (NTT_THREADS / cols) rows: a pointer per source and one 32-bit step */
+    const uint32_t j0 = (uint32_t)((threadIdx.x >> log_cols) * n2 + (threadIdx.x & (cols - 1)));
+    const uint32_t step = (uint32_t)(NTT_THREADS >> log_cols) * (uint32_t)n2;
     const uint64_t *src[NS];
 #pragma unroll
-    for (int i = 0; i < NS; ++i) src[i] = base + k.off[i] + c0;
+    for (int i = 0; i < NS; ++i) {
+      src[i] = base + k.off[i] + c0 + j0;
+      /* an opaque pointer: else the compiler rebuilds every address from base in 64-bit
+       * integer steps (four instructions a word instead of one) */
+      asm("mov.b64 %0, %0;" : "+l"(src[i]));
+    }
     for (int it0 = 0; it0 < PER; it0 += E) {
       uint64_t y[E][NS];
 #pragma unroll
       for (int m = 0; m < E; ++m) {
-        const int e = threadIdx.x + (it0 + m) * NTT_THREADS;
-        const uint32_t j = (uint32_t)((e >> log_cols) * n2 + (e & (cols - 1)));
+        const uint32_t j = (uint32_t)(it0 + m) * step;
 #pragma unroll
         for (int i = 0; i < NS; ++i) y[m][i] = (it0 + m < PER) ? src[i][j] : 0;
       }
@@ -1054,8 +1094,8 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
     const bool words = own(jd); /* the input's NTT words, else the stages' output */
     if (!words) {
       const ntt_view sv = {db, 1, n2};
-      if (fp) ntt_stages_with<true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, fp_arith_raw{fp_arith_of(c, P, true)});
-      else ntt_stages_with<true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
+      if (fp) ntt_stages_with<true, true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, fp_arith_raw{fp_arith_of(c, P, true)});
+      else ntt_stages_with<true, true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
     }
     mbar_wait(&bars[2], (uint32_t)(s & 1));
     if (fp) {
@@ -1270,7 +1310,7 @@ __global__ void __launch_bounds__(EW_THREADS) md0_kernel(const __grid_constant__
 }
 
 template <int LOADS>
-__global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+__global__ void __launch_bounds__(NTT_THREADS, 3) md1_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
   const fh_ckks_bconv_args &b = a.conv;
@@ -1296,8 +1336,21 @@ __global__ void __launch_bounds__(NTT_THREADS) md1_kernel(const __grid_constant_
   }
 }
 
-__global__ void __launch_bounds__(NTT_THREADS) md2_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+/* one word, global to shared, by the SM's asynchronous copy (no register holds it);
+ * cp_async_wait: the calling thread's copies have landed */
+__device__ __forceinline__ void cp_async_word(uint64_t *dst, const uint64_t *src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+constexpr int MD2_PER_THREAD = NTT_TILE / NTT_THREADS;
+__global__ void __launch_bounds__(NTT_THREADS, 3) md2_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
   __shared__ uint64_t sm[NTT_TILE];
+  /* the tile's words of a and of add: copied while the stages run, each by the thread
+   * that reads it */
+  __shared__ uint64_t xs[NTT_TILE], zs[NTT_TILE];
   const fh_ckks_bconv_args &b = a.conv;
   const int l = blockIdx.y;
   const ntt_split sp = ntt_split_of(b.log_n);
@@ -1316,11 +1369,21 @@ __global__ void __launch_bounds__(NTT_THREADS) md2_kernel(const __grid_constant_
     const uint64_t *x = a.a + gg * a.a_gs + (int64_t)l * n + base;
     const uint64_t *z = a.add[comp] ? a.add[comp] + g * a.add_gs + (int64_t)l * n + base : NULL;
     const ntt_view src = {b.out + gg * b.out_gs + (int64_t)b.dst_row[l] * n + base, 1, n2};
-    ntt_stages<true>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
+#pragma unroll
+    for (int k = 0; k < MD2_PER_THREAD; ++k) {
+      const int e = threadIdx.x + k * NTT_THREADS;
+      cp_async_word(xs + e, x + e);
+      if (z) cp_async_word(zs + e, z + e);
+    }
+    cp_async_commit();
+    ntt_stages<true, true>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
+    cp_async_wait();
     uint64_t *o = a.out[comp] + g * a.out_gs + (int64_t)l * n + base;
-    for (int e = threadIdx.x; e < NTT_TILE; e += blockDim.x) {
-      const uint64_t r = fh_shoup_mul(x[e] + (c.q - sm[e]), w, ws, c.q);
-      o[e] = z ? fh_mod_add(r, z[e], c.q) : r;
+#pragma unroll
+    for (int k = 0; k < MD2_PER_THREAD; ++k) {
+      const int e = threadIdx.x + k * NTT_THREADS;
+      const uint64_t r = fh_shoup_mul(xs[e] + (c.q - sm[e]), w, ws, c.q);
+      o[e] = z ? fh_mod_add(r, zs[e], c.q) : r;
     }
     __syncthreads();
   }
