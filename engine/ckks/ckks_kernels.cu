@@ -422,7 +422,7 @@ __global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_const
 /* The column kernel: NTT_TILE / N1 adjacent columns of the N1 x N2 matrix of a
  * row; forward reads in, inverse works in place on out. */
 template <bool FORWARD>
-__global__ void __launch_bounds__(NTT_THREADS) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
+__global__ void __launch_bounds__(NTT_THREADS, 3) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
   const ntt_split sp = ntt_split_of(a.log_n);
@@ -918,6 +918,7 @@ __device__ __forceinline__ void conv_fill(uint64_t *sm, const uint64_t *base, in
   }
 }
 
+constexpr int KS0_WORDS = 4;
 /* ks0: a block per (source row, coefficient range): [x * shat_inv]_{s} of the row's digit,
  * once, with KS_FLAG set when it is above s / 2 (primes are below 2^63, so bit 63 is free) */
 __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
@@ -932,9 +933,20 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
   GROUPS(g, u.ngroups) {
     const uint64_t *x = u.in + g * u.in_gs + (int64_t)row * n;
     uint64_t *y = a.scaled + g * a.scaled_gs + (int64_t)row * n;
-    COEFFS(j, n) {
-      const uint64_t v = fh_shoup_mul(x[j], w, ws, q);
-      y[j] = v | (v > half ? KS_FLAG : 0);
+    /* KS0_WORDS words a thread, loaded together: one word each left too few bytes in
+     * flight to cover the latency of the reads */
+    const int64_t j0 = (int64_t)blockIdx.x * (EW_THREADS * KS0_WORDS) + threadIdx.x;
+    uint64_t v[KS0_WORDS];
+#pragma unroll
+    for (int k = 0; k < KS0_WORDS; ++k) {
+      const int64_t j = j0 + k * EW_THREADS;
+      v[k] = j < n ? x[j] : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < KS0_WORDS; ++k) {
+      const int64_t j = j0 + k * EW_THREADS;
+      const uint64_t r = fh_shoup_mul(v[k], w, ws, q);
+      if (j < n) y[j] = r | (r > half ? KS_FLAG : 0);
     }
   }
 }
@@ -1257,7 +1269,7 @@ fh_status k_ks_core(const void *argp, void *stream) {
   const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(u->ngroups);
   const int nsrc_rows = u->first[u->ndigits - 1] + u->nsrc[u->ndigits - 1];
   if (a->scaled == NULL) return fh_error_set(FH_ERR_EXECUTION, "ckks_ks_core: no scratch for the scaled sources");
-  ks0_kernel<<<dim3(blocks_for(n, EW_THREADS), nsrc_rows, gz), EW_THREADS, 0, h>>>(*a);
+  ks0_kernel<<<dim3(blocks_for(n, EW_THREADS * KS0_WORDS), nsrc_rows, gz), EW_THREADS, 0, h>>>(*a);
   if (!ks_split(tiles * (unsigned)u->nrows * gz) && ks2_aligned(a)) {
     ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h);
     const dim3 grid(tiles, u->nrows, gz);
@@ -1505,8 +1517,47 @@ fh_status k_ks_inner(const void *argp, void *stream) {
  * any order: the same words). LANES times the threads of one thread per coefficient,
  * each with 1/LANES of its chain of dependent loads: at N = 2^14 a thread per
  * coefficient (147k threads) is too few to hide the latency of the key reads. */
+/* fh_ckks_lt_terms for up to LT_WIDE digits with every word of the step (the digits'
+ * gathers, both key rows, the plaintext's word) loaded before any product: twice the
+ * bytes in flight of the four-digit chunks, for a sum whose time is the key's reads.
+ * The same sums mod q, so the same words. */
+constexpr int LT_WIDE = 8;
+__device__ __forceinline__ void lt_terms_wide(const uint64_t *dig, int64_t d_ds, const uint64_t *key, int64_t key_ds,
+                                              int64_t key_cs, int nd, uint32_t src, const uint64_t *x0,
+                                              const uint64_t *x1, uint64_t pm, uint64_t pms, uint64_t q, uint64_t qi,
+                                              uint64_t *t0, uint64_t *t1) {
+  uint64_t r0 = 0, r1 = 0;
+  if (key) {
+    uint64_t v[LT_WIDE], k0[LT_WIDE], k1[LT_WIDE];
+#pragma unroll
+    for (int k = 0; k < LT_WIDE; ++k) {
+      const bool on = k < nd;
+      v[k] = on ? dig[k * d_ds + src] : 0;
+      k0[k] = on ? key[k * key_ds] : 0;
+      k1[k] = on ? key[k * key_ds + key_cs] : 0;
+    }
+#pragma unroll
+    for (int d0 = 0; d0 < LT_WIDE; d0 += 4) {
+      unsigned __int128 acc0 = 0, acc1 = 0;
+#pragma unroll
+      for (int k = d0; k < d0 + 4; ++k) {
+        acc0 += (unsigned __int128)v[k] * k0[k];
+        acc1 += (unsigned __int128)v[k] * k1[k];
+      }
+      r0 = fh_mod_add(r0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
+      r1 = fh_mod_add(r1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
+    }
+  }
+  if (x0) {
+    r0 = fh_mod_add(r0, fh_shoup_mul(x0[src], pm, pms, q), q);
+    if (!key) r1 = fh_mod_add(r1, fh_shoup_mul(x1[src], pm, pms, q), q);
+  }
+  *t0 = r0;
+  *t1 = r1;
+}
+
 template <int LANES>
-__global__ void __launch_bounds__(EW_THREADS) lt_lanes_kernel(const __grid_constant__ fh_ckks_lt_args a) {
+__global__ void __launch_bounds__(EW_THREADS, 3) lt_lanes_kernel(const __grid_constant__ fh_ckks_lt_args a) {
   constexpr int COEFFS = EW_THREADS / LANES;
   __shared__ uint64_t part[2][LANES > 1 ? LANES - 1 : 1][COEFFS];
   const int l = blockIdx.y;
@@ -1529,8 +1580,12 @@ __global__ void __launch_bounds__(EW_THREADS) lt_lanes_kernel(const __grid_const
       const uint32_t src = key ? fh_ckks_automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
       const uint64_t p = a.pt[s][g * a.pt_gs[s] + (int64_t)l * n + i]; /* loaded with the key's words */
       uint64_t t0, t1;
-      fh_ckks_lt_terms(dig, a.d_ds, key ? key + (int64_t)a.key_row[l] * n + i : NULL, a.key_ds, a.key_cs, nd, src,
-                       qrow ? x0 : NULL, x1, pm, pms, q, qi, &t0, &t1);
+      if (nd <= LT_WIDE)
+        lt_terms_wide(dig, a.d_ds, key ? key + (int64_t)a.key_row[l] * n + i : NULL, a.key_ds, a.key_cs, nd, src,
+                      qrow ? x0 : NULL, x1, pm, pms, q, qi, &t0, &t1);
+      else
+        fh_ckks_lt_terms(dig, a.d_ds, key ? key + (int64_t)a.key_row[l] * n + i : NULL, a.key_ds, a.key_cs, nd, src,
+                         qrow ? x0 : NULL, x1, pm, pms, q, qi, &t0, &t1);
       r0 = fh_mod_add(r0, fh_mont_mul(t0, p, q, qi), q);
       r1 = fh_mod_add(r1, fh_mont_mul(t1, p, q, qi), q);
     }
