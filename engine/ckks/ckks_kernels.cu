@@ -1537,21 +1537,9 @@ __device__ __forceinline__ void lt_terms_wide(const uint64_t *dig, int64_t d_ds,
       k1[k] = on ? key[k * key_ds + key_cs] : 0;
     }
 #pragma unroll
-    for (int d0 = 0; d0 < LT_WIDE; d0 += 4) {
-      unsigned __int128 acc0 = 0, acc1 = 0;
-#pragma unroll
-      for (int k = d0; k < d0 + 4; ++k) {
-        acc0 += (unsigned __int128)v[k] * k0[k];
-        acc1 += (unsigned __int128)v[k] * k1[k];
-      }
-      r0 = fh_mod_add(r0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
-      r1 = fh_mod_add(r1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
-    }
+    for (int d0 = 0; d0 < LT_WIDE; d0 += 4) fh_ckks_lt_mac4(v + d0, k0 + d0, k1 + d0, q, qi, &r0, &r1);
   }
-  if (x0) {
-    r0 = fh_mod_add(r0, fh_shoup_mul(x0[src], pm, pms, q), q);
-    if (!key) r1 = fh_mod_add(r1, fh_shoup_mul(x1[src], pm, pms, q), q);
-  }
+  fh_ckks_lt_plain(x0, x1, key != NULL, src, pm, pms, q, &r0, &r1);
   *t0 = r0;
   *t1 = r1;
 }

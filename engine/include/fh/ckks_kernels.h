@@ -414,6 +414,26 @@ typedef struct fh_ckks_lt_args {
  * src the automorphism's source slot. t0, t1 receive the step's two terms before the
  * plaintext product: the digits' inner products with the key (Montgomery, reduced per 4
  * digits: 4 products < 4 q^2 < q 2^64) plus pmod x_c'[src] (shoup pair pm, pms). */
+/* fh_ckks_lt_terms' pieces, which the CUDA sum also uses for its wider loads: four digits'
+ * words v (times key words k0, k1) added to r0, r1 with one Montgomery reduction each */
+FH_HD void fh_ckks_lt_mac4(const uint64_t *v, const uint64_t *k0, const uint64_t *k1, uint64_t q, uint64_t qi,
+                           uint64_t *r0, uint64_t *r1) {
+  unsigned __int128 acc0 = 0, acc1 = 0;
+  for (int k = 0; k < 4; ++k) {
+    acc0 += (unsigned __int128)v[k] * k0[k];
+    acc1 += (unsigned __int128)v[k] * k1[k];
+  }
+  *r0 = fh_mod_add(*r0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
+  *r1 = fh_mod_add(*r1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
+}
+/* the ciphertext's part of a step's terms: pmod x0[src] to t0 (and x1[src] to t1 for a step
+ * without key); x0 NULL: a P row, nothing */
+FH_HD void fh_ckks_lt_plain(const uint64_t *x0, const uint64_t *x1, int keyed, uint32_t src, uint64_t pm, uint64_t pms,
+                            uint64_t q, uint64_t *t0, uint64_t *t1) {
+  if (!x0) return;
+  *t0 = fh_mod_add(*t0, fh_shoup_mul(x0[src], pm, pms, q), q);
+  if (!keyed) *t1 = fh_mod_add(*t1, fh_shoup_mul(x1[src], pm, pms, q), q);
+}
 FH_HD void fh_ckks_lt_terms(const uint64_t *dig, int64_t d_ds, const uint64_t *key, int64_t key_ds, int64_t key_cs,
                             int nd, uint32_t src, const uint64_t *x0, const uint64_t *x1, uint64_t pm, uint64_t pms,
                             uint64_t q, uint64_t qi, uint64_t *t0, uint64_t *t1) {
@@ -429,19 +449,10 @@ FH_HD void fh_ckks_lt_terms(const uint64_t *dig, int64_t d_ds, const uint64_t *k
         k0[k] = key[d * key_ds];
         k1[k] = key[d * key_ds + key_cs];
       }
-      unsigned __int128 acc0 = 0, acc1 = 0;
-      for (int k = 0; k < 4; ++k) {
-        acc0 += (unsigned __int128)v[k] * k0[k];
-        acc1 += (unsigned __int128)v[k] * k1[k];
-      }
-      r0 = fh_mod_add(r0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
-      r1 = fh_mod_add(r1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
+      fh_ckks_lt_mac4(v, k0, k1, q, qi, &r0, &r1);
     }
   }
-  if (x0) {
-    r0 = fh_mod_add(r0, fh_shoup_mul(x0[src], pm, pms, q), q);
-    if (!key) r1 = fh_mod_add(r1, fh_shoup_mul(x1[src], pm, pms, q), q);
-  }
+  fh_ckks_lt_plain(x0, x1, key != NULL, src, pm, pms, q, &r0, &r1);
   *t0 = r0;
   *t1 = r1;
 }
