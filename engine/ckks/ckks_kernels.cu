@@ -353,15 +353,16 @@ __device__ __forceinline__ void ntt_pass_of(const ntt_view src, const ntt_view d
  * (kstride/astride of its view). fuse: the first forward stage multiplies by
  * R / the last inverse stage scales, when it is the transform's t = total/2.
  * reduce: forward outputs fully reduced. */
-template <bool FORWARD, bool PRE = false, class A>
+template <bool FORWARD, bool PRE = false, int MAX_LOG_R = 3, class A>
 __device__ void ntt_stages_with(ntt_view src, ntt_view dst, ntt_view sm, int narr, int log_m, const ntt_geom g,
                                 bool fuse, bool reduce, const A &ar) {
+  static_assert(MAX_LOG_R == 2 || MAX_LOG_R == 3, "passes of 2 or 3 stages at most");
   const int M = 1 << log_m;
   int done = 0;
   ntt_view from = src;
   while (done < log_m) {
     const int rem = log_m - done;
-    const int r = rem >= 3 ? 3 : rem;
+    const int r = rem >= MAX_LOG_R ? MAX_LOG_R : rem;
     const bool first = done == 0, last = r == rem;
     const ntt_view to = last ? dst : sm;
     /* forward passes go down from t = M/2, inverse ones up from t = 1 */
@@ -369,7 +370,8 @@ __device__ void ntt_stages_with(ntt_view src, ntt_view dst, ntt_view sm, int nar
     /* the stage t = total / 2 is the arrays' first forward / last inverse stage when they
      * span the transform */
     const bool fused = fuse && log_m == g.log_total && (FORWARD ? first : last);
-    if (r == 3) ntt_pass_of<8, FORWARD, PRE>(from, to, narr, M, log_tlo, g, first, last, fused, reduce && last, ar);
+    if (MAX_LOG_R == 3 && r == 3)
+      ntt_pass_of<MAX_LOG_R == 3 ? 8 : 4, FORWARD, PRE>(from, to, narr, M, log_tlo, g, first, last, fused, reduce && last, ar);
     else if (r == 2) ntt_pass_of<4, FORWARD, PRE>(from, to, narr, M, log_tlo, g, first, last, fused, reduce && last, ar);
     else ntt_pass_of<2, FORWARD, PRE>(from, to, narr, M, log_tlo, g, first, last, fused, reduce && last, ar);
     __syncthreads();
@@ -861,19 +863,19 @@ __device__ __forceinline__ uint64_t conv_flagged_fp_n(const uint64_t *y, const c
  * pointers to column c0 are formed once, so a word costs one 32-bit offset (its row in
  * the tile times N2 plus its column) and a wide add. FP: the conversion in doubles
  * (conv_flagged_fp_n; NS from 1 to 4 only). */
-template <bool FP, int NS, int CONV_LOADS>
+template <bool FP, int NS, int CONV_LOADS, int THREADS>
 __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
                                             const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
   const int cols = 1 << log_cols;
   if constexpr (NS > 0) {
     constexpr int E = CONV_LOADS / NS > 0 ? CONV_LOADS / NS : 1; /* coefficients per round */
-    constexpr int PER = NTT_TILE / NTT_THREADS;
-    static_assert(NTT_THREADS % 32 == 0, "a round of the block spans whole rows of the tile");
-    /* coefficient e = tid + it NTT_THREADS of the tile is row e >> log_cols, column
-     * e & (cols - 1); cols divides NTT_THREADS, so round it is the thread's first word
-     * plus it (NTT_THREADS / cols) rows: a pointer per source and one 32-bit step */
+    constexpr int PER = NTT_TILE / THREADS;
+    static_assert(THREADS % 32 == 0, "a round of the block spans whole rows of the tile");
+    /* coefficient e = tid + it THREADS of the tile is row e >> log_cols, column
+     * e & (cols - 1); cols divides THREADS, so round it is the thread's first word
+     * plus it (THREADS / cols) rows: a pointer per source and one 32-bit step */
     const uint32_t j0 = (uint32_t)((threadIdx.x >> log_cols) * n2 + (threadIdx.x & (cols - 1)));
-    const uint32_t step = (uint32_t)(NTT_THREADS >> log_cols) * (uint32_t)n2;
+    const uint32_t step = (uint32_t)(THREADS >> log_cols) * (uint32_t)n2;
     const uint64_t *src[NS];
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
@@ -893,28 +895,29 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
 #pragma unroll
       for (int m = 0; m < E; ++m)
         if (it0 + m < PER)
-          sm[threadIdx.x + (it0 + m) * NTT_THREADS] =
+          sm[threadIdx.x + (it0 + m) * THREADS] =
               FP ? conv_flagged_fp_n<NS>(y[m], k, c) : conv_flagged_n<NS>(y[m], k, c, center);
     }
   } else {
-    for (int it = 0; it < NTT_TILE / NTT_THREADS; ++it) {
-      const int e = threadIdx.x + it * NTT_THREADS;
+    for (int it = 0; it < NTT_TILE / THREADS; ++it) {
+      const int e = threadIdx.x + it * THREADS;
       const int64_t j = (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1));
       sm[e] = conv_flagged(base, j, ns, k, c, center);
     }
   }
 }
-/* FP needs 1 to 4 sources (ks1 checks); the integer conversion takes any number */
-template <bool FP, int LOADS>
+/* FP needs 1 to 4 sources (ks1 checks); the integer conversion takes any number; a
+ * block of THREADS threads */
+template <bool FP, int LOADS, int THREADS = NTT_THREADS>
 __device__ __forceinline__ void conv_fill(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
                                           const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
   switch (ns) {
-  case 1: conv_fill_n<FP, 1, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 2: conv_fill_n<FP, 2, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 3: conv_fill_n<FP, 3, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 4: conv_fill_n<FP, 4, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 1: conv_fill_n<FP, 1, LOADS, THREADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 2: conv_fill_n<FP, 2, LOADS, THREADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 3: conv_fill_n<FP, 3, LOADS, THREADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 4: conv_fill_n<FP, 4, LOADS, THREADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
   default:
-    if constexpr (!FP) conv_fill_n<false, 0, LOADS>(sm, base, ns, k, c, center, log_cols, n2, c0);
+    if constexpr (!FP) conv_fill_n<false, 0, LOADS, THREADS>(sm, base, ns, k, c, center, log_cols, n2, c0);
   }
 }
 
@@ -953,8 +956,12 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
 
 /* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128) */
 /* FP_CONV: the conversion in doubles where it applies (conv_fill<true>) */
-template <int MIN_BLOCKS, int LOADS, bool FP_CONV>
-__global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+/* THREADS: NTT_THREADS (8 words a thread, passes of up to 3 stages) or twice that (4 words,
+ * passes of 2 stages, at most 64 registers: more warps per SM) */
+template <int MIN_BLOCKS, int LOADS, bool FP_CONV, int THREADS = NTT_THREADS>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+  constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
+  static_assert(THREADS == NTT_THREADS || THREADS == 2 * NTT_THREADS, "ks1: 4 or 8 words a thread");
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
   const fh_ckks_modup_args &u = a.up;
@@ -985,15 +992,19 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
       for (int e = threadIdx.x; e < tile; e += blockDim.x)
         sm[e] = in[(int64_t)r * n + (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1))];
     } else if (fpc) {
-      conv_fill<true, LOADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
+      conv_fill<true, LOADS, THREADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
     } else {
-      conv_fill<false, LOADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
+      conv_fill<false, LOADS, THREADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
     }
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + c0, n2, 1};
-    if (fpc) ntt_stages_with<true>(src, dst, src, cols, sp.log_n1, geo, true, false, fp_arith_in{fp_arith_of(c, P, true)});
-    else ntt_stages<true>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
+    if (fpc)
+      ntt_stages_with<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false,
+                                              fp_arith_in{fp_arith_of(c, P, true)});
+    else if (P.fw)
+      ntt_stages_with<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false, fp_arith_of(c, P, true));
+    else ntt_stages_with<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false, int_arith{P, c});
   }
 }
 
@@ -1006,7 +1017,6 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
  * digit j+1's scratch tile are on their way, and no thread holds registers for them.
  * Shared memory: two tiles for the digits (double buffered), two for the key: 64 KiB, so
  * three blocks per SM fit. */
-constexpr int KS2_PER_THREAD = NTT_TILE / NTT_THREADS;
 constexpr int KS2_TILE_BYTES = NTT_TILE * (int)sizeof(uint64_t);
 constexpr size_t KS2_SMEM = 4 * (size_t)KS2_TILE_BYTES;
 
@@ -1039,9 +1049,15 @@ __device__ __forceinline__ void tile_load(uint64_t *dst, const uint64_t *src, ui
 }
 
 /* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128); FP_MAC:
- * the inner product in doubles for primes below 2^45 (else Montgomery products) */
-template <int MIN_BLOCKS, bool FP_MAC>
-__global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+ * the inner product in doubles for primes below 2^45 (else Montgomery products);
+ * THREADS: NTT_THREADS (8 words a thread, passes of up to 3 stages) or twice that (4 words a
+ * thread, passes of 2 stages: half the accumulators and butterfly words per thread, for
+ * twice the warps per SM) */
+template <int MIN_BLOCKS, bool FP_MAC, int THREADS>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+  constexpr int KS2_PER_THREAD = NTT_TILE / THREADS;
+  constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
+  static_assert(THREADS == NTT_THREADS || THREADS == 2 * NTT_THREADS, "ks2: 4 or 8 words a thread");
   extern __shared__ __align__(128) uint64_t ks2_sm[];
   __shared__ __align__(8) uint64_t bars[3]; /* the two digit buffers', the key's */
   uint64_t *kb0 = ks2_sm + 2 * NTT_TILE, *kb1 = ks2_sm + 3 * NTT_TILE;
@@ -1106,8 +1122,10 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
     const bool words = own(jd); /* the input's NTT words, else the stages' output */
     if (!words) {
       const ntt_view sv = {db, 1, n2};
-      if (fp) ntt_stages_with<true, true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, fp_arith_raw{fp_arith_of(c, P, true)});
-      else ntt_stages_with<true, true>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
+      if (fp)
+        ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true,
+                                               fp_arith_raw{fp_arith_of(c, P, true)});
+      else ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
     }
     mbar_wait(&bars[2], (uint32_t)(s & 1));
     if (fp) {
@@ -1116,7 +1134,7 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
        * q (1/2 + 7 q 2^-52) < 0.55 q (fh_fp_mul_w), sums exact */
 #pragma unroll
       for (int k = 0; k < KS2_PER_THREAD; ++k) {
-        const int e = threadIdx.x + k * NTT_THREADS;
+        const int e = threadIdx.x + k * THREADS;
         const double x = words ? fh_fp_of_word(db[e]) : __longlong_as_double((long long)db[e]);
         const double s0 = __longlong_as_double((long long)acc0[k]), s1 = __longlong_as_double((long long)acc1[k]);
         acc0[k] = (uint64_t)__double_as_longlong(__dadd_rn(s0, fh_fp_mul_w(x, fh_fp_of_word(kb0[e]), c.fp_q, c.fp_qinv)));
@@ -1125,7 +1143,7 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
     } else {
 #pragma unroll
       for (int k = 0; k < KS2_PER_THREAD; ++k) {
-        const int e = threadIdx.x + k * NTT_THREADS;
+        const int e = threadIdx.x + k * THREADS;
         const uint64_t x = db[e];
         acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, kb0[e], c.q, c.qinv), c.q);
         acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, kb1[e], c.q, c.qinv), c.q);
@@ -1136,7 +1154,7 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks2_kernel(const __gr
       uint64_t *o0 = a.out + g * a.out_gs + (int64_t)r * n + base, *o1 = o0 + a.out_cs;
 #pragma unroll
       for (int k = 0; k < KS2_PER_THREAD; ++k) {
-        const int e = threadIdx.x + k * NTT_THREADS;
+        const int e = threadIdx.x + k * THREADS;
         o0[e] = fp ? fh_fp_mac_word(__longlong_as_double((long long)acc0[k]), c.fp_q, c.fp_qinv, c.q, c.qinv) : acc0[k];
         o1[e] = fp ? fh_fp_mac_word(__longlong_as_double((long long)acc1[k]), c.fp_q, c.fp_qinv, c.q, c.qinv) : acc1[k];
       }
@@ -1192,14 +1210,19 @@ bool ks_split(unsigned blocks) {
 /* ks1's and ks2's register budgets, in blocks per SM: FHELIUM_CUDA_KS1=2 or 3 and
  * FHELIUM_CUDA_KS2=2 or 3 (benchmarking aids), else the defaults */
 constexpr int KS1_BLOCKS_DEFAULT = 3, KS2_BLOCKS_DEFAULT = 2;
-static const char *const two_three[] = {"2", "3", NULL};
+/* ks1's variant as ks2's (KS_WIDE: FHELIUM_CUDA_KS1=w, blocks of twice the threads) */
+constexpr int KS_WIDE = 0;
 int ks1_blocks() {
-  static const int b = env_switch("FHELIUM_CUDA_KS1", two_three);
-  return b < 0 ? KS1_BLOCKS_DEFAULT : b + 2;
+  static const char *const kinds[] = {"2", "3", "w", NULL};
+  static const int b = env_switch("FHELIUM_CUDA_KS1", kinds);
+  return b < 0 ? KS1_BLOCKS_DEFAULT : b == 2 ? KS_WIDE : b + 2;
 }
+/* ks2's variant: 2 or 3 blocks per SM of NTT_THREADS threads, or KS_WIDE (FHELIUM_CUDA_KS2=w):
+ * 2 blocks of twice the threads, 4 words a thread and passes of 2 stages */
 int ks2_blocks() {
-  static const int b = env_switch("FHELIUM_CUDA_KS2", two_three);
-  return b < 0 ? KS2_BLOCKS_DEFAULT : b + 2;
+  static const char *const kinds[] = {"2", "3", "w", NULL};
+  static const int b = env_switch("FHELIUM_CUDA_KS2", kinds);
+  return b < 0 ? KS2_BLOCKS_DEFAULT : b == 2 ? KS_WIDE : b + 2;
 }
 /* The key switch's products in doubles where they apply (ks1's conversion, ks2's inner
  * product: rows of primes below 2^45), the default; FHELIUM_CUDA_KSFP=int keeps the
@@ -1212,8 +1235,9 @@ bool ks_fp_products() {
 
 template <bool FP_CONV>
 void ks1_launch_with(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
-  const int loads = conv_loads();
-  if (ks1_blocks() == 2) ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
+  const int loads = conv_loads(), kb = ks1_blocks();
+  if (kb == KS_WIDE) ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV, 2 * NTT_THREADS><<<grid, 2 * NTT_THREADS, 0, h>>>(a);
+  else if (kb == 2) ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
   else if (loads == 1) ks1_kernel<3, 1, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
   else if (loads == 16) ks1_kernel<3, 16, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
   else ks1_kernel<3, 8, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
@@ -1225,18 +1249,19 @@ void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
 
 /* ks2 needs KS2_SMEM bytes of dynamic shared memory, above the default 48 KiB: allowed
  * once per device (a function attribute, not stream work, so a capture may do it) */
-template <int MIN_BLOCKS, bool FP_MAC>
+template <int MIN_BLOCKS, bool FP_MAC, int THREADS = NTT_THREADS>
 fh_status ks2_launch(const fh_ckks_ks_core_args *a, dim3 grid, cudaStream_t h) {
   static bool ready[64];
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (device)");
   if (dev < 0 || dev >= 64 || !ready[dev]) {
-    e = cudaFuncSetAttribute(ks2_kernel<MIN_BLOCKS, FP_MAC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)KS2_SMEM);
+    e = cudaFuncSetAttribute(ks2_kernel<MIN_BLOCKS, FP_MAC, THREADS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)KS2_SMEM);
     if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (shared memory)");
     if (dev >= 0 && dev < 64) ready[dev] = true;
   }
-  ks2_kernel<MIN_BLOCKS, FP_MAC><<<grid, NTT_THREADS, KS2_SMEM, h>>>(*a);
+  ks2_kernel<MIN_BLOCKS, FP_MAC, THREADS><<<grid, THREADS, KS2_SMEM, h>>>(*a);
   return FH_OK;
 }
 
@@ -1274,8 +1299,11 @@ fh_status k_ks_core(const void *argp, void *stream) {
     ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h);
     const dim3 grid(tiles, u->nrows, gz);
     const bool fpm = ks_fp_products();
-    const fh_status st = ks2_blocks() == 3 ? (fpm ? ks2_launch<3, true>(a, grid, h) : ks2_launch<3, false>(a, grid, h))
-                                           : (fpm ? ks2_launch<2, true>(a, grid, h) : ks2_launch<2, false>(a, grid, h));
+    const int kb = ks2_blocks();
+    fh_status st;
+    if (kb == KS_WIDE) st = fpm ? ks2_launch<2, true, 2 * NTT_THREADS>(a, grid, h) : ks2_launch<2, false, 2 * NTT_THREADS>(a, grid, h);
+    else if (kb == 3) st = fpm ? ks2_launch<3, true>(a, grid, h) : ks2_launch<3, false>(a, grid, h);
+    else st = fpm ? ks2_launch<2, true>(a, grid, h) : ks2_launch<2, false>(a, grid, h);
     if (st != FH_OK) return st;
     return launched("kernel 'ckks_ks_core'");
   }
