@@ -381,11 +381,12 @@ __device__ void ntt_stages_with(ntt_view src, ntt_view dst, ntt_view sm, int nar
 }
 
 /* The stages in the prime's arithmetic: FP64 when it has FP64 twiddle rows. */
-template <bool FORWARD, bool PRE = false>
+template <bool FORWARD, bool PRE = false, int MAX_LOG_R = 3>
 __device__ void ntt_stages(ntt_view src, ntt_view dst, ntt_view sm, int narr, int log_m, const ntt_geom g,
                            bool fuse, bool reduce, const fh_ckks_prime &c, const ntt_prime &P) {
-  if (P.fw) ntt_stages_with<FORWARD, PRE>(src, dst, sm, narr, log_m, g, fuse, reduce, fp_arith_of(c, P, FORWARD));
-  else ntt_stages_with<FORWARD, PRE>(src, dst, sm, narr, log_m, g, fuse, reduce, int_arith{P, c});
+  if (P.fw)
+    ntt_stages_with<FORWARD, PRE, MAX_LOG_R>(src, dst, sm, narr, log_m, g, fuse, reduce, fp_arith_of(c, P, FORWARD));
+  else ntt_stages_with<FORWARD, PRE, MAX_LOG_R>(src, dst, sm, narr, log_m, g, fuse, reduce, int_arith{P, c});
 }
 
 /* N = N1 x N2 with N2 = 2^ceil(log N / 2) contiguous words per chunk and N1 rows:
@@ -1002,9 +1003,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks1_kernel(const __grid_c
     if (fpc)
       ntt_stages_with<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false,
                                               fp_arith_in{fp_arith_of(c, P, true)});
-    else if (P.fw)
-      ntt_stages_with<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false, fp_arith_of(c, P, true));
-    else ntt_stages_with<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false, int_arith{P, c});
+    else ntt_stages<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
   }
 }
 
@@ -1349,8 +1348,11 @@ __global__ void __launch_bounds__(EW_THREADS) md0_kernel(const __grid_constant__
   }
 }
 
-template <int LOADS>
-__global__ void __launch_bounds__(NTT_THREADS, 3) md1_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+/* THREADS: NTT_THREADS at three blocks per SM, or twice that at two (4 words a thread, passes
+ * of at most two stages: 32 warps per SM; FHELIUM_CUDA_MD=w) */
+template <int LOADS, int THREADS = NTT_THREADS>
+__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md1_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+  constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
   const fh_ckks_bconv_args &b = a.conv;
@@ -1368,11 +1370,11 @@ __global__ void __launch_bounds__(NTT_THREADS, 3) md1_kernel(const __grid_consta
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, b.ngroups) {
     const uint64_t *in = b.in + g * b.in_gs;
-    conv_fill<false, LOADS>(sm, in, ns, kc, c, center, log_cols, n2, c0);
+    conv_fill<false, LOADS, THREADS>(sm, in, ns, kc, c, center, log_cols, n2, c0);
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {b.out + g * b.out_gs + (int64_t)b.dst_row[l] * n + c0, n2, 1};
-    ntt_stages<true>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
+    ntt_stages<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
   }
 }
 
@@ -1385,8 +1387,11 @@ __device__ __forceinline__ void cp_async_word(uint64_t *dst, const uint64_t *src
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-constexpr int MD2_PER_THREAD = NTT_TILE / NTT_THREADS;
-__global__ void __launch_bounds__(NTT_THREADS, 3) md2_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+/* THREADS as md1's */
+template <int THREADS = NTT_THREADS>
+__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md2_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+  constexpr int MD2_PER_THREAD = NTT_TILE / THREADS;
+  constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
   __shared__ uint64_t sm[NTT_TILE];
   /* the tile's words of a and of add: copied while the stages run, each by the thread
    * that reads it */
@@ -1411,17 +1416,17 @@ __global__ void __launch_bounds__(NTT_THREADS, 3) md2_kernel(const __grid_consta
     const ntt_view src = {b.out + gg * b.out_gs + (int64_t)b.dst_row[l] * n + base, 1, n2};
 #pragma unroll
     for (int k = 0; k < MD2_PER_THREAD; ++k) {
-      const int e = threadIdx.x + k * NTT_THREADS;
+      const int e = threadIdx.x + k * THREADS;
       cp_async_word(xs + e, x + e);
       if (z) cp_async_word(zs + e, z + e);
     }
     cp_async_commit();
-    ntt_stages<true, true>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
+    ntt_stages<true, true, MAX_LOG_R>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
     cp_async_wait();
     uint64_t *o = a.out[comp] + g * a.out_gs + (int64_t)l * n + base;
 #pragma unroll
     for (int k = 0; k < MD2_PER_THREAD; ++k) {
-      const int e = threadIdx.x + k * NTT_THREADS;
+      const int e = threadIdx.x + k * THREADS;
       const uint64_t r = fh_shoup_mul(xs[e] + (c.q - sm[e]), w, ws, c.q);
       o[e] = z ? fh_mod_add(r, zs[e], c.q) : r;
     }
@@ -1430,6 +1435,13 @@ __global__ void __launch_bounds__(NTT_THREADS, 3) md2_kernel(const __grid_consta
 }
 
 fh_status k_ew(const void *argp, void *stream);
+
+/* md1 and md2 in blocks of twice NTT_THREADS threads: FHELIUM_CUDA_MD=w (a benchmarking aid) */
+bool md_wide() {
+  static const char *const kinds[] = {"3", "w", NULL};
+  static const int m = env_switch("FHELIUM_CUDA_MD", kinds);
+  return m == 1;
+}
 
 fh_status k_moddown(const void *argp, void *stream) {
   const fh_ckks_moddown_args *a = (const fh_ckks_moddown_args *)argp;
@@ -1483,6 +1495,11 @@ fh_status k_moddown(const void *argp, void *stream) {
   if (b->nsrc > 0) md0_kernel<<<dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h>>>(*a);
   const dim3 grid(tiles, b->ndst, gz);
   const int loads = conv_loads();
+  if (md_wide()) {
+    md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS><<<grid, 2 * NTT_THREADS, 0, h>>>(*a);
+    md2_kernel<2 * NTT_THREADS><<<dim3(tiles, b->ndst, gz), 2 * NTT_THREADS, 0, h>>>(*a);
+    return launched("kernel 'ckks_moddown'");
+  }
   if (loads == 1) md1_kernel<1><<<grid, NTT_THREADS, 0, h>>>(*a);
   else if (loads == 16) md1_kernel<16><<<grid, NTT_THREADS, 0, h>>>(*a);
   else md1_kernel<8><<<grid, NTT_THREADS, 0, h>>>(*a);
