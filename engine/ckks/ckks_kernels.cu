@@ -1508,7 +1508,13 @@ fh_status k_moddown(const void *argp, void *stream) {
 }
 
 /* ==== key-switching inner product ==================================================== */
-__global__ void __launch_bounds__(EW_THREADS) ks_kernel(const __grid_constant__ fh_ckks_ks_args a) {
+/* WIDE (FHELIUM_CUDA_KSI=w, a benchmarking aid until measured): for up to KS_WIDE_DIGITS
+ * digits, every word of a coefficient (the digits' gathers, both key rows) is loaded before
+ * any product, as the linear transform's sum does, at three blocks per SM; the same sums mod
+ * q, so the same words */
+constexpr int KS_WIDE_DIGITS = 9;
+template <bool WIDE>
+__global__ void __launch_bounds__(EW_THREADS, WIDE ? 3 : 0) ks_kernel(const __grid_constant__ fh_ckks_ks_args a) {
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
   const fh_ckks_prime &pr = a.primes[a.prime[l]];
@@ -1522,6 +1528,23 @@ __global__ void __launch_bounds__(EW_THREADS) ks_kernel(const __grid_constant__ 
       /* the digits' slot (a rotation's automorphism read in place: the gathers of a warp stay
        * in one aligned 256-byte run, see the linear transform) */
       const int64_t src = a.galois > 1 ? (int64_t)fh_ckks_automorph_src((uint32_t)j, a.galois, a.log_n) : j;
+      if (WIDE && a.ndigits <= KS_WIDE_DIGITS) {
+        /* padded to whole groups of 4 with zeros the compiler folds away */
+        constexpr int PAD = (KS_WIDE_DIGITS + 3) / 4 * 4;
+        uint64_t v[PAD], k0[PAD], k1[PAD];
+#pragma unroll
+        for (int d = 0; d < PAD; ++d) {
+          const bool on = d < KS_WIDE_DIGITS && d < a.ndigits;
+          v[d] = on ? dig[d * a.digit_stride + src] : 0;
+          k0[d] = on ? key[d * a.key_ds + j] : 0;
+          k1[d] = on ? key[d * a.key_ds + a.key_cs + j] : 0;
+        }
+#pragma unroll
+        for (int d0 = 0; d0 < PAD; d0 += 4) fh_ckks_lt_mac4(v + d0, k0 + d0, k1 + d0, q, qi, &r0, &r1);
+        o0[j] = r0;
+        o1[j] = r1;
+        continue;
+      }
       /* sums of 4 products < 4 q^2 < q 2^64 (q < 2^62): one Montgomery reduction per 4 digits */
       for (int d0 = 0; d0 < a.ndigits; d0 += 4) {
         const int d1 = d0 + 4 < a.ndigits ? d0 + 4 : a.ndigits;
@@ -1545,7 +1568,11 @@ fh_status k_ks_inner(const void *argp, void *stream) {
   if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
-  ks_kernel<<<dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, (cudaStream_t)stream>>>(*a);
+  static const char *const kinds[] = {"4", "w", NULL};
+  static const int wide = env_switch("FHELIUM_CUDA_KSI", kinds);
+  const dim3 grid(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups));
+  if (wide == 1) ks_kernel<true><<<grid, threads, 0, (cudaStream_t)stream>>>(*a);
+  else ks_kernel<false><<<grid, threads, 0, (cudaStream_t)stream>>>(*a);
   return launched("kernel 'ckks_ks_inner'");
 }
 
