@@ -309,6 +309,30 @@ describe("ckks automorphisms", function()
     end
   end)
 
+  -- the CUDA linear transform's 16-byte loads (FHELIUM_CUDA_LTV=2) read slots i, i + 1 (i even)
+  -- from the aligned pair holding src(i): they rely on src(i ^ 1) == src(i) ^ 1
+  it("maps aligned slot pairs to aligned slot pairs in the NTT domain", function()
+    for _, lg in ipairs { log_n, 10 } do
+      local m = 2 ^ lg
+      local tbm = lg == log_n and tb or C.tables(lg, u64(C.find_primes(50, lg, 1):tolist(), 1), 1)
+      local idx = {}
+      for j = 0, m - 1 do idx[j + 1] = j end
+      local t = fh.tensor({ idx }, { dtype = "uint64" })
+      for _, g in ipairs { 5, 25, 2 * m - 1, 3, 2 * m - 5, (5 ^ 7) % (2 * m) } do
+        local src = C.automorph(tbm, t, { 0 }, g, true):tolist()[1] -- slot i reads slot src[i + 1]
+        local seen = {}
+        for i = 0, m - 1, 2 do
+          local a, b = tonumber(src[i + 1]), tonumber(src[i + 2])
+          assert.equal(bit.bxor(a, 1), b, ("g = %d, N = %d, slots %d and %d"):format(g, m, i, i + 1))
+          seen[a] = true
+        end
+        local count = 0
+        for _ in pairs(seen) do count = count + 1 end
+        assert.equal(m / 2, count) -- a permutation of the pairs
+      end
+    end
+  end)
+
   it("rejects even Galois elements", function()
     local t = fh.zeros({ 2, n }, { dtype = "uint64" })
     H.expect_error("ValueError", "must be odd", C.automorph, tb, t, { 0, 1 }, 4, false)

@@ -1671,6 +1671,120 @@ __global__ void __launch_bounds__(EW_THREADS, 3) lt_lanes_kernel(const __grid_co
   }
 }
 
+/* lt_lanes_kernel with two adjacent coefficients a thread (FHELIUM_CUDA_LTV=2, a
+ * benchmarking aid until measured): every word comes by 16-byte loads, so a warp reads 512
+ * contiguous bytes of each key row and half the load instructions. An automorphism maps an
+ * aligned pair of slots to an aligned pair (src(i ^ 1) = src(i) ^ 1), so the digits' pair
+ * is one load too, its words swapped when src(i) is odd. Up to LT_WIDE digits, at two blocks
+ * per SM (the words of two coefficients in registers); the same sums mod q, so the same
+ * words. Needs lt_pairs_aligned. */
+__device__ __forceinline__ ulonglong2 ld_pair(const uint64_t *p) { return *(const ulonglong2 *)p; }
+template <int LANES>
+__global__ void __launch_bounds__(EW_THREADS, 2) lt_pairs_kernel(const __grid_constant__ fh_ckks_lt_args a) {
+  constexpr int PAIRS = EW_THREADS / LANES;
+  __shared__ uint64_t part[2][LANES > 1 ? LANES - 1 : 1][2 * PAIRS];
+  const int l = blockIdx.y;
+  const int64_t n = (int64_t)1 << a.log_n;
+  const fh_ckks_prime &pr = a.primes[a.prime[l]];
+  const uint64_t q = pr.q, qi = pr.qinv;
+  const bool qrow = l < a.nq_rows;
+  const uint64_t pm = qrow ? a.pmod[l] : 0, pms = qrow ? a.pmod_shoup[l] : 0;
+  const int nd = a.ndigits;
+  const int lane = threadIdx.x / PAIRS, c = threadIdx.x % PAIRS;
+  const int64_t i = 2 * ((int64_t)blockIdx.x * PAIRS + c); /* even: the pair i, i + 1 */
+  const bool live = i < n;
+  GROUPS(g, a.ngroups) {
+    uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
+    const uint64_t *dig = a.d ? a.d + g * a.d_gs + (int64_t)l * n : NULL;
+    const uint64_t *x0 = a.x + g * a.x_gs + (int64_t)l * n, *x1 = x0 + a.x_cs;
+    uint64_t r[2][2] = {{0, 0}, {0, 0}}; /* [coefficient i + e][component] */
+    for (int s = lane; live && s < a.nsteps; s += LANES) {
+      const uint64_t *key = a.key[s];
+      const uint32_t s0 = key ? fh_ckks_automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
+      const uint32_t sb = s0 & ~1u, odd = s0 & 1u; /* the aligned source pair; coefficient i reads word odd */
+      const ulonglong2 p2 = ld_pair(a.pt[s] + g * a.pt_gs[s] + (int64_t)l * n + i);
+      uint64_t t[2][2] = {{0, 0}, {0, 0}};
+      if (key) {
+        const uint64_t *kr = key + (int64_t)a.key_row[l] * n + i;
+        ulonglong2 v[LT_WIDE], k0[LT_WIDE], k1[LT_WIDE];
+#pragma unroll
+        for (int d = 0; d < LT_WIDE; ++d) {
+          const bool on = d < nd;
+          const ulonglong2 z = make_ulonglong2(0, 0);
+          v[d] = on ? ld_pair(dig + d * a.d_ds + sb) : z;
+          k0[d] = on ? ld_pair(kr + d * a.key_ds) : z;
+          k1[d] = on ? ld_pair(kr + d * a.key_ds + a.key_cs) : z;
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          uint64_t ve[LT_WIDE], ke0[LT_WIDE], ke1[LT_WIDE];
+#pragma unroll
+          for (int d = 0; d < LT_WIDE; ++d) {
+            ve[d] = (odd ^ (uint32_t)e) ? v[d].y : v[d].x; /* slot s0 ^ e of the pair */
+            ke0[d] = e ? k0[d].y : k0[d].x;
+            ke1[d] = e ? k1[d].y : k1[d].x;
+          }
+#pragma unroll
+          for (int d0 = 0; d0 < LT_WIDE; d0 += 4)
+            fh_ckks_lt_mac4(ve + d0, ke0 + d0, ke1 + d0, q, qi, &t[e][0], &t[e][1]);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        fh_ckks_lt_plain(qrow ? x0 : NULL, x1, key != NULL, s0 ^ (uint32_t)e, pm, pms, q, &t[e][0], &t[e][1]);
+        const uint64_t p = e ? p2.y : p2.x;
+        r[e][0] = fh_mod_add(r[e][0], fh_mont_mul(t[e][0], p, q, qi), q);
+        r[e][1] = fh_mod_add(r[e][1], fh_mont_mul(t[e][1], p, q, qi), q);
+      }
+    }
+    if (LANES > 1 && lane > 0) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        part[0][lane - 1][2 * c + e] = r[e][0];
+        part[1][lane - 1][2 * c + e] = r[e][1];
+      }
+    }
+    if (LANES > 1) __syncthreads();
+    if (lane == 0 && live) {
+      if (a.accumulate) {
+        const ulonglong2 a0 = ld_pair(o0 + i), a1 = ld_pair(o1 + i);
+        r[0][0] = fh_mod_add(r[0][0], a0.x, q);
+        r[1][0] = fh_mod_add(r[1][0], a0.y, q);
+        r[0][1] = fh_mod_add(r[0][1], a1.x, q);
+        r[1][1] = fh_mod_add(r[1][1], a1.y, q);
+      }
+#pragma unroll
+      for (int k = 0; k < LANES - 1; ++k)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          r[e][0] = fh_mod_add(r[e][0], part[0][k][2 * c + e], q);
+          r[e][1] = fh_mod_add(r[e][1], part[1][k][2 * c + e], q);
+        }
+      *(ulonglong2 *)(o0 + i) = make_ulonglong2(r[0][0], r[1][0]);
+      *(ulonglong2 *)(o1 + i) = make_ulonglong2(r[0][1], r[1][1]);
+    }
+    if (LANES > 1) __syncthreads(); /* the next group's partial sums reuse part */
+  }
+}
+
+/* Whether lt_pairs_kernel applies: at most LT_WIDE digits, N >= 2 EW_THREADS, and every
+ * pair it loads or stores 16-byte aligned (the rows' bases and strides even in words) */
+bool lt_pairs_aligned(const fh_ckks_lt_args *a) {
+  if (a->ndigits > LT_WIDE || a->log_n < 9) return false;
+  uintptr_t m = (uintptr_t)a->out | (uintptr_t)a->d;
+  m |= (uintptr_t)(a->out_gs | a->out_cs | a->d_gs | a->d_ds | a->key_ds | a->key_cs) * sizeof(uint64_t);
+  for (int s = 0; s < a->nsteps; ++s) {
+    m |= (uintptr_t)a->key[s] | (uintptr_t)a->pt[s];
+    m |= (uintptr_t)a->pt_gs[s] * sizeof(uint64_t);
+  }
+  return (m & 15u) == 0;
+}
+int lt_pairs_switch() {
+  static const char *const kinds[] = {"1", "2", NULL};
+  static const int v = env_switch("FHELIUM_CUDA_LTV", kinds);
+  return v == 1 ? 2 : 1;
+}
+
 /* Lanes per coefficient: FHELIUM_CUDA_LT=1, 2, 4 or 8 (a benchmarking aid), else
  * LT_LANES_DEFAULT, never more than the launch's steps. */
 constexpr int LT_LANES_DEFAULT = 4;
@@ -1688,6 +1802,16 @@ fh_status k_lt(const void *argp, void *stream) {
   const int64_t n = (int64_t)1 << a->log_n;
   cudaStream_t h = (cudaStream_t)stream;
   int lanes = lt_lanes(a->nsteps);
+  if (lt_pairs_switch() == 2 && lt_pairs_aligned(a)) {
+    const dim3 pgrid(blocks_for(n / 2, EW_THREADS / lanes), a->nrows, grid_z(a->ngroups));
+    switch (lanes) {
+    case 8: lt_pairs_kernel<8><<<pgrid, EW_THREADS, 0, h>>>(*a); break;
+    case 4: lt_pairs_kernel<4><<<pgrid, EW_THREADS, 0, h>>>(*a); break;
+    case 2: lt_pairs_kernel<2><<<pgrid, EW_THREADS, 0, h>>>(*a); break;
+    default: lt_pairs_kernel<1><<<pgrid, EW_THREADS, 0, h>>>(*a);
+    }
+    return launched("kernel 'ckks_lt'");
+  }
   if (n < EW_THREADS / lanes) lanes = 1;
   const dim3 grid(blocks_for(n, EW_THREADS / lanes), a->nrows, grid_z(a->ngroups));
   switch (lanes) {

@@ -408,12 +408,6 @@ typedef struct fh_ckks_lt_args {
   uint64_t pmod[FH_CKKS_MAX_PRIMES], pmod_shoup[FH_CKKS_MAX_PRIMES];
 } fh_ckks_lt_args;
 
-/* One coefficient i of one row of a linear-transform step, both back ends' code: dig points at
- * the row of digit 0 (digit j at dig + j d_ds), key at the row and coefficient of digit 0's
- * first component (NULL: a step without key), x0/x1 at the ciphertext's rows (NULL: a P row),
- * src the automorphism's source slot. t0, t1 receive the step's two terms before the
- * plaintext product: the digits' inner products with the key (Montgomery, reduced per 4
- * digits: 4 products < 4 q^2 < q 2^64) plus pmod x_c'[src] (shoup pair pm, pms). */
 /* fh_ckks_lt_terms' pieces, which the CUDA sum also uses for its wider loads: four digits'
  * words v (times key words k0, k1) added to r0, r1 with one Montgomery reduction each */
 FH_HD void fh_ckks_lt_mac4(const uint64_t *v, const uint64_t *k0, const uint64_t *k1, uint64_t q, uint64_t qi,
@@ -434,6 +428,12 @@ FH_HD void fh_ckks_lt_plain(const uint64_t *x0, const uint64_t *x1, int keyed, u
   *t0 = fh_mod_add(*t0, fh_shoup_mul(x0[src], pm, pms, q), q);
   if (!keyed) *t1 = fh_mod_add(*t1, fh_shoup_mul(x1[src], pm, pms, q), q);
 }
+/* One coefficient i of one row of a linear-transform step, both back ends' code: dig points at
+ * the row of digit 0 (digit j at dig + j d_ds), key at the row and coefficient of digit 0's
+ * first component (NULL: a step without key), x0/x1 at the ciphertext's rows (NULL: a P row),
+ * src the automorphism's source slot. t0, t1 receive the step's two terms before the
+ * plaintext product: the digits' inner products with the key (Montgomery, reduced per 4
+ * digits: 4 products < 4 q^2 < q 2^64) plus pmod x_c'[src] (shoup pair pm, pms). */
 FH_HD void fh_ckks_lt_terms(const uint64_t *dig, int64_t d_ds, const uint64_t *key, int64_t key_ds, int64_t key_cs,
                             int nd, uint32_t src, const uint64_t *x0, const uint64_t *x1, uint64_t pm, uint64_t pms,
                             uint64_t q, uint64_t qi, uint64_t *t0, uint64_t *t1) {
