@@ -14,27 +14,7 @@ local function addmod(a, b, q)
   return s
 end
 local function submod(a, b, q) return a >= b and a - b or a + q - b end
--- double-and-add: exact for q < 2^62 (2r < 2^63)
-local function mulmod(a, b, q)
-  a = a % q
-  b = b % q
-  local r = 0ULL
-  for i = 63, 0, -1 do
-    r = addmod(r, r, q)
-    if bit.band(bit.rshift(b, i), 1ULL) ~= 0ULL then r = addmod(r, a, q) end
-  end
-  return r
-end
-local function powmod(a, e, q)
-  local r = 1ULL
-  a = a % q
-  while e > 0ULL do
-    if bit.band(e, 1ULL) ~= 0ULL then r = mulmod(r, a, q) end
-    a = mulmod(a, a, q)
-    e = bit.rshift(e, 1)
-  end
-  return r
-end
+local mulmod, powmod = H.mulmod, H.powmod
 local function r_mod(q) return mulmod(0x8000000000000000ULL % q, 2ULL, q) end -- 2^64 mod q
 local function bitrev(x, bits)
   local r = 0

@@ -19,20 +19,7 @@ local function refuses(kind, message, fn) return H.expect_error(kind, plain(mess
 
 local function u64(list) return fh.tensor(list, { dtype = "uint64" }):view(#list) end
 
--- x * w mod q by double-and-add in uint64 cdata (exact: 2q < 2^63)
-local function mulmod(a, b, q)
-  local r = 0ULL
-  a = a % q
-  for i = 63, 0, -1 do
-    r = r + r
-    if r >= q then r = r - q end
-    if bit.band(bit.rshift(b, i), 1ULL) ~= 0ULL then
-      r = r + a
-      if r >= q then r = r - q end
-    end
-  end
-  return r
-end
+local mulmod, powmod = H.mulmod, H.powmod
 
 -- an integer-valued number (|x| < 2^53) modulo q, as uint64
 local function num_mod(x, q)
@@ -104,17 +91,6 @@ describe("FP64 modular products (fh_fp_mul, the CPU twin)", function()
     refuses("ValueError", "_ckks.fp_mul: argument 2 (w) expected w < q", function() C.fp_mul(1, 97, 97) end)
   end)
 end)
-
--- a^e mod q by square-and-multiply (uint64 cdata)
-local function powmod(a, e, q)
-  local r, b = 1ULL, a % q
-  while e > 0ULL do
-    if bit.band(e, 1ULL) ~= 0ULL then r = mulmod(r, b, q) end
-    b = mulmod(b, b, q)
-    e = bit.rshift(e, 1)
-  end
-  return r
-end
 
 describe("FP64 key-switch inner products (fh_fp_mac, the CPU twin of ks2's)", function()
   local seed = H.seed("ckks fp64 inner products")

@@ -4,18 +4,7 @@ local fh = require "fhelium"
 local cli = require "spec.support.cli"
 local H = require "spec.helpers"
 
--- a * b mod q for uint64 cdata with q < 2^62, by doubling (no 128-bit
--- arithmetic in Lua): every intermediate stays below 2^63
-local function mulmod(a, b, q)
-  a, b = a % q, b % q
-  local r = 0ULL
-  while b > 0ULL do
-    if b % 2ULL == 1ULL then r = (r + a) % q end
-    a = (a * 2ULL) % q
-    b = b / 2ULL
-  end
-  return r
-end
+local mulmod = H.mulmod
 
 describe("examples/quickstart.lua", function()
   local r = cli.run { cli.root .. "/examples/quickstart.lua" }

@@ -5,6 +5,7 @@
 -- H.gpu_window_it is the project's own (compute-sanitizer, scripts/gpu-check).
 local testing = require "fhelium.testing"
 local luassert = require "luassert"
+local bit = require "bit"
 local H = {}
 
 H.has_gpu = testing.has_gpu()
@@ -55,6 +56,32 @@ function H.map2(a, b, f)
   if type(a) ~= "table" then return f(a, b) end
   local r = {}
   for i = 1, #a do r[i] = H.map2(a[i], b[i], f) end
+  return r
+end
+
+--- Reference modular arithmetic on uint64 cdata, independent of the C code:
+--- a * b mod q by double-and-add (exact for q < 2^62: every intermediate stays below
+--- 2^63), and a^e mod q by square-and-multiply.
+function H.mulmod(a, b, q)
+  a, b = a % q, b % q
+  local r = 0ULL
+  for i = 63, 0, -1 do
+    r = r + r
+    if r >= q then r = r - q end
+    if bit.band(bit.rshift(b, i), 1ULL) ~= 0ULL then
+      r = r + a
+      if r >= q then r = r - q end
+    end
+  end
+  return r
+end
+function H.powmod(a, e, q)
+  local r, b = 1ULL, a % q
+  while e > 0ULL do
+    if bit.band(e, 1ULL) ~= 0ULL then r = H.mulmod(r, b, q) end
+    b = H.mulmod(b, b, q)
+    e = bit.rshift(e, 1)
+  end
   return r
 end
 
