@@ -1616,24 +1616,50 @@ __device__ __forceinline__ void lt_terms_wide(const uint64_t *dig, int64_t d_ds,
   *t1 = r1;
 }
 
+/* What both sums' threads of row l use: its prime, and for a Q row (qrow) the constant
+ * P mod q (Shoup pair) of the ciphertext's part */
+struct lt_row {
+  uint64_t q, qi, pm, pms;
+  bool qrow;
+};
+__device__ __forceinline__ lt_row lt_row_of(const fh_ckks_lt_args &a, int l) {
+  const fh_ckks_prime &pr = a.primes[a.prime[l]];
+  const bool qrow = l < a.nq_rows;
+  return lt_row{pr.q, pr.qinv, qrow ? a.pmod[l] : 0, qrow ? a.pmod_shoup[l] : 0, qrow};
+}
+/* row l of group g: the outputs' two components, the digits (NULL without), the ciphertext's
+ * two components */
+struct lt_rows {
+  uint64_t *o0, *o1;
+  const uint64_t *dig, *x0, *x1;
+};
+__device__ __forceinline__ lt_rows lt_rows_of(const fh_ckks_lt_args &a, int64_t g, int l, int64_t n) {
+  lt_rows r;
+  r.o0 = a.out + g * a.out_gs + (int64_t)l * n;
+  r.o1 = r.o0 + a.out_cs;
+  r.dig = a.d ? a.d + g * a.d_gs + (int64_t)l * n : NULL;
+  r.x0 = a.x + g * a.x_gs + (int64_t)l * n;
+  r.x1 = r.x0 + a.x_cs;
+  return r;
+}
+
 template <int LANES>
 __global__ void __launch_bounds__(EW_THREADS, 3) lt_lanes_kernel(const __grid_constant__ fh_ckks_lt_args a) {
   constexpr int COEFFS = EW_THREADS / LANES;
   __shared__ uint64_t part[2][LANES > 1 ? LANES - 1 : 1][COEFFS];
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
-  const fh_ckks_prime &pr = a.primes[a.prime[l]];
-  const uint64_t q = pr.q, qi = pr.qinv;
-  const bool qrow = l < a.nq_rows;
-  const uint64_t pm = qrow ? a.pmod[l] : 0, pms = qrow ? a.pmod_shoup[l] : 0;
+  const lt_row w = lt_row_of(a, l);
+  const uint64_t q = w.q, qi = w.qi, pm = w.pm, pms = w.pms;
+  const bool qrow = w.qrow;
   const int nd = a.ndigits;
   const int lane = threadIdx.x / COEFFS, c = threadIdx.x % COEFFS;
   const int64_t i = (int64_t)blockIdx.x * COEFFS + c;
   const bool live = i < n; /* the grid covers n exactly when n >= COEFFS (LANES > 1) */
   GROUPS(g, a.ngroups) {
-    uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
-    const uint64_t *dig = a.d ? a.d + g * a.d_gs + (int64_t)l * n : NULL;
-    const uint64_t *x0 = a.x + g * a.x_gs + (int64_t)l * n, *x1 = x0 + a.x_cs;
+    const lt_rows rows = lt_rows_of(a, g, l, n);
+    uint64_t *o0 = rows.o0, *o1 = rows.o1;
+    const uint64_t *dig = rows.dig, *x0 = rows.x0, *x1 = rows.x1;
     uint64_t r0 = 0, r1 = 0;
     for (int s = lane; live && s < a.nsteps; s += LANES) {
       const uint64_t *key = a.key[s];
@@ -1685,18 +1711,17 @@ __global__ void __launch_bounds__(EW_THREADS, 2) lt_pairs_kernel(const __grid_co
   __shared__ uint64_t part[2][LANES > 1 ? LANES - 1 : 1][2 * PAIRS];
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
-  const fh_ckks_prime &pr = a.primes[a.prime[l]];
-  const uint64_t q = pr.q, qi = pr.qinv;
-  const bool qrow = l < a.nq_rows;
-  const uint64_t pm = qrow ? a.pmod[l] : 0, pms = qrow ? a.pmod_shoup[l] : 0;
+  const lt_row w = lt_row_of(a, l);
+  const uint64_t q = w.q, qi = w.qi, pm = w.pm, pms = w.pms;
+  const bool qrow = w.qrow;
   const int nd = a.ndigits;
   const int lane = threadIdx.x / PAIRS, c = threadIdx.x % PAIRS;
   const int64_t i = 2 * ((int64_t)blockIdx.x * PAIRS + c); /* even: the pair i, i + 1 */
   const bool live = i < n;
   GROUPS(g, a.ngroups) {
-    uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
-    const uint64_t *dig = a.d ? a.d + g * a.d_gs + (int64_t)l * n : NULL;
-    const uint64_t *x0 = a.x + g * a.x_gs + (int64_t)l * n, *x1 = x0 + a.x_cs;
+    const lt_rows rows = lt_rows_of(a, g, l, n);
+    uint64_t *o0 = rows.o0, *o1 = rows.o1;
+    const uint64_t *dig = rows.dig, *x0 = rows.x0, *x1 = rows.x1;
     uint64_t r[2][2] = {{0, 0}, {0, 0}}; /* [coefficient i + e][component] */
     for (int s = lane; live && s < a.nsteps; s += LANES) {
       const uint64_t *key = a.key[s];
@@ -1779,10 +1804,11 @@ bool lt_pairs_aligned(const fh_ckks_lt_args *a) {
   }
   return (m & 15u) == 0;
 }
-int lt_pairs_switch() {
+/* FHELIUM_CUDA_LTV=2: lt_pairs_kernel where it applies */
+bool lt_pairs_on() {
   static const char *const kinds[] = {"1", "2", NULL};
   static const int v = env_switch("FHELIUM_CUDA_LTV", kinds);
-  return v == 1 ? 2 : 1;
+  return v == 1;
 }
 
 /* Lanes per coefficient: FHELIUM_CUDA_LT=1, 2, 4 or 8 (a benchmarking aid), else
@@ -1802,7 +1828,7 @@ fh_status k_lt(const void *argp, void *stream) {
   const int64_t n = (int64_t)1 << a->log_n;
   cudaStream_t h = (cudaStream_t)stream;
   int lanes = lt_lanes(a->nsteps);
-  if (lt_pairs_switch() == 2 && lt_pairs_aligned(a)) {
+  if (lt_pairs_on() && lt_pairs_aligned(a)) {
     const dim3 pgrid(blocks_for(n / 2, EW_THREADS / lanes), a->nrows, grid_z(a->ngroups));
     switch (lanes) {
     case 8: lt_pairs_kernel<8><<<pgrid, EW_THREADS, 0, h>>>(*a); break;
