@@ -2,7 +2,8 @@
 -- What users need too lives in the library, `fhelium.testing`
 -- (docs/testing.md): H.skip_it, H.gpu_it, H.gpus_it, H.seed and H.has_gpu
 -- are its functions; H.expect_error is assert.raises_kind with Lua patterns;
--- H.gpu_window_it is the project's own (compute-sanitizer, scripts/gpu-check).
+-- H.gpu_window_it is the project's own (compute-sanitizer, scripts/gpu-check);
+-- H.mulmod and H.powmod are the specs' reference modular arithmetic.
 local testing = require "fhelium.testing"
 local luassert = require "luassert"
 local bit = require "bit"
