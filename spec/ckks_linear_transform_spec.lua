@@ -149,10 +149,15 @@ describe("CkksEngine:linear_transform", function()
 
   H.gpu_it("gives the CPU engine's words on cuda:0 with the same seed, eager and replayed", function()
     local seed = H.seed("linear_transform cuda")
-    for _, what in ipairs { small, fh.Preset.slots8192_scale40_levels7_int64 } do
+    -- dnum 2 and 8 (the CUDA sum streamed through shared memory, lt_stream_kernel) and dnum 9
+    -- (more digits than it stages: lt_lanes_kernel)
+    local nine = { log_n = 10, q_bits = { 40, 40, 40, 40, 40, 40, 40, 40, 60 }, p_bits = { 60 }, scale = 2 ^ 40,
+      allow_insecure = true }
+    for _, what in ipairs { small, fh.Preset.slots8192_scale40_levels7_int64, nine } do
       local res = {}
       for _, device in ipairs { "cpu", "cuda:0" } do
         local e = fh.CkksEngine(what, { device = device, seed = seed })
+        if what == nine then assert.equal(9, e.dnum) end
         local sk = e:create_secret_key()
         local pk = e:create_public_key(sk)
         local steps = { 0, 1, -3, 1, 2 }
@@ -163,8 +168,7 @@ describe("CkksEngine:linear_transform", function()
         local ct = e:coefficient_domain_to_ntt_domain(e:encrypt_message(m:to(device), pk))
         local _, pts = diagonals(e, g, #steps, S, "QP")
         res[device] = e:linear_transform(ct, steps, pts)
-        -- 20 steps: two launches (FH_CKKS_LT_STEPS = 16, the second accumulating); on CUDA
-        -- every lane count of the kernel's step split runs (FHELIUM_CUDA_LT) in the gpu runs
+        -- 20 steps: two launches (FH_CKKS_LT_STEPS = 16, the second accumulating)
         local steps20, pts20 = {}, {}
         for k = 1, 20 do steps20[k] = steps[(k - 1) % #steps + 1] end
         _, pts20 = diagonals(e, g, #steps20, S, "QP")

@@ -957,12 +957,10 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
 
 /* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128) */
 /* FP_CONV: the conversion in doubles where it applies (conv_fill<true>) */
-/* THREADS: NTT_THREADS (8 words a thread, passes of up to 3 stages) or twice that (4 words,
- * passes of 2 stages, at most 64 registers: more warps per SM) */
-template <int MIN_BLOCKS, int LOADS, bool FP_CONV, int THREADS = NTT_THREADS>
-__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
-  constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
-  static_assert(THREADS == NTT_THREADS || THREADS == 2 * NTT_THREADS, "ks1: 4 or 8 words a thread");
+/* NTT_THREADS threads, 8 words a thread (a wide variant as ks2's lost at every size:
+ * WIDE_MAX_LOG_N) */
+template <int MIN_BLOCKS, int LOADS, bool FP_CONV>
+__global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
   const fh_ckks_modup_args &u = a.up;
@@ -993,17 +991,17 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks1_kernel(const __grid_c
       for (int e = threadIdx.x; e < tile; e += blockDim.x)
         sm[e] = in[(int64_t)r * n + (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1))];
     } else if (fpc) {
-      conv_fill<true, LOADS, THREADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
+      conv_fill<true, LOADS, NTT_THREADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
     } else {
-      conv_fill<false, LOADS, THREADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
+      conv_fill<false, LOADS, NTT_THREADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
     }
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + c0, n2, 1};
     if (fpc)
-      ntt_stages_with<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false,
-                                              fp_arith_in{fp_arith_of(c, P, true)});
-    else ntt_stages<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
+      ntt_stages_with<true, false>(src, dst, src, cols, sp.log_n1, geo, true, false,
+                                   fp_arith_in{fp_arith_of(c, P, true)});
+    else ntt_stages<true, false>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
   }
 }
 
@@ -1206,22 +1204,29 @@ bool ks_split(unsigned blocks) {
   return blocks < 2u * (unsigned)fh__cuda_sm_count(dev);
 }
 
+/* Blocks of twice NTT_THREADS threads, 4 words a thread and passes of at most 2 stages (32
+ * warps per SM against 24 or 16): the default of ks2, md1 and md2 for N <= 2^WIDE_MAX_LOG_N,
+ * where the grids are small and twice the warps hide the latency. Under ncu on the H200
+ * (2026-12-04): md1 + md2 31 -> 20 us at N = 2^14, 48 -> 47 at 2^15, 140 -> 156 at 2^16;
+ * ks2 114 -> 102 us at 2^15, 280 -> 293 at 2^16. (ks1 lost at every size: 24 -> 25, 62 -> 78,
+ * 269 -> 347 us, so it has no wide variant.) */
+constexpr int WIDE_MAX_LOG_N = 15;
+
 /* ks1's and ks2's register budgets, in blocks per SM: FHELIUM_CUDA_KS1=2 or 3 and
- * FHELIUM_CUDA_KS2=2 or 3 (benchmarking aids), else the defaults */
+ * FHELIUM_CUDA_KS2=2, 3 or w (KS_WIDE; benchmarking aids), else the defaults: ks1 at
+ * KS1_BLOCKS_DEFAULT, ks2 wide for N <= 2^WIDE_MAX_LOG_N and at KS2_BLOCKS_DEFAULT above */
 constexpr int KS1_BLOCKS_DEFAULT = 3, KS2_BLOCKS_DEFAULT = 2;
-/* ks1's variant as ks2's (KS_WIDE: FHELIUM_CUDA_KS1=w, blocks of twice the threads) */
 constexpr int KS_WIDE = 0;
 int ks1_blocks() {
-  static const char *const kinds[] = {"2", "3", "w", NULL};
+  static const char *const kinds[] = {"2", "3", NULL};
   static const int b = env_switch("FHELIUM_CUDA_KS1", kinds);
-  return b < 0 ? KS1_BLOCKS_DEFAULT : b == 2 ? KS_WIDE : b + 2;
+  return b < 0 ? KS1_BLOCKS_DEFAULT : b + 2;
 }
-/* ks2's variant: 2 or 3 blocks per SM of NTT_THREADS threads, or KS_WIDE (FHELIUM_CUDA_KS2=w):
- * 2 blocks of twice the threads, 4 words a thread and passes of 2 stages */
-int ks2_blocks() {
+int ks2_blocks(int log_n) {
   static const char *const kinds[] = {"2", "3", "w", NULL};
   static const int b = env_switch("FHELIUM_CUDA_KS2", kinds);
-  return b < 0 ? KS2_BLOCKS_DEFAULT : b == 2 ? KS_WIDE : b + 2;
+  if (b < 0) return log_n <= WIDE_MAX_LOG_N ? KS_WIDE : KS2_BLOCKS_DEFAULT;
+  return b == 2 ? KS_WIDE : b + 2;
 }
 /* The key switch's products in doubles where they apply (ks1's conversion, ks2's inner
  * product: rows of primes below 2^45), the default; FHELIUM_CUDA_KSFP=int keeps the
@@ -1235,8 +1240,7 @@ bool ks_fp_products() {
 template <bool FP_CONV>
 void ks1_launch_with(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
   const int loads = conv_loads(), kb = ks1_blocks();
-  if (kb == KS_WIDE) ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV, 2 * NTT_THREADS><<<grid, 2 * NTT_THREADS, 0, h>>>(a);
-  else if (kb == 2) ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
+  if (kb == 2) ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
   else if (loads == 1) ks1_kernel<3, 1, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
   else if (loads == 16) ks1_kernel<3, 16, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
   else ks1_kernel<3, 8, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
@@ -1298,7 +1302,7 @@ fh_status k_ks_core(const void *argp, void *stream) {
     ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h);
     const dim3 grid(tiles, u->nrows, gz);
     const bool fpm = ks_fp_products();
-    const int kb = ks2_blocks();
+    const int kb = ks2_blocks(u->log_n);
     fh_status st;
     if (kb == KS_WIDE) st = fpm ? ks2_launch<2, true, 2 * NTT_THREADS>(a, grid, h) : ks2_launch<2, false, 2 * NTT_THREADS>(a, grid, h);
     else if (kb == 3) st = fpm ? ks2_launch<3, true>(a, grid, h) : ks2_launch<3, false>(a, grid, h);
@@ -1436,11 +1440,12 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md2_k
 
 fh_status k_ew(const void *argp, void *stream);
 
-/* md1 and md2 in blocks of twice NTT_THREADS threads: FHELIUM_CUDA_MD=w (a benchmarking aid) */
-bool md_wide() {
+/* md1 and md2 wide (blocks of twice NTT_THREADS threads): for N <= 2^WIDE_MAX_LOG_N, or as
+ * FHELIUM_CUDA_MD says (3: three blocks per SM of NTT_THREADS, w: wide; benchmarking aids) */
+bool md_wide(int log_n) {
   static const char *const kinds[] = {"3", "w", NULL};
   static const int m = env_switch("FHELIUM_CUDA_MD", kinds);
-  return m == 1;
+  return m < 0 ? log_n <= WIDE_MAX_LOG_N : m == 1;
 }
 
 fh_status k_moddown(const void *argp, void *stream) {
@@ -1495,7 +1500,7 @@ fh_status k_moddown(const void *argp, void *stream) {
   if (b->nsrc > 0) md0_kernel<<<dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h>>>(*a);
   const dim3 grid(tiles, b->ndst, gz);
   const int loads = conv_loads();
-  if (md_wide()) {
+  if (md_wide(b->log_n)) {
     md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS><<<grid, 2 * NTT_THREADS, 0, h>>>(*a);
     md2_kernel<2 * NTT_THREADS><<<dim3(tiles, b->ndst, gz), 2 * NTT_THREADS, 0, h>>>(*a);
     return launched("kernel 'ckks_moddown'");
@@ -1508,13 +1513,13 @@ fh_status k_moddown(const void *argp, void *stream) {
 }
 
 /* ==== key-switching inner product ==================================================== */
-/* WIDE (FHELIUM_CUDA_KSI=w, a benchmarking aid until measured): for up to KS_WIDE_DIGITS
- * digits, every word of a coefficient (the digits' gathers, both key rows) is loaded before
- * any product, as the linear transform's sum does, at three blocks per SM; the same sums mod
- * q, so the same words */
+/* For up to KS_WIDE_DIGITS digits, every word of a coefficient (the digits' gathers, both
+ * key rows) is loaded before any product, as the linear transform's sum does, at three
+ * blocks per SM: under ncu on the H200 14.5 -> 11.5 us at N = 2^14, and 8 hoisted rotations
+ * at N = 2^16 about 0.3 ms faster than with the digit-by-digit loads (which remain for more
+ * digits). The same sums mod q, so the same words. */
 constexpr int KS_WIDE_DIGITS = 9;
-template <bool WIDE>
-__global__ void __launch_bounds__(EW_THREADS, WIDE ? 3 : 0) ks_kernel(const __grid_constant__ fh_ckks_ks_args a) {
+__global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant__ fh_ckks_ks_args a) {
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
   const fh_ckks_prime &pr = a.primes[a.prime[l]];
@@ -1528,7 +1533,7 @@ __global__ void __launch_bounds__(EW_THREADS, WIDE ? 3 : 0) ks_kernel(const __gr
       /* the digits' slot (a rotation's automorphism read in place: the gathers of a warp stay
        * in one aligned 256-byte run, see the linear transform) */
       const int64_t src = a.galois > 1 ? (int64_t)fh_ckks_automorph_src((uint32_t)j, a.galois, a.log_n) : j;
-      if (WIDE && a.ndigits <= KS_WIDE_DIGITS) {
+      if (a.ndigits <= KS_WIDE_DIGITS) {
         /* padded to whole groups of 4 with zeros the compiler folds away */
         constexpr int PAD = (KS_WIDE_DIGITS + 3) / 4 * 4;
         uint64_t v[PAD], k0[PAD], k1[PAD];
@@ -1568,11 +1573,8 @@ fh_status k_ks_inner(const void *argp, void *stream) {
   if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
-  static const char *const kinds[] = {"4", "w", NULL};
-  static const int wide = env_switch("FHELIUM_CUDA_KSI", kinds);
   const dim3 grid(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups));
-  if (wide == 1) ks_kernel<true><<<grid, threads, 0, (cudaStream_t)stream>>>(*a);
-  else ks_kernel<false><<<grid, threads, 0, (cudaStream_t)stream>>>(*a);
+  ks_kernel<<<grid, threads, 0, (cudaStream_t)stream>>>(*a);
   return launched("kernel 'ckks_ks_inner'");
 }
 
@@ -1697,129 +1699,224 @@ __global__ void __launch_bounds__(EW_THREADS, 3) lt_lanes_kernel(const __grid_co
   }
 }
 
-/* lt_lanes_kernel with two adjacent coefficients a thread (FHELIUM_CUDA_LTV=2, a
- * benchmarking aid until measured): every word comes by 16-byte loads, so a warp reads 512
- * contiguous bytes of each key row and half the load instructions. An automorphism maps an
- * aligned pair of slots to an aligned pair (src(i ^ 1) = src(i) ^ 1), so the digits' pair
- * is one load too, its words swapped when src(i) is odd. Up to LT_WIDE digits, at two blocks
- * per SM (the words of two coefficients in registers); the same sums mod q, so the same
- * words. Needs lt_pairs_aligned. */
-__device__ __forceinline__ ulonglong2 ld_pair(const uint64_t *p) { return *(const ulonglong2 *)p; }
-template <int LANES>
-__global__ void __launch_bounds__(EW_THREADS, 2) lt_pairs_kernel(const __grid_constant__ fh_ckks_lt_args a) {
-  constexpr int PAIRS = EW_THREADS / LANES;
-  __shared__ uint64_t part[2][LANES > 1 ? LANES - 1 : 1][2 * PAIRS];
-  const int l = blockIdx.y;
-  const int64_t n = (int64_t)1 << a.log_n;
-  const lt_row w = lt_row_of(a, l);
-  const uint64_t q = w.q, qi = w.qi, pm = w.pm, pms = w.pms;
-  const bool qrow = w.qrow;
-  const int nd = a.ndigits;
-  const int lane = threadIdx.x / PAIRS, c = threadIdx.x % PAIRS;
-  const int64_t i = 2 * ((int64_t)blockIdx.x * PAIRS + c); /* even: the pair i, i + 1 */
-  const bool live = i < n;
-  GROUPS(g, a.ngroups) {
-    const lt_rows rows = lt_rows_of(a, g, l, n);
-    uint64_t *o0 = rows.o0, *o1 = rows.o1;
-    const uint64_t *dig = rows.dig, *x0 = rows.x0, *x1 = rows.x1;
-    uint64_t r[2][2] = {{0, 0}, {0, 0}}; /* [coefficient i + e][component] */
-    for (int s = lane; live && s < a.nsteps; s += LANES) {
-      const uint64_t *key = a.key[s];
-      const uint32_t s0 = key ? fh_ckks_automorph_src((uint32_t)i, a.galois[s], a.log_n) : (uint32_t)i;
-      const uint32_t sb = s0 & ~1u, odd = s0 & 1u; /* the aligned source pair; coefficient i reads word odd */
-      const ulonglong2 p2 = ld_pair(a.pt[s] + g * a.pt_gs[s] + (int64_t)l * n + i);
-      uint64_t t[2][2] = {{0, 0}, {0, 0}};
-      if (key) {
-        const uint64_t *kr = key + (int64_t)a.key_row[l] * n + i;
-        ulonglong2 v[LT_WIDE], k0[LT_WIDE], k1[LT_WIDE];
-#pragma unroll
-        for (int d = 0; d < LT_WIDE; ++d) {
-          const bool on = d < nd;
-          const ulonglong2 z = make_ulonglong2(0, 0);
-          v[d] = on ? ld_pair(dig + d * a.d_ds + sb) : z;
-          k0[d] = on ? ld_pair(kr + d * a.key_ds) : z;
-          k1[d] = on ? ld_pair(kr + d * a.key_ds + a.key_cs) : z;
-        }
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          uint64_t ve[LT_WIDE], ke0[LT_WIDE], ke1[LT_WIDE];
-#pragma unroll
-          for (int d = 0; d < LT_WIDE; ++d) {
-            ve[d] = (odd ^ (uint32_t)e) ? v[d].y : v[d].x; /* slot s0 ^ e of the pair */
-            ke0[d] = e ? k0[d].y : k0[d].x;
-            ke1[d] = e ? k1[d].y : k1[d].x;
-          }
-#pragma unroll
-          for (int d0 = 0; d0 < LT_WIDE; d0 += 4)
-            fh_ckks_lt_mac4(ve + d0, ke0 + d0, ke1 + d0, q, qi, &t[e][0], &t[e][1]);
-        }
-      }
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        fh_ckks_lt_plain(qrow ? x0 : NULL, x1, key != NULL, s0 ^ (uint32_t)e, pm, pms, q, &t[e][0], &t[e][1]);
-        const uint64_t p = e ? p2.y : p2.x;
-        r[e][0] = fh_mod_add(r[e][0], fh_mont_mul(t[e][0], p, q, qi), q);
-        r[e][1] = fh_mod_add(r[e][1], fh_mont_mul(t[e][1], p, q, qi), q);
-      }
+/* ---- the sum streamed through shared memory (lt_stream_kernel) ----------------------
+ * The sum is bound by the key's reads (each step's key is read once: 16 of a Q row's 26
+ * words of a coefficient and step), and lt_lanes_kernel's warps alternate between loading a
+ * step's words and their products, so DRAM and the ALUs take turns. Here a block copies its
+ * work by cp.async into a ring of LTS_STAGES stages, each holding one step of one tile of
+ * LTS_TILE coefficients of one row: per digit the key's two rows and the aligned block of
+ * LTS_TILE source slots that the tile's automorphism reads (an aligned block of 2^b slots
+ * reads one aligned block of 2^b slots: spec/ckks_arith_spec.lua), the ciphertext's block
+ * and the plaintext's words. While a stage's products run, the next LTS_STAGES - 1 stages
+ * are in flight. The grid is persistent (LTS_BLOCKS blocks per SM walk the (group, row,
+ * tile) items), so a block holds its SM's share of the bandwidth with 8 warps and leaves
+ * the rest of the SM to concurrent streams' kernels.
+ * LTS_PARTS threads per coefficient each take LTS_DIGITS digits of every step and multiply
+ * their partial sum by the plaintext (mont(a + b, p) = mont(a, p) + mont(b, p) mod q), part
+ * 0 adds the ciphertext's term; the parts meet in shared memory at the tile's end. Sums mod
+ * q in another order: the same words as fh_ckks_lt_terms. */
+constexpr int LTS_TILE = 64, LTS_THREADS = 256, LTS_PARTS = LTS_THREADS / LTS_TILE, LTS_DIGITS = 2;
+constexpr int LTS_MAX_DIGITS = LTS_PARTS * LTS_DIGITS, LTS_STAGES = 4;
+/* a stage's rows of LTS_TILE words: dig[LTS_MAX_DIGITS], k0[..], k1[..], x0, x1, pt */
+constexpr int LTS_ROWS = 3 * LTS_MAX_DIGITS + 3;
+constexpr size_t LTS_SMEM = (size_t)LTS_STAGES * LTS_ROWS * LTS_TILE * sizeof(uint64_t);
+static_assert(LTS_DIGITS <= 4, "a part's products reduce once (4 q^2 < q 2^64)");
+
+__device__ __forceinline__ void cp_async16(uint64_t *dst, const uint64_t *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
+               : "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait_n() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* item `item` of the grid's walk: group, row and first coefficient (tiles = 2^log_tiles) */
+struct lts_item {
+  int g, l;
+  int64_t i0;
+};
+__device__ __forceinline__ lts_item lts_item_of(int item, int nrows, int log_tiles) {
+  const int gl = item >> log_tiles, g = gl / nrows;
+  return lts_item{g, gl - g * nrows, (int64_t)(item & ((1 << log_tiles) - 1)) * LTS_TILE};
+}
+/* a block's walk over its chunks: step s of its j-th item (blockIdx.x + j gridDim.x) */
+struct lts_walk {
+  int j, s;
+  __device__ void next(int nsteps) {
+    if (++s == nsteps) {
+      s = 0;
+      ++j;
     }
-    if (LANES > 1 && lane > 0) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        part[0][lane - 1][2 * c + e] = r[e][0];
-        part[1][lane - 1][2 * c + e] = r[e][1];
-      }
-    }
-    if (LANES > 1) __syncthreads();
-    if (lane == 0 && live) {
-      if (a.accumulate) {
-        const ulonglong2 a0 = ld_pair(o0 + i), a1 = ld_pair(o1 + i);
-        r[0][0] = fh_mod_add(r[0][0], a0.x, q);
-        r[1][0] = fh_mod_add(r[1][0], a0.y, q);
-        r[0][1] = fh_mod_add(r[0][1], a1.x, q);
-        r[1][1] = fh_mod_add(r[1][1], a1.y, q);
-      }
-#pragma unroll
-      for (int k = 0; k < LANES - 1; ++k)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          r[e][0] = fh_mod_add(r[e][0], part[0][k][2 * c + e], q);
-          r[e][1] = fh_mod_add(r[e][1], part[1][k][2 * c + e], q);
-        }
-      *(ulonglong2 *)(o0 + i) = make_ulonglong2(r[0][0], r[1][0]);
-      *(ulonglong2 *)(o1 + i) = make_ulonglong2(r[0][1], r[1][1]);
-    }
-    if (LANES > 1) __syncthreads(); /* the next group's partial sums reuse part */
+  }
+};
+
+/* the copies of step s of an item into stage st (the block's threads share them, 16 bytes
+ * each): a row of LTS_TILE words is LTS_TILE / 2 copies */
+__device__ __forceinline__ void lts_issue(const fh_ckks_lt_args &a, const lts_item &it, int s, uint64_t *st,
+                                          int64_t n) {
+  constexpr int HALVES = LTS_TILE / 2;
+  const uint64_t *key = a.key[s];
+  const bool qrow = it.l < a.nq_rows;
+  const int nd = key ? a.ndigits : 0;
+  const int64_t sb =
+      key ? (int64_t)(fh_ckks_automorph_src((uint32_t)it.i0, a.galois[s], a.log_n) & ~(uint32_t)(LTS_TILE - 1))
+          : it.i0;
+  const uint64_t *dig = a.d ? a.d + (int64_t)it.g * a.d_gs + (int64_t)it.l * n + sb : NULL;
+  const uint64_t *krow = key ? key + (int64_t)a.key_row[it.l] * n + it.i0 : NULL;
+  const uint64_t *x0 = a.x + (int64_t)it.g * a.x_gs + (int64_t)it.l * n + sb;
+  /* rows: 0 .. nd-1 digits, M .. M+nd-1 key c0, 2M .. key c1, 3M x0, 3M+1 x1, 3M+2 pt */
+  constexpr int M = LTS_MAX_DIGITS;
+  const int nrows_copied = 3 * M + 3;
+  for (int e = threadIdx.x; e < nrows_copied * HALVES; e += LTS_THREADS) {
+    const int r = e / HALVES, h = (e - r * HALVES) * 2;
+    const uint64_t *from = NULL;
+    if (r < M) from = r < nd ? dig + r * a.d_ds : NULL;
+    else if (r < 2 * M) from = r - M < nd ? krow + (int64_t)(r - M) * a.key_ds : NULL;
+    else if (r < 3 * M) from = r - 2 * M < nd ? krow + (int64_t)(r - 2 * M) * a.key_ds + a.key_cs : NULL;
+    else if (r == 3 * M) from = qrow ? x0 : NULL;
+    else if (r == 3 * M + 1) from = qrow && !key ? x0 + a.x_cs : NULL;
+    else from = a.pt[s] + (int64_t)it.g * a.pt_gs[s] + (int64_t)it.l * n + it.i0;
+    if (from) cp_async16(st + r * LTS_TILE + h, from + h);
   }
 }
 
-/* Whether lt_pairs_kernel applies: at most LT_WIDE digits, N >= 2 EW_THREADS, and every
- * pair it loads or stores 16-byte aligned (the rows' bases and strides even in words) */
-bool lt_pairs_aligned(const fh_ckks_lt_args *a) {
-  if (a->ndigits > LT_WIDE || a->log_n < 9) return false;
-  uintptr_t m = (uintptr_t)a->out | (uintptr_t)a->d;
-  m |= (uintptr_t)(a->out_gs | a->out_cs | a->d_gs | a->d_ds | a->key_ds | a->key_cs) * sizeof(uint64_t);
+__global__ void __launch_bounds__(LTS_THREADS) lt_stream_kernel(const __grid_constant__ fh_ckks_lt_args a) {
+  extern __shared__ __align__(16) uint64_t lts_ring[];
+  __shared__ uint64_t part[2][LTS_PARTS - 1][LTS_TILE];
+  constexpr int M = LTS_MAX_DIGITS;
+  const int64_t n = (int64_t)1 << a.log_n;
+  const int log_tiles = a.log_n - 6, nitems = (int)a.ngroups * a.nrows << log_tiles; /* LTS_TILE = 2^6 */
+  const int c = threadIdx.x % LTS_TILE, pi = threadIdx.x / LTS_TILE;
+  const int nsteps = a.nsteps, bx = (int)blockIdx.x, gx = (int)gridDim.x;
+  /* this block's items: blockIdx.x, + gridDim.x, ..; its chunks: every step of each */
+  const int mine = nitems > bx ? (nitems - 1 - bx) / gx + 1 : 0;
+  const int total = mine * nsteps;
+  lts_walk in = {0, 0}, at = {0, 0}; /* the next chunk to copy, the chunk to compute */
+  for (int k = 0; k < LTS_STAGES - 1; ++k) {
+    if (k < total) {
+      lts_issue(a, lts_item_of(bx + in.j * gx, a.nrows, log_tiles), in.s, lts_ring + (size_t)k * LTS_ROWS * LTS_TILE,
+                n);
+      in.next(nsteps);
+    }
+    cp_async_commit();
+  }
+  uint64_t r0 = 0, r1 = 0;
+  for (int k = 0; k < total; ++k, at.next(nsteps)) {
+    cp_async_wait_n<LTS_STAGES - 2>();
+    __syncthreads(); /* stage k landed for every thread; stage k - 1 is free */
+    const int kn = k + LTS_STAGES - 1;
+    if (kn < total) {
+      lts_issue(a, lts_item_of(bx + in.j * gx, a.nrows, log_tiles), in.s,
+                lts_ring + (size_t)(kn % LTS_STAGES) * LTS_ROWS * LTS_TILE, n);
+      in.next(nsteps);
+    }
+    cp_async_commit();
+    const uint64_t *st = lts_ring + (size_t)(k % LTS_STAGES) * LTS_ROWS * LTS_TILE;
+    const int s = at.s;
+    const lts_item it = lts_item_of(bx + at.j * gx, a.nrows, log_tiles);
+    const fh_ckks_prime &pr = a.primes[a.prime[it.l]];
+    const uint64_t q = pr.q, qi = pr.qinv;
+    const bool keyed = a.key[s] != NULL;
+    const int si =
+        keyed ? (int)(fh_ckks_automorph_src((uint32_t)(it.i0 + c), a.galois[s], a.log_n) & (LTS_TILE - 1)) : c;
+    uint64_t t0 = 0, t1 = 0;
+    if (keyed) {
+      unsigned __int128 acc0 = 0, acc1 = 0;
+#pragma unroll
+      for (int k2 = 0; k2 < LTS_DIGITS; ++k2) {
+        const int d = pi * LTS_DIGITS + k2;
+        if (d < a.ndigits) {
+          const uint64_t v = st[d * LTS_TILE + si];
+          acc0 += (unsigned __int128)v * st[(M + d) * LTS_TILE + c];
+          acc1 += (unsigned __int128)v * st[(2 * M + d) * LTS_TILE + c];
+        }
+      }
+      t0 = fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi);
+      t1 = fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi);
+    }
+    if (pi == 0 && it.l < a.nq_rows) {
+      const uint64_t pm = a.pmod[it.l], pms = a.pmod_shoup[it.l];
+      const uint64_t *xs = st + 3 * M * LTS_TILE;
+      fh_ckks_lt_plain(xs, xs + LTS_TILE, keyed, (uint32_t)si, pm, pms, q, &t0, &t1);
+    }
+    const uint64_t p = st[(3 * M + 2) * LTS_TILE + c];
+    r0 = fh_mod_add(r0, fh_mont_mul(t0, p, q, qi), q);
+    r1 = fh_mod_add(r1, fh_mont_mul(t1, p, q, qi), q);
+    if (s == nsteps - 1) { /* the tile's last step: the parts meet, part 0 stores */
+      if (pi > 0) {
+        part[0][pi - 1][c] = r0;
+        part[1][pi - 1][c] = r1;
+      }
+      __syncthreads();
+      if (pi == 0) {
+        uint64_t *o0 = a.out + (int64_t)it.g * a.out_gs + (int64_t)it.l * n + it.i0 + c, *o1 = o0 + a.out_cs;
+        if (a.accumulate) {
+          r0 = fh_mod_add(r0, *o0, q);
+          r1 = fh_mod_add(r1, *o1, q);
+        }
+#pragma unroll
+        for (int k2 = 0; k2 < LTS_PARTS - 1; ++k2) {
+          r0 = fh_mod_add(r0, part[0][k2][c], q);
+          r1 = fh_mod_add(r1, part[1][k2][c], q);
+        }
+        *o0 = r0;
+        *o1 = r1;
+      }
+      r0 = r1 = 0; /* part is rewritten only after the next tile's steps: their syncs order it */
+    }
+  }
+  cp_async_wait_n<0>();
+}
+
+/* Whether lt_stream_kernel applies: at most LTS_MAX_DIGITS digits, N a whole number of
+ * tiles, every row 16-byte aligned (bases and strides even in words) */
+bool lt_stream_fits(const fh_ckks_lt_args *a) {
+  if (a->ndigits > LTS_MAX_DIGITS || a->log_n < 6 || a->nsteps > FH_CKKS_LT_STEPS) return false;
+  if (a->ngroups * a->nrows * (((int64_t)1 << a->log_n) / LTS_TILE) > INT32_MAX / FH_CKKS_LT_STEPS) return false;
+  uintptr_t m = (uintptr_t)a->out | (uintptr_t)a->d | (uintptr_t)a->x;
+  m |= (uintptr_t)(a->out_gs | a->out_cs | a->d_gs | a->d_ds | a->x_gs | a->x_cs | a->key_ds | a->key_cs) *
+       sizeof(uint64_t);
   for (int s = 0; s < a->nsteps; ++s) {
     m |= (uintptr_t)a->key[s] | (uintptr_t)a->pt[s];
     m |= (uintptr_t)a->pt_gs[s] * sizeof(uint64_t);
   }
   return (m & 15u) == 0;
 }
-/* FHELIUM_CUDA_LTV=2: lt_pairs_kernel where it applies */
-bool lt_pairs_on() {
-  static const char *const kinds[] = {"1", "2", NULL};
-  static const int v = env_switch("FHELIUM_CUDA_LTV", kinds);
-  return v == 1;
+
+/* The sum's kernel: FHELIUM_CUDA_LT=1, 2, 4 or 8 (lt_lanes_kernel with that many lanes per
+ * coefficient, never more than the launch's steps) or s1, s2 (lt_stream_kernel at 1 or 2
+ * blocks per SM; benchmarking aids), else lt_stream_kernel at LTS_BLOCKS_DEFAULT where it
+ * fits and LT_LANES_DEFAULT lanes where not. */
+constexpr int LT_LANES_DEFAULT = 4, LTS_BLOCKS_DEFAULT = 2;
+struct lt_choice {
+  int lanes;  /* lt_lanes_kernel's lanes */
+  int blocks; /* lt_stream_kernel's blocks per SM, 0: the lanes kernel */
+};
+lt_choice lt_choice_of(const fh_ckks_lt_args *a) {
+  static const char *const kinds[] = {"1", "2", "4", "8", "s1", "s2", NULL};
+  static const int forced = env_switch("FHELIUM_CUDA_LT", kinds);
+  lt_choice ch = {forced >= 0 && forced < 4 ? 1 << forced : LT_LANES_DEFAULT, 0};
+  if ((forced < 0 || forced >= 4) && lt_stream_fits(a)) ch.blocks = forced >= 4 ? forced - 3 : LTS_BLOCKS_DEFAULT;
+  while (ch.lanes > 1 && ch.lanes > a->nsteps) ch.lanes /= 2;
+  return ch;
 }
 
-/* Lanes per coefficient: FHELIUM_CUDA_LT=1, 2, 4 or 8 (a benchmarking aid), else
- * LT_LANES_DEFAULT, never more than the launch's steps. */
-constexpr int LT_LANES_DEFAULT = 4;
-int lt_lanes(int nsteps) {
-  static const char *const lanes_of[] = {"1", "2", "4", "8", NULL};
-  static const int forced = env_switch("FHELIUM_CUDA_LT", lanes_of); /* log2 of the lanes, or -1 */
-  int lanes = forced >= 0 ? 1 << forced : LT_LANES_DEFAULT;
-  while (lanes > 1 && lanes > nsteps) lanes /= 2;
-  return lanes;
+/* lt_stream_kernel's launch, its dynamic shared memory set once per device (a function
+ * attribute, not stream work, so a capture may do it) */
+fh_status lt_stream_launch(const fh_ckks_lt_args *a, int blocks_per_sm, cudaStream_t h) {
+  static bool ready[64];
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_lt' (device)");
+  if (dev < 0 || dev >= 64 || !ready[dev]) {
+    e = cudaFuncSetAttribute(lt_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LTS_SMEM);
+    if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_lt' (shared memory)");
+    if (dev >= 0 && dev < 64) ready[dev] = true;
+  }
+  const int64_t items = a->ngroups * a->nrows * (((int64_t)1 << a->log_n) / LTS_TILE);
+  const int64_t most = (int64_t)blocks_per_sm * fh__cuda_sm_count(dev);
+  lt_stream_kernel<<<(unsigned)(items < most ? items : most), LTS_THREADS, LTS_SMEM, h>>>(*a);
+  return launched("kernel 'ckks_lt'");
 }
 
 fh_status k_lt(const void *argp, void *stream) {
@@ -1827,17 +1924,9 @@ fh_status k_lt(const void *argp, void *stream) {
   if (a->ngroups <= 0 || a->nrows <= 0 || a->nsteps <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
   cudaStream_t h = (cudaStream_t)stream;
-  int lanes = lt_lanes(a->nsteps);
-  if (lt_pairs_on() && lt_pairs_aligned(a)) {
-    const dim3 pgrid(blocks_for(n / 2, EW_THREADS / lanes), a->nrows, grid_z(a->ngroups));
-    switch (lanes) {
-    case 8: lt_pairs_kernel<8><<<pgrid, EW_THREADS, 0, h>>>(*a); break;
-    case 4: lt_pairs_kernel<4><<<pgrid, EW_THREADS, 0, h>>>(*a); break;
-    case 2: lt_pairs_kernel<2><<<pgrid, EW_THREADS, 0, h>>>(*a); break;
-    default: lt_pairs_kernel<1><<<pgrid, EW_THREADS, 0, h>>>(*a);
-    }
-    return launched("kernel 'ckks_lt'");
-  }
+  const lt_choice ch = lt_choice_of(a);
+  if (ch.blocks > 0) return lt_stream_launch(a, ch.blocks, h);
+  int lanes = ch.lanes;
   if (n < EW_THREADS / lanes) lanes = 1;
   const dim3 grid(blocks_for(n, EW_THREADS / lanes), a->nrows, grid_z(a->ngroups));
   switch (lanes) {
