@@ -289,9 +289,9 @@ describe("ckks automorphisms", function()
     end
   end)
 
-  -- the CUDA linear transform's sum stages a tile of 64 output slots with the aligned block of 64
-  -- source slots of each step (lt_stream_kernel), and a warp's gathers coalesce: both rely on
-  -- every aligned block of 2^b slots reading one aligned block of 2^b slots
+  -- a warp's gathers of the digits in the CUDA linear transform's sum and rotate_many's inner
+  -- product (32 slots) stay in one aligned 256-byte run, so they coalesce like the key's reads:
+  -- every aligned block of 2^b slots reads one aligned block of 2^b slots
   it("maps aligned blocks of 2^b slots onto aligned blocks of 2^b slots in the NTT domain", function()
     for _, lg in ipairs { log_n, 10 } do
       local m = 2 ^ lg

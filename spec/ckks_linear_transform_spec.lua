@@ -149,8 +149,8 @@ describe("CkksEngine:linear_transform", function()
 
   H.gpu_it("gives the CPU engine's words on cuda:0 with the same seed, eager and replayed", function()
     local seed = H.seed("linear_transform cuda")
-    -- dnum 2 and 8 (the CUDA sum streamed through shared memory, lt_stream_kernel) and dnum 9
-    -- (more digits than it stages: lt_lanes_kernel)
+    -- dnum 2, 8 and 9 (on CUDA, up to 8 digits load a step's words at once, lt_terms_wide; more
+    -- take fh_ckks_lt_terms' chunks of four)
     local nine = { log_n = 10, q_bits = { 40, 40, 40, 40, 40, 40, 40, 40, 60 }, p_bits = { 60 }, scale = 2 ^ 40,
       allow_insecure = true }
     for _, what in ipairs { small, fh.Preset.slots8192_scale40_levels7_int64, nine } do

@@ -1699,215 +1699,15 @@ __global__ void __launch_bounds__(EW_THREADS, 3) lt_lanes_kernel(const __grid_co
   }
 }
 
-/* ---- the sum streamed through shared memory (lt_stream_kernel) ----------------------
- * The sum is bound by the key's reads (each step's key is read once: 16 of a Q row's 26
- * words of a coefficient and step), and lt_lanes_kernel's warps alternate between loading a
- * step's words and their products, so DRAM and the ALUs take turns. Here the SM's copy
- * engine (cp.async.bulk, as ks2) brings a block's work into a ring of LTS_STAGES stages,
- * each one step of one tile of LTS_TILE coefficients of one row: per digit the key's two
- * rows and the aligned block of LTS_TILE source slots that the tile's automorphism reads
- * (an aligned block of 2^b slots reads one aligned block of 2^b slots:
- * spec/ckks_arith_spec.lua), the ciphertext's block and the plaintext's words, one bulk copy
- * a row, issued by the lanes of warp 0. While a stage's products run, the next stages are
- * in flight and no thread spends registers or instructions on them. The grid is persistent
- * (blocks per SM walk the (group, row, tile) items).
- * LTS_PARTS threads per coefficient each take 4 digits of every step (fh_ckks_lt_mac4) and
- * multiply their partial sum by the plaintext (mont(a + b, p) = mont(a, p) + mont(b, p) mod
- * q); part 0 adds the ciphertext's term; the parts meet in shared memory at the tile's end.
- * Sums mod q in another order: the same words as fh_ckks_lt_terms. */
-constexpr int LTS_TILE = 128, LTS_LOG_TILE = 7, LTS_THREADS = 256, LTS_PARTS = LTS_THREADS / LTS_TILE;
-constexpr int LTS_MAX_DIGITS = 4 * LTS_PARTS, LTS_STAGES = 3;
-/* a stage's rows of LTS_TILE words: dig[LTS_MAX_DIGITS], k0[..], k1[..], x0, x1, pt */
-constexpr int LTS_ROWS = 3 * LTS_MAX_DIGITS + 3;
-constexpr uint32_t LTS_ROW_BYTES = LTS_TILE * sizeof(uint64_t);
-constexpr size_t LTS_SMEM = (size_t)LTS_STAGES * LTS_ROWS * LTS_ROW_BYTES;
-static_assert(LTS_ROWS <= 32, "a lane of warp 0 copies each row");
-static_assert(LTS_TILE == 1 << LTS_LOG_TILE, "tile");
-
-/* one row of bytes, global to shared, completing on bar (16-byte aligned, a multiple of 16) */
-__device__ __forceinline__ void bulk_load(uint64_t *dst, const uint64_t *src, uint32_t bytes, uint64_t *bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
-
-/* item `item` of the grid's walk: group, row and first coefficient (tiles = 2^log_tiles) */
-struct lts_item {
-  int g, l;
-  int64_t i0;
-};
-__device__ __forceinline__ lts_item lts_item_of(int item, int nrows, int log_tiles) {
-  const int gl = item >> log_tiles, g = gl / nrows;
-  return lts_item{g, gl - g * nrows, (int64_t)(item & ((1 << log_tiles) - 1)) << LTS_LOG_TILE};
-}
-
-/* warp 0: the copies of step s of an item into stage st, completing on bar (lane 0 arrives
- * with their bytes, then lane r copies row r where the step has one) */
-__device__ __forceinline__ void lts_issue(const fh_ckks_lt_args &a, const lts_item &it, int s, uint64_t *st,
-                                          uint64_t *bar, int64_t n) {
-  constexpr int M = LTS_MAX_DIGITS;
-  const int r = threadIdx.x;
-  const uint64_t *key = a.key[s];
-  const bool qrow = it.l < a.nq_rows;
-  const int nd = key ? a.ndigits : 0;
-  if (r == 0) mbar_expect(bar, (uint32_t)(3 * nd + (qrow ? 1 : 0) + (qrow && !key ? 1 : 0) + 1) * LTS_ROW_BYTES);
-  __syncwarp();
-  if (r >= LTS_ROWS) return;
-  const int64_t sb =
-      key ? (int64_t)(fh_ckks_automorph_src((uint32_t)it.i0, a.galois[s], a.log_n) & ~(uint32_t)(LTS_TILE - 1))
-          : it.i0;
-  const int64_t row = (int64_t)it.g * a.x_gs + (int64_t)it.l * n;
-  const uint64_t *from = NULL;
-  if (r < M) from = r < nd ? a.d + (int64_t)it.g * a.d_gs + (int64_t)it.l * n + r * a.d_ds + sb : NULL;
-  else if (r < 3 * M) {
-    const int d = r < 2 * M ? r - M : r - 2 * M;
-    if (d < nd) from = key + (int64_t)a.key_row[it.l] * n + d * a.key_ds + (r < 2 * M ? 0 : a.key_cs) + it.i0;
-  } else if (r == 3 * M) from = qrow ? a.x + row + sb : NULL;
-  else if (r == 3 * M + 1) from = qrow && !key ? a.x + row + a.x_cs + sb : NULL;
-  else from = a.pt[s] + (int64_t)it.g * a.pt_gs[s] + (int64_t)it.l * n + it.i0;
-  if (from) bulk_load(st + r * LTS_TILE, from, LTS_ROW_BYTES, bar);
-}
-
-__global__ void __launch_bounds__(LTS_THREADS) lt_stream_kernel(const __grid_constant__ fh_ckks_lt_args a) {
-  extern __shared__ __align__(128) uint64_t lts_ring[];
-  __shared__ uint64_t bars[LTS_STAGES];
-  __shared__ uint64_t part[2][2][LTS_PARTS - 1][LTS_TILE]; /* [tile parity][component][part - 1] */
-  constexpr int M = LTS_MAX_DIGITS;
-  const int64_t n = (int64_t)1 << a.log_n;
-  const int log_tiles = a.log_n - LTS_LOG_TILE, nitems = (int)a.ngroups * a.nrows << log_tiles;
-  const int c = threadIdx.x % LTS_TILE, pi = threadIdx.x / LTS_TILE;
-  const int nsteps = a.nsteps, bx = (int)blockIdx.x, gx = (int)gridDim.x;
-  /* this block's items: blockIdx.x, + gridDim.x, ..; its chunks: every step of each, chunk k
-   * in stage k % LTS_STAGES */
-  const int mine = nitems > bx ? (nitems - 1 - bx) / gx + 1 : 0;
-  const int total = mine * nsteps;
-  if (threadIdx.x == 0) {
-    for (int k = 0; k < LTS_STAGES; ++k) mbar_init(&bars[k]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  if (threadIdx.x < 32)
-    for (int k = 0; k < LTS_STAGES && k < total; ++k)
-      lts_issue(a, lts_item_of(bx + k / nsteps * gx, a.nrows, log_tiles), k % nsteps,
-                lts_ring + (size_t)k * LTS_ROWS * LTS_TILE, &bars[k], n);
-  uint64_t r0 = 0, r1 = 0;
-  int j = 0, s = 0; /* chunk k: step s of the block's j-th item */
-  for (int k = 0; k < total; ++k) {
-    const int sk = k % LTS_STAGES;
-    const uint64_t *st = lts_ring + (size_t)sk * LTS_ROWS * LTS_TILE;
-    const lts_item it = lts_item_of(bx + j * gx, a.nrows, log_tiles);
-    const fh_ckks_prime &pr = a.primes[a.prime[it.l]];
-    const uint64_t q = pr.q, qi = pr.qinv;
-    const bool keyed = a.key[s] != NULL;
-    const int si =
-        keyed ? (int)(fh_ckks_automorph_src((uint32_t)(it.i0 + c), a.galois[s], a.log_n) & (LTS_TILE - 1)) : c;
-    mbar_wait(&bars[sk], (uint32_t)((k / LTS_STAGES) & 1));
-    uint64_t t0 = 0, t1 = 0;
-    if (keyed) {
-      uint64_t v[4], k0[4], k1[4];
-#pragma unroll
-      for (int k2 = 0; k2 < 4; ++k2) {
-        const int d = pi * 4 + k2;
-        const bool on = d < a.ndigits;
-        v[k2] = on ? st[d * LTS_TILE + si] : 0;
-        k0[k2] = on ? st[(M + d) * LTS_TILE + c] : 0;
-        k1[k2] = on ? st[(2 * M + d) * LTS_TILE + c] : 0;
-      }
-      fh_ckks_lt_mac4(v, k0, k1, q, qi, &t0, &t1);
-    }
-    if (pi == 0 && it.l < a.nq_rows) {
-      const uint64_t *xs = st + 3 * M * LTS_TILE;
-      fh_ckks_lt_plain(xs, xs + LTS_TILE, keyed, (uint32_t)si, a.pmod[it.l], a.pmod_shoup[it.l], q, &t0, &t1);
-    }
-    const uint64_t p = st[(3 * M + 2) * LTS_TILE + c];
-    r0 = fh_mod_add(r0, fh_mont_mul(t0, p, q, qi), q);
-    r1 = fh_mod_add(r1, fh_mont_mul(t1, p, q, qi), q);
-    const bool last = s == nsteps - 1;
-    if (last && pi > 0) {
-      part[j & 1][0][pi - 1][c] = r0;
-      part[j & 1][1][pi - 1][c] = r1;
-    }
-    __syncthreads(); /* stage sk read by every thread (free to refill); the parts' sums written */
-    if (threadIdx.x < 32 && k + LTS_STAGES < total) {
-      const int kn = k + LTS_STAGES;
-      lts_issue(a, lts_item_of(bx + kn / nsteps * gx, a.nrows, log_tiles), kn % nsteps,
-                lts_ring + (size_t)sk * LTS_ROWS * LTS_TILE, &bars[sk], n);
-    }
-    if (last) { /* the tile's end: part 0 adds the other parts' sums and stores */
-      if (pi == 0) {
-        uint64_t *o0 = a.out + (int64_t)it.g * a.out_gs + (int64_t)it.l * n + it.i0 + c, *o1 = o0 + a.out_cs;
-        if (a.accumulate) {
-          r0 = fh_mod_add(r0, *o0, q);
-          r1 = fh_mod_add(r1, *o1, q);
-        }
-#pragma unroll
-        for (int k2 = 0; k2 < LTS_PARTS - 1; ++k2) {
-          r0 = fh_mod_add(r0, part[j & 1][0][k2][c], q);
-          r1 = fh_mod_add(r1, part[j & 1][1][k2][c], q);
-        }
-        *o0 = r0;
-        *o1 = r1;
-      }
-      /* part[j & 1] is written again two tiles on, after the next tile's syncs */
-      r0 = r1 = 0;
-      s = 0;
-      ++j;
-    } else {
-      ++s;
-    }
-  }
-}
-
-/* Whether lt_stream_kernel applies: at most LTS_MAX_DIGITS digits, N a whole number of
- * tiles, every row 16-byte aligned (bases and strides even in words) */
-bool lt_stream_fits(const fh_ckks_lt_args *a) {
-  if (a->ndigits > LTS_MAX_DIGITS || a->log_n < LTS_LOG_TILE || a->nsteps > FH_CKKS_LT_STEPS) return false;
-  if (a->ngroups * a->nrows * (((int64_t)1 << a->log_n) / LTS_TILE) > INT32_MAX / FH_CKKS_LT_STEPS) return false;
-  uintptr_t m = (uintptr_t)a->out | (uintptr_t)a->d | (uintptr_t)a->x;
-  m |= (uintptr_t)(a->out_gs | a->out_cs | a->d_gs | a->d_ds | a->x_gs | a->x_cs | a->key_ds | a->key_cs) *
-       sizeof(uint64_t);
-  for (int s = 0; s < a->nsteps; ++s) {
-    m |= (uintptr_t)a->key[s] | (uintptr_t)a->pt[s];
-    m |= (uintptr_t)a->pt_gs[s] * sizeof(uint64_t);
-  }
-  return (m & 15u) == 0;
-}
-
-/* The sum's kernel: FHELIUM_CUDA_LT=1, 2, 4 or 8 (lt_lanes_kernel with that many lanes per
- * coefficient, never more than the launch's steps) or s1, s2 (lt_stream_kernel at 1 or 2
- * blocks per SM; benchmarking aids), else lt_stream_kernel at LTS_BLOCKS_DEFAULT where it
- * fits and LT_LANES_DEFAULT lanes where not. */
-constexpr int LT_LANES_DEFAULT = 4, LTS_BLOCKS_DEFAULT = 2;
-struct lt_choice {
-  int lanes;  /* lt_lanes_kernel's lanes */
-  int blocks; /* lt_stream_kernel's blocks per SM, 0: the lanes kernel */
-};
-lt_choice lt_choice_of(const fh_ckks_lt_args *a) {
-  static const char *const kinds[] = {"1", "2", "4", "8", "s1", "s2", NULL};
-  static const int forced = env_switch("FHELIUM_CUDA_LT", kinds);
-  lt_choice ch = {forced >= 0 && forced < 4 ? 1 << forced : LT_LANES_DEFAULT, 0};
-  if ((forced < 0 || forced >= 4) && lt_stream_fits(a)) ch.blocks = forced >= 4 ? forced - 3 : LTS_BLOCKS_DEFAULT;
-  while (ch.lanes > 1 && ch.lanes > a->nsteps) ch.lanes /= 2;
-  return ch;
-}
-
-/* lt_stream_kernel's launch, its dynamic shared memory set once per device (a function
- * attribute, not stream work, so a capture may do it) */
-fh_status lt_stream_launch(const fh_ckks_lt_args *a, int blocks_per_sm, cudaStream_t h) {
-  static bool ready[64];
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_lt' (device)");
-  if (dev < 0 || dev >= 64 || !ready[dev]) {
-    e = cudaFuncSetAttribute(lt_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LTS_SMEM);
-    if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_lt' (shared memory)");
-    if (dev >= 0 && dev < 64) ready[dev] = true;
-  }
-  const int64_t items = a->ngroups * a->nrows * (((int64_t)1 << a->log_n) / LTS_TILE);
-  const int64_t most = (int64_t)blocks_per_sm * fh__cuda_sm_count(dev);
-  lt_stream_kernel<<<(unsigned)(items < most ? items : most), LTS_THREADS, LTS_SMEM, h>>>(*a);
-  return launched("kernel 'ckks_lt'");
+/* Lanes per coefficient: FHELIUM_CUDA_LT=1, 2, 4 or 8 (a benchmarking aid), else
+ * LT_LANES_DEFAULT, never more than the launch's steps. */
+constexpr int LT_LANES_DEFAULT = 4;
+int lt_lanes(int nsteps) {
+  static const char *const lanes_of[] = {"1", "2", "4", "8", NULL};
+  static const int forced = env_switch("FHELIUM_CUDA_LT", lanes_of); /* log2 of the lanes, or -1 */
+  int lanes = forced >= 0 ? 1 << forced : LT_LANES_DEFAULT;
+  while (lanes > 1 && lanes > nsteps) lanes /= 2;
+  return lanes;
 }
 
 fh_status k_lt(const void *argp, void *stream) {
@@ -1915,9 +1715,7 @@ fh_status k_lt(const void *argp, void *stream) {
   if (a->ngroups <= 0 || a->nrows <= 0 || a->nsteps <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
   cudaStream_t h = (cudaStream_t)stream;
-  const lt_choice ch = lt_choice_of(a);
-  if (ch.blocks > 0) return lt_stream_launch(a, ch.blocks, h);
-  int lanes = ch.lanes;
+  int lanes = lt_lanes(a->nsteps);
   if (n < EW_THREADS / lanes) lanes = 1;
   const dim3 grid(blocks_for(n, EW_THREADS / lanes), a->nrows, grid_z(a->ngroups));
   switch (lanes) {
