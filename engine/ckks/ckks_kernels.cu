@@ -1618,50 +1618,24 @@ __device__ __forceinline__ void lt_terms_wide(const uint64_t *dig, int64_t d_ds,
   *t1 = r1;
 }
 
-/* What both sums' threads of row l use: its prime, and for a Q row (qrow) the constant
- * P mod q (Shoup pair) of the ciphertext's part */
-struct lt_row {
-  uint64_t q, qi, pm, pms;
-  bool qrow;
-};
-__device__ __forceinline__ lt_row lt_row_of(const fh_ckks_lt_args &a, int l) {
-  const fh_ckks_prime &pr = a.primes[a.prime[l]];
-  const bool qrow = l < a.nq_rows;
-  return lt_row{pr.q, pr.qinv, qrow ? a.pmod[l] : 0, qrow ? a.pmod_shoup[l] : 0, qrow};
-}
-/* row l of group g: the outputs' two components, the digits (NULL without), the ciphertext's
- * two components */
-struct lt_rows {
-  uint64_t *o0, *o1;
-  const uint64_t *dig, *x0, *x1;
-};
-__device__ __forceinline__ lt_rows lt_rows_of(const fh_ckks_lt_args &a, int64_t g, int l, int64_t n) {
-  lt_rows r;
-  r.o0 = a.out + g * a.out_gs + (int64_t)l * n;
-  r.o1 = r.o0 + a.out_cs;
-  r.dig = a.d ? a.d + g * a.d_gs + (int64_t)l * n : NULL;
-  r.x0 = a.x + g * a.x_gs + (int64_t)l * n;
-  r.x1 = r.x0 + a.x_cs;
-  return r;
-}
-
 template <int LANES>
 __global__ void __launch_bounds__(EW_THREADS, 3) lt_lanes_kernel(const __grid_constant__ fh_ckks_lt_args a) {
   constexpr int COEFFS = EW_THREADS / LANES;
   __shared__ uint64_t part[2][LANES > 1 ? LANES - 1 : 1][COEFFS];
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
-  const lt_row w = lt_row_of(a, l);
-  const uint64_t q = w.q, qi = w.qi, pm = w.pm, pms = w.pms;
-  const bool qrow = w.qrow;
+  const fh_ckks_prime &pr = a.primes[a.prime[l]];
+  const uint64_t q = pr.q, qi = pr.qinv;
+  const bool qrow = l < a.nq_rows;
+  const uint64_t pm = qrow ? a.pmod[l] : 0, pms = qrow ? a.pmod_shoup[l] : 0;
   const int nd = a.ndigits;
   const int lane = threadIdx.x / COEFFS, c = threadIdx.x % COEFFS;
   const int64_t i = (int64_t)blockIdx.x * COEFFS + c;
   const bool live = i < n; /* the grid covers n exactly when n >= COEFFS (LANES > 1) */
   GROUPS(g, a.ngroups) {
-    const lt_rows rows = lt_rows_of(a, g, l, n);
-    uint64_t *o0 = rows.o0, *o1 = rows.o1;
-    const uint64_t *dig = rows.dig, *x0 = rows.x0, *x1 = rows.x1;
+    uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
+    const uint64_t *dig = a.d ? a.d + g * a.d_gs + (int64_t)l * n : NULL;
+    const uint64_t *x0 = a.x + g * a.x_gs + (int64_t)l * n, *x1 = x0 + a.x_cs;
     uint64_t r0 = 0, r1 = 0;
     for (int s = lane; live && s < a.nsteps; s += LANES) {
       const uint64_t *key = a.key[s];
