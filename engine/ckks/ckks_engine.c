@@ -1081,7 +1081,7 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
   h->level = level;
   h->G = G;
   const fh__ckks_ks_geo *k = &h->k;
-  const int64_t n = k->n, rs = (int64_t)k->lk * n;
+  const int64_t n = k->n;
   int64_t dshape[4] = {G, k->ndig, k->lk, n}, ashape[4] = {G, 2, k->lk, n};
   fh_status st;
   /* CUDA's inner product reads each step's automorphism of D in place (FH_K_CKKS_KS_INNER's
@@ -1093,11 +1093,23 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
     fh__ckks_hoist_end(h);
     return st;
   }
-  /* the mod-up and the NTT of the extended digits, once */
-  fh_ckks_modup_args u;
-  modup_args(tb, level, k, G, d, gs_d, fh__ckks_ptr(h->D), &u);
-  if ((st = fh__ckks_submit(L, FH_K_CKKS_MODUP, &u, sizeof u)) == FH_OK)
-    st = fh__ckks_ntt(L, true, fh__ckks_ptr(h->D), rs, fh__ckks_ptr(h->D), rs, G * k->ndig, k->qp, k->lk);
+  /* the mod-up and the NTT of the extended digits, once: a key-switch core without a key
+   * (on CUDA the conversion fused into the NTT's first kernel, as a key switch does) */
+  fh_tensor *S = NULL;
+  int64_t sshape[3] = {G, k->la, n};
+  if (tb->device.type == FH_DEVICE_CUDA && tb->log_n > FH_CKKS_CUDA_ROW_LOG &&
+      (st = fh__ckks_temp(L, 3, sshape, &S)) != FH_OK) {
+    fh__ckks_hoist_end(h);
+    return st;
+  }
+  fh_ckks_ks_core_args c;
+  memset(&c, 0, sizeof c);
+  modup_args(tb, level, k, G, d, gs_d, fh__ckks_ptr(h->D), &c.up);
+  c.ntt = tb->ntt;
+  c.scaled = S ? fh__ckks_ptr(S) : NULL;
+  c.scaled_gs = (int64_t)k->la * n;
+  st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &c, sizeof c);
+  if (S) fh_tensor_release(S);
   if (st != FH_OK) fh__ckks_hoist_end(h);
   return st;
 }

@@ -780,14 +780,30 @@ struct conv_consts {
   uint64_t smt;
   /* in doubles (conv_flagged_fp_n): the factors Shat_i mod t, their quotients by t, corr */
   double rowd[FH_CKKS_MAX_PRIMES], rowq[FH_CKKS_MAX_PRIMES], corrd[FH_CKKS_MAX_PRIMES + 1];
+  /* raw: one source read as it is, not from ks0's or md0's scaled rows: conv_fill scales it
+   * by shat_inv (rw, Shoup companion rws, modulo rq) and flags its lift on load, what ks0
+   * and md0 would have written (the same words, one launch fewer) */
+  uint64_t rw, rws, rq;
 };
+
+/* the word ks0 / md0 make of a raw source word x (conv_consts.raw) */
+__device__ __forceinline__ uint64_t conv_raw(uint64_t x, const conv_consts &k) {
+  const uint64_t v = fh_shoup_mul(x, k.rw, k.rws, k.rq);
+  return v | (v > (k.rq >> 1) ? ((uint64_t)1 << 63) : 0);
+}
 
 /* every thread of the block: row the target's factors (Shat_i mod t), s0 the first
  * source prime; source i is row src_row[i] (i when src_row is NULL) of N words; fp: the
  * doubles of conv_flagged_fp_n too */
+/* raw (NULL: none): the one source's (shat_inv, Shoup companion) to apply on load (conv_raw) */
 __device__ __forceinline__ void conv_consts_init(conv_consts &k, const uint64_t *row, int ns, uint64_t s0,
                                                  const int32_t *src_row, int64_t n, const fh_ckks_prime &c,
-                                                 bool center, bool fp) {
+                                                 bool center, bool fp, const uint64_t *raw = NULL) {
+  if (raw && threadIdx.x == 0) {
+    k.rw = raw[0];
+    k.rws = raw[1];
+    k.rq = s0;
+  }
   for (int i = threadIdx.x; i < ns; i += blockDim.x) {
     k.rowm[i] = fh_shoup_mul(row[i], c.r1, c.r1_shoup, c.q);
     k.off[i] = (int64_t)(src_row ? src_row[i] : i) * n;
@@ -864,7 +880,7 @@ __device__ __forceinline__ uint64_t conv_flagged_fp_n(const uint64_t *y, const c
  * pointers to column c0 are formed once, so a word costs one 32-bit offset (its row in
  * the tile times N2 plus its column) and a wide add. FP: the conversion in doubles
  * (conv_flagged_fp_n; NS from 1 to 4 only). */
-template <bool FP, int NS, int CONV_LOADS, int THREADS>
+template <bool FP, int NS, int CONV_LOADS, int THREADS, bool RAW = false>
 __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
                                             const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
   const int cols = 1 << log_cols;
@@ -893,6 +909,10 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
 #pragma unroll
         for (int i = 0; i < NS; ++i) y[m][i] = (it0 + m < PER) ? src[i][j] : 0;
       }
+      if constexpr (RAW && NS == 1) {
+#pragma unroll
+        for (int m = 0; m < E; ++m) y[m][0] = conv_raw(y[m][0], k);
+      }
 #pragma unroll
       for (int m = 0; m < E; ++m)
         if (it0 + m < PER)
@@ -909,9 +929,14 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
 }
 /* FP needs 1 to 4 sources (ks1 checks); the integer conversion takes any number; a
  * block of THREADS threads */
-template <bool FP, int LOADS, int THREADS = NTT_THREADS>
+/* RAW: one source, scaled on load (conv_raw; the caller has checked ns == 1) */
+template <bool FP, int LOADS, int THREADS = NTT_THREADS, bool RAW = false>
 __device__ __forceinline__ void conv_fill(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
                                           const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
+  if constexpr (RAW) {
+    conv_fill_n<FP, 1, LOADS, THREADS, true>(sm, base, 1, k, c, center, log_cols, n2, c0);
+    return;
+  }
   switch (ns) {
   case 1: conv_fill_n<FP, 1, LOADS, THREADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
   case 2: conv_fill_n<FP, 2, LOADS, THREADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
@@ -959,7 +984,8 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
 /* FP_CONV: the conversion in doubles where it applies (conv_fill<true>) */
 /* NTT_THREADS threads, 8 words a thread (a wide variant as ks2's lost at every size:
  * WIDE_MAX_LOG_N) */
-template <int MIN_BLOCKS, int LOADS, bool FP_CONV>
+/* RAW: every digit has one source row, read from up.in and scaled on load (ks0 skipped) */
+template <int MIN_BLOCKS, int LOADS, bool FP_CONV, bool RAW = false>
 __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
@@ -982,18 +1008,18 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
   for (int i = 0; i < ns && fpc; ++i) fpc = u.primes[u.prime[f + i]].q < ((uint64_t)1 << 50);
   if (!own) /* from ks0's scaled rows of the digit */
     conv_consts_init(kc, u.consts[jd] + 2 * ns + (int64_t)t * ns, ns, u.primes[u.prime[f]].q, NULL, n, c, u.center,
-                     fpc);
+                     fpc, RAW ? u.consts[jd] : NULL);
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, u.ngroups) {
     const uint64_t *in = u.in + g * u.in_gs;
-    const uint64_t *ys = a.scaled + g * a.scaled_gs + (int64_t)f * n;
+    const uint64_t *ys = RAW ? in + (int64_t)f * n : a.scaled + g * a.scaled_gs + (int64_t)f * n;
     if (own) {
       for (int e = threadIdx.x; e < tile; e += blockDim.x)
         sm[e] = in[(int64_t)r * n + (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1))];
     } else if (fpc) {
-      conv_fill<true, LOADS, NTT_THREADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
+      conv_fill<true, LOADS, NTT_THREADS, RAW>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
     } else {
-      conv_fill<false, LOADS, NTT_THREADS>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
+      conv_fill<false, LOADS, NTT_THREADS, RAW>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
     }
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
@@ -1238,16 +1264,34 @@ bool ks_fp_products() {
 }
 
 template <bool FP_CONV>
-void ks1_launch_with(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
+void ks1_launch_with(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, int raw) {
   const int loads = conv_loads(), kb = ks1_blocks();
-  if (kb == 2) ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
+  /* raw only with the default loads and register budget (ks_raw) */
+  if (raw) ks1_kernel<3, 8, FP_CONV, true><<<grid, NTT_THREADS, 0, h>>>(a);
+  else if (kb == 2) ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
   else if (loads == 1) ks1_kernel<3, 1, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
   else if (loads == 16) ks1_kernel<3, 16, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
   else ks1_kernel<3, 8, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
 }
-void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h) {
-  if (ks_fp_products()) ks1_launch_with<true>(a, grid, h);
-  else ks1_launch_with<false>(a, grid, h);
+void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, int raw) {
+  if (ks_fp_products()) ks1_launch_with<true>(a, grid, h, raw);
+  else ks1_launch_with<false>(a, grid, h, raw);
+}
+
+/* Whether every digit of a mod-up has one source row: ks1 then scales each source word on
+ * load (conv_raw), once per target row, and ks0 does not run (one launch fewer; at N = 2^14
+ * with 8 digits a word is read by 8 blocks instead of written once and read by 8). The
+ * same words either way. FHELIUM_CUDA_RAW=0 keeps ks0 and md0 (a benchmarking aid). */
+bool raw_sources() {
+  static const char *const kinds[] = {"1", "0", NULL};
+  static const int m = env_switch("FHELIUM_CUDA_RAW", kinds);
+  return m != 1;
+}
+int ks_raw(const fh_ckks_modup_args *u) {
+  if (!raw_sources() || conv_loads() != CONV_LOADS_DEFAULT || ks1_blocks() != KS1_BLOCKS_DEFAULT) return 0;
+  for (int j = 0; j < u->ndigits; ++j)
+    if (u->nsrc[j] != 1) return 0;
+  return 1;
 }
 
 /* ks2 needs KS2_SMEM bytes of dynamic shared memory, above the default 48 KiB: allowed
@@ -1289,17 +1333,20 @@ fh_status k_ks_core(const void *argp, void *stream) {
       t.in = t.out;
       st = k_ntt(&t, stream);
     }
-    if (st != FH_OK) return st;
+    if (st != FH_OK || a->key == NULL) return st;
     return ks_inner_of_core(a, stream);
   }
   cudaStream_t h = (cudaStream_t)stream;
   const int64_t n = (int64_t)1 << u->log_n;
   const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(u->ngroups);
   const int nsrc_rows = u->first[u->ndigits - 1] + u->nsrc[u->ndigits - 1];
-  if (a->scaled == NULL) return fh_error_set(FH_ERR_EXECUTION, "ckks_ks_core: no scratch for the scaled sources");
-  ks0_kernel<<<dim3(blocks_for(n, EW_THREADS * KS0_WORDS), nsrc_rows, gz), EW_THREADS, 0, h>>>(*a);
-  if (!ks_split(tiles * (unsigned)u->nrows * gz) && ks2_aligned(a)) {
-    ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h);
+  const int raw = ks_raw(u);
+  if (!raw) {
+    if (a->scaled == NULL) return fh_error_set(FH_ERR_EXECUTION, "ckks_ks_core: no scratch for the scaled sources");
+    ks0_kernel<<<dim3(blocks_for(n, EW_THREADS * KS0_WORDS), nsrc_rows, gz), EW_THREADS, 0, h>>>(*a);
+  }
+  if (a->key != NULL && !ks_split(tiles * (unsigned)u->nrows * gz) && ks2_aligned(a)) {
+    ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h, raw);
     const dim3 grid(tiles, u->nrows, gz);
     const bool fpm = ks_fp_products();
     const int kb = ks2_blocks(u->log_n);
@@ -1311,10 +1358,11 @@ fh_status k_ks_core(const void *argp, void *stream) {
     return launched("kernel 'ckks_ks_core'");
   }
   /* split: ks1 on every row (a digit's own rows too), the chunk stages of every digit in
-   * parallel into the scratch, then the inner product with the key */
+   * parallel into the scratch, then the inner product with the key (none without a key:
+   * the scratch holds the transformed digits) */
   fh_ckks_ks_core_args b = *a;
   b.in_ntt = NULL;
-  ks1_launch(b, dim3(tiles, u->ndigits * u->nrows, gz), h);
+  ks1_launch(b, dim3(tiles, u->ndigits * u->nrows, gz), h, raw);
   fh_ckks_ntt_args t;
   memset(&t, 0, sizeof t);
   t.out = u->out;
@@ -1328,7 +1376,7 @@ fh_status k_ks_core(const void *argp, void *stream) {
   memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
   ntt_chunk_kernel<true><<<dim3(tiles, u->nrows, grid_z(t.ngroups)), NTT_THREADS, 0, h>>>(t);
   fh_status st = launched("kernel 'ckks_ks_core'");
-  return st == FH_OK ? ks_inner_of_core(a, stream) : st;
+  return st == FH_OK && a->key != NULL ? ks_inner_of_core(a, stream) : st;
 }
 
 /* ==== mod-down to the NTT domain ========================================================
@@ -1354,7 +1402,8 @@ __global__ void __launch_bounds__(EW_THREADS) md0_kernel(const __grid_constant__
 
 /* THREADS: NTT_THREADS at three blocks per SM, or twice that at two (4 words a thread, passes
  * of at most two stages: 32 warps per SM; FHELIUM_CUDA_MD=w) */
-template <int LOADS, int THREADS = NTT_THREADS>
+/* RAW: one P row, read as it is and scaled on load (md0 skipped) */
+template <int LOADS, int THREADS = NTT_THREADS, bool RAW = false>
 __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md1_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
   constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
   __shared__ uint64_t sm[NTT_TILE];
@@ -1370,11 +1419,11 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md1_k
   const ntt_prime P = ntt_prime_at(b.primes, a.ntt, p, b.log_n, true);
   const bool center = b.center && ns > 0;
   conv_consts_init(kc, b.consts + 2 * ns + (int64_t)l * ns, ns, ns > 0 ? b.primes[b.src_prime[0]].q : 1, b.src_row,
-                   n, c, center, false); /* from md0's scaled rows */
+                   n, c, center, false, RAW ? b.consts : NULL); /* from md0's scaled rows, or raw */
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, b.ngroups) {
     const uint64_t *in = b.in + g * b.in_gs;
-    conv_fill<false, LOADS, THREADS>(sm, in, ns, kc, c, center, log_cols, n2, c0);
+    conv_fill<false, LOADS, THREADS, RAW>(sm, in, ns, kc, c, center, log_cols, n2, c0);
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {b.out + g * b.out_gs + (int64_t)b.dst_row[l] * n + c0, n2, 1};
@@ -1497,15 +1546,19 @@ fh_status k_moddown(const void *argp, void *stream) {
   }
   cudaStream_t h = (cudaStream_t)stream;
   const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(b->ngroups);
-  if (b->nsrc > 0) md0_kernel<<<dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h>>>(*a);
+  /* one P row (or the dropped row of a rescale): md1 scales it on load, md0 does not run */
+  const int raw = b->nsrc == 1 && raw_sources() && conv_loads() == CONV_LOADS_DEFAULT;
+  if (b->nsrc > 0 && !raw) md0_kernel<<<dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h>>>(*a);
   const dim3 grid(tiles, b->ndst, gz);
   const int loads = conv_loads();
   if (md_wide(b->log_n)) {
-    md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS><<<grid, 2 * NTT_THREADS, 0, h>>>(*a);
+    if (raw) md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, true><<<grid, 2 * NTT_THREADS, 0, h>>>(*a);
+    else md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS><<<grid, 2 * NTT_THREADS, 0, h>>>(*a);
     md2_kernel<2 * NTT_THREADS><<<dim3(tiles, b->ndst, gz), 2 * NTT_THREADS, 0, h>>>(*a);
     return launched("kernel 'ckks_moddown'");
   }
-  if (loads == 1) md1_kernel<1><<<grid, NTT_THREADS, 0, h>>>(*a);
+  if (raw) md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, true><<<grid, NTT_THREADS, 0, h>>>(*a);
+  else if (loads == 1) md1_kernel<1><<<grid, NTT_THREADS, 0, h>>>(*a);
   else if (loads == 16) md1_kernel<16><<<grid, NTT_THREADS, 0, h>>>(*a);
   else md1_kernel<8><<<grid, NTT_THREADS, 0, h>>>(*a);
   md2_kernel<<<dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h>>>(*a);

@@ -905,7 +905,7 @@ static fh_status cpu_ks_core(const void *argp) {
       memcpy(Dj + f * n, a->in_ntt + g * a->in_ntt_gs + f * n, sizeof(uint64_t) * (size_t)(e - f) * (size_t)n);
     }
   }
-  if (st != FH_OK) return st;
+  if (st != FH_OK || a->key == NULL) return st;
   fh_ckks_ks_args k;
   fh_ckks_ks_args_of_core(a, &k);
   return cpu_ks_inner(&k);

@@ -251,7 +251,11 @@ typedef struct fh_ckks_modup_args {
  * a half-transformed state there and never writes the rest). One launch for what
  * FH_K_CKKS_MODUP, FH_K_CKKS_NTT and FH_K_CKKS_KS_INNER do in turn, with the same result:
  * on CUDA the conversion is fused into the NTT's first kernel and the inner product
- * into its second, so the digits cross memory twice instead of six times. */
+ * into its second, so the digits cross memory twice instead of six times.
+ * Without a key (key NULL): the mod-up and the NTT only, what FH_K_CKKS_MODUP and
+ * FH_K_CKKS_NTT do in turn: up.out then holds the transformed digits, every row of every
+ * digit, and out is not written (hoisted rotations and linear transforms; on CUDA the
+ * conversion is fused into the NTT's first kernel). */
 /* On CUDA a ring of N <= 2^FH_CKKS_CUDA_ROW_LOG words takes whole rows through one
  * block's shared memory; larger rings run the fused two-kernel shapes. */
 #define FH_CKKS_CUDA_ROW_LOG 11
