@@ -1095,10 +1095,10 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
   }
   /* the mod-up and the NTT of the extended digits, once: a key-switch core without a key
    * (on CUDA the conversion fused into the NTT's first kernel, as a key switch does) */
-  fh_tensor *S = NULL;
+  /* (S stays with h: L lists it among the storages of every later submit) */
   int64_t sshape[3] = {G, k->la, n};
   if (tb->device.type == FH_DEVICE_CUDA && tb->log_n > FH_CKKS_CUDA_ROW_LOG &&
-      (st = fh__ckks_temp(L, 3, sshape, &S)) != FH_OK) {
+      (st = fh__ckks_temp(L, 3, sshape, &h->S)) != FH_OK) {
     fh__ckks_hoist_end(h);
     return st;
   }
@@ -1106,10 +1106,9 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
   memset(&c, 0, sizeof c);
   modup_args(tb, level, k, G, d, gs_d, fh__ckks_ptr(h->D), &c.up);
   c.ntt = tb->ntt;
-  c.scaled = S ? fh__ckks_ptr(S) : NULL;
+  c.scaled = h->S ? fh__ckks_ptr(h->S) : NULL;
   c.scaled_gs = (int64_t)k->la * n;
   st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &c, sizeof c);
-  if (S) fh_tensor_release(S);
   if (st != FH_OK) fh__ckks_hoist_end(h);
   return st;
 }
@@ -1157,8 +1156,8 @@ fh_status fh__ckks_hoist_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ck
 }
 
 void fh__ckks_hoist_end(fh__ckks_hoist *h) {
-  fh_tensor *ts[5] = {h->D, h->Dr, h->acc, h->W, h->T};
-  for (int i = 0; i < 5; ++i)
+  fh_tensor *ts[6] = {h->D, h->Dr, h->acc, h->W, h->T, h->S};
+  for (int i = 0; i < 6; ++i)
     if (ts[i]) fh_tensor_release(ts[i]);
   memset(h, 0, sizeof *h);
 }

@@ -84,6 +84,7 @@ typedef struct fh__ckks_hoist {
   int level;
   int64_t G;
   fh_tensor *D, *Dr, *acc, *W, *T; /* Dr: the CPU's permuted copy of D (NULL on CUDA) */
+  fh_tensor *S;                     /* the mod-up's scaled sources (CUDA, N > 2^11), else NULL */
   bool in_place;                    /* steps read D through their automorphism (CUDA) */
 } fh__ckks_hoist;
 fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
