@@ -31,7 +31,6 @@
  * Nothing here allocates, synchronises or reads device data on the host, so
  * every kernel can be captured in a CUDA graph. Launch failures are
  * CudaError naming the kernel. */
-#include <cooperative_groups.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -467,109 +466,6 @@ __global__ void __launch_bounds__(NTT_THREADS, 3) ntt_chunk_kernel(const __grid_
   }
 }
 
-/* ---- the two passes in one kernel: a cluster per row ------------------------------------
- * For N = C NTT_TILE with C <= NTT_CLUSTER_MAX (N = 2^12 .. 2^14), the C blocks of a row form
- * a thread-block cluster: each runs its first pass (forward: its columns; inverse: its
- * chunks) into its own shared memory, then gathers the tile of its second pass from the C
- * blocks' shared memory (distributed shared memory) instead of through global memory, and
- * runs that pass to the output: one launch and one trip through memory instead of two. The
- * views, geometry and stages are the column and chunk kernels', so the words are too. */
-constexpr int NTT_CLUSTER_MAX = 8; /* the portable cluster size */
-namespace cg = cooperative_groups;
-
-/* block t's tile of the second pass from the cluster's first-pass tiles `a` (the same
- * shared-memory offset in every block) into b. Forward: a holds columns (kstride cols),
- * b takes chunks (kstride 1); inverse: the reverse. */
-template <bool FORWARD>
-__device__ __forceinline__ void ntt_cluster_gather(uint64_t *b, uint64_t *a, const cg::cluster_group &cl, int t,
-                                                   int log_n1, int log_n2) {
-  const int log_cols = NTT_TILE_LOG - log_n1, log_chunks = NTT_TILE_LOG - log_n2;
-  const int cols = 1 << log_cols, chunks = 1 << log_chunks, n2 = 1 << log_n2;
-  constexpr int PER = NTT_TILE / NTT_THREADS;
-  uint64_t v[PER];
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int e = threadIdx.x + i * NTT_THREADS;
-    int src, off;
-    if (FORWARD) { /* chunk view: e = a n2 + x, row t chunks + a, column x of block x / cols */
-      const int r = (t << log_chunks) + (e >> log_n2), x = e & (n2 - 1);
-      src = x >> log_cols;
-      off = (r << log_cols) + (x & (cols - 1));
-    } else { /* column view: e = k cols + a, row k of block k / chunks, column t cols + a */
-      const int k = e >> log_cols, x = (t << log_cols) + (e & (cols - 1));
-      src = k >> log_chunks;
-      off = ((k & (chunks - 1)) << log_n2) + x;
-    }
-    v[i] = *cl.map_shared_rank(a + off, (unsigned)src);
-  }
-#pragma unroll
-  for (int i = 0; i < PER; ++i) b[threadIdx.x + i * NTT_THREADS] = v[i];
-}
-
-template <bool FORWARD>
-__global__ void __launch_bounds__(NTT_THREADS, 2) ntt_cluster_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
-  __shared__ uint64_t sa[NTT_TILE], sb[NTT_TILE];
-  const cg::cluster_group cl = cg::this_cluster();
-  const int t = (int)cl.block_rank();
-  const int l = blockIdx.y;
-  const ntt_split sp = ntt_split_of(a.log_n);
-  const int64_t n = (int64_t)1 << a.log_n;
-  const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1, chunks = NTT_TILE >> sp.log_n2;
-  const int c0 = t * cols;
-  const int64_t base = (int64_t)t * NTT_TILE;
-  const fh_ckks_prime c = a.primes[a.prime[l]];
-  const ntt_prime P = ntt_prime_of(a, l, FORWARD);
-  const ntt_geom gcol = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
-  const ntt_geom gchunk = {n, base, n2, a.log_n};
-  const ntt_view acol = {sa, cols, 1}, achunk = {sa, 1, n2}, bcol = {sb, cols, 1}, bchunk = {sb, 1, n2};
-  GROUPS(g, a.ngroups) {
-    const uint64_t *in = a.in + g * a.in_gs + (int64_t)l * n;
-    uint64_t *out = a.out + g * a.out_gs + (int64_t)l * n;
-    if (FORWARD) {
-      const ntt_view src = {(uint64_t *)(in + c0), n2, 1};
-      ntt_stages<true>(src, acol, acol, cols, sp.log_n1, gcol, true, false, c, P);
-    } else {
-      const ntt_view src = {(uint64_t *)(in + base), 1, n2};
-      ntt_stages<false, true>(src, achunk, achunk, chunks, sp.log_n2, gchunk, false, false, c, P);
-    }
-    cl.sync(); /* every block's first pass is in its shared memory */
-    ntt_cluster_gather<FORWARD>(sb, sa, cl, t, sp.log_n1, sp.log_n2);
-    cl.sync(); /* every gather done: sa may be rewritten (the next group) and blocks may exit */
-    if (FORWARD) {
-      const ntt_view dst = {out + base, 1, n2};
-      ntt_stages<true, true>(bchunk, dst, bchunk, chunks, sp.log_n2, gchunk, false, true, c, P);
-    } else {
-      const ntt_view dst = {out + c0, n2, 1};
-      ntt_stages<false>(bcol, dst, bcol, cols, sp.log_n1, gcol, true, false, c, P);
-    }
-  }
-}
-
-/* The cluster kernel for N = C NTT_TILE, C in 2..NTT_CLUSTER_MAX (a switch:
- * FHELIUM_CUDA_NTTC=0 keeps the column and chunk kernels; a benchmarking aid). */
-bool ntt_cluster(int log_n) {
-  static const char *const kinds[] = {"1", "0", NULL};
-  static const int m = env_switch("FHELIUM_CUDA_NTTC", kinds);
-  return m != 1 && log_n > NTT_TILE_LOG && ((int64_t)1 << log_n) <= (int64_t)NTT_CLUSTER_MAX * NTT_TILE;
-}
-
-template <bool FORWARD>
-cudaError_t ntt_cluster_launch(const fh_ckks_ntt_args *a, cudaStream_t h) {
-  const int64_t n = (int64_t)1 << a->log_n;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(n / NTT_TILE), a->nlimbs, grid_z(a->ngroups));
-  cfg.blockDim = dim3(NTT_THREADS);
-  cfg.stream = h;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = (unsigned)(n / NTT_TILE);
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, ntt_cluster_kernel<FORWARD>, *a);
-}
-
 template <bool FORWARD>
 fh_status run_ntt(const void *argp, void *stream) {
   const fh_ckks_ntt_args *a = (const fh_ckks_ntt_args *)argp;
@@ -580,9 +476,6 @@ fh_status run_ntt(const void *argp, void *stream) {
   if (a->log_n <= NTT_TILE_LOG) {
     const int threads = (int)(n / 8 < 32 ? 32 : n / 8);
     ntt_row_kernel<FORWARD><<<dim3(1, a->nlimbs, gz), threads, 0, h>>>(*a);
-  } else if (ntt_cluster(a->log_n)) {
-    const cudaError_t e = ntt_cluster_launch<FORWARD>(a, h);
-    if (e != cudaSuccess) return fh__cuda_fail(e, FORWARD ? "kernel 'ckks_ntt'" : "kernel 'ckks_intt'");
   } else {
     const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz);
     const int threads = NTT_TILE / 8;
