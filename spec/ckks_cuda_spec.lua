@@ -284,6 +284,10 @@ describe("CkksEngine on cuda:0", function()
         r.batch = e:stack_batch({ r.a, r.b, r.add })
         r.sum = e:sum_ciphertext_batch(r.batch)
         r.rotb = e:rotate_by_step(r.batch, 1, k.rk1)
+        -- relinearize and rescale in one mod-down (the fused kernels above N = 2^11)
+        r.relres = e:relinearize(r.mul, k.rlk, { rescale = true })
+        r.relres3 = e:relinearize(e:multiply(r.batch, r.b), k.rlk, { rescale = true })
+        r.relres3_seq = e:rescale_to_next_level(e:relinearize(e:multiply(r.batch, r.b), k.rlk))
         r.dec = e:decrypt(r.rot3, k.sk)
         r.msg = e:decrypt_message(r.rot3, k.sk, { is_real = true })
         r.msgc = e:decrypt_message(r.conj, k.sk)
@@ -291,9 +295,12 @@ describe("CkksEngine on cuda:0", function()
       end
       local rc, rg = run(ec, K[1]), run(eg, K[2])
       for _, key in ipairs { "pt1", "enc", "a", "b", "add", "sub", "neg", "addp", "mul", "relin", "rescale", "rescale_coef", "rescale3", "ppt", "mulp",
-        "rot1", "rot3", "conj", "coeff", "rotc", "ntt", "batch", "sum", "rotb", "dec" } do
+        "rot1", "rot3", "conj", "coeff", "rotc", "ntt", "batch", "sum", "rotb", "dec", "relres", "relres3" } do
         same_value(rc[key], rg[key], key)
       end
+      -- the fused relinearize-rescale is the two operations' words on the GPU too
+      assert.is_true(fh.equal(rg.relres.data, rg.rescale.data), "relinearize with rescale = true")
+      assert.is_true(fh.equal(rg.relres3.data, rg.relres3_seq.data), "relinearize with rescale = true (batch)")
       -- decrypted messages come back on the engine's device, equal to the CPU's
       assert.are.equal("cuda:0", rg.msg.device)
       same(rc.msg, rg.msg, "decrypt_message")
@@ -328,6 +335,10 @@ describe("CUDA graph programs of CKKS operations", function()
     end
     local prog = ex.CudaGraphProgram.capture(fn, { example_inputs = { enc(msg()), enc(msg()) } })
     assert.is_true(prog.stats.node_count > 0)
+    -- the same with the rescale fused into the relinearization's mod-down: the same words
+    local fused = ex.CudaGraphProgram.capture(function(x, y)
+      return e:rotate_with_key(e:relinearize(e:multiply(x, y), rlk, { rescale = true }), rk)
+    end, { example_inputs = { enc(msg()), enc(msg()) } })
     -- the program owns what its graph reads: the keys may go
     rlk, rk = nil, nil
     collectgarbage("collect")
@@ -336,6 +347,8 @@ describe("CUDA graph programs of CKKS operations", function()
       local m1, m2 = msg(), msg()
       local x, y = enc(m1), enc(m2)
       local out = prog:replay({ x, y }, { copy_output = true })
+      assert.is_true(fh.equal(fused:replay({ x, y }, { copy_output = true }).data, out.data),
+        ("round %d: the fused program's words"):format(round))
       local dec = e:decrypt_message(out, sk, { is_real = true }):cpu():tolist()
       local want = (m1 * m2):tolist()
       local worst = 0
@@ -343,6 +356,7 @@ describe("CUDA graph programs of CKKS operations", function()
       assert.is_true(worst < 1e-5, ("round %d: decryption error %g"):format(round, worst))
     end
     prog:close()
+    fused:close()
     H.expect_error("ExecutionError", "closed", prog.replay, prog, { enc(msg()), enc(msg()) })
   end)
 

@@ -870,7 +870,13 @@ static int e_negate(lua_State *L) { return op1(L, "negate", "a", fh_ckks_negate)
 static int e_add_plaintext(lua_State *L) { return op2(L, "add_plaintext", "ct", "pt", fh_ckks_add_plaintext); }
 static int e_sub_plaintext(lua_State *L) { return op2(L, "sub_plaintext", "ct", "pt", fh_ckks_sub_plaintext); }
 static int e_multiply(lua_State *L) { return op2(L, "multiply", "a", "b", fh_ckks_multiply); }
-static int e_relinearize(lua_State *L) { return op2(L, "relinearize", "ct", "rlk", fh_ckks_relinearize); }
+/* engine:relinearize(ct, rlk[, {rescale = true}]) */
+static int e_relinearize(lua_State *L) {
+  static const char *const allowed[] = {"rescale", NULL};
+  fh__lua_checkopts(L, 4, "CkksEngine:relinearize", allowed);
+  const bool rescale = fh__lua_optbool(L, 4, "rescale", 0, "CkksEngine:relinearize");
+  return op2(L, "relinearize", "ct", "rlk", rescale ? fh_ckks_relinearize_rescale : fh_ckks_relinearize);
+}
 static int e_rescale(lua_State *L) { return op1(L, "rescale_to_next_level", "ct", fh_ckks_rescale_to_next_level); }
 static int e_multiply_plaintext(lua_State *L) {
   return op2(L, "multiply_plaintext", "ct", "pt", fh_ckks_multiply_plaintext);

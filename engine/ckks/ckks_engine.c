@@ -1029,9 +1029,67 @@ static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, 
   return st;
 }
 
-fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                             int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
-                             int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs) {
+/* The mod-down of acc fused with a rescale by the first active Q prime (fh_ckks_moddown_args.
+ * rescale): the INTT of acc's P rows and of its row 0 in one launch (rows nsrc and nsrc + 1 of
+ * W: u0 and md0r's y0), then FH_K_CKKS_MODDOWN into the la - 1 rows of out. v0: the INTT of
+ * add's row 0 (see fh__ckks_keyswitch_rescale). W [2G][np + 2][N], T [2G][la][N]: scratch. */
+static fh_status ks_moddown_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k,
+                                    int64_t G, uint64_t *A, uint64_t *w, uint64_t *t, uint64_t *out0, uint64_t *out1,
+                                    int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs,
+                                    const uint64_t *v0, int64_t v0_gs, int64_t v0_cs) {
+  const fh_ckks_tables *tb = e->tb;
+  const int la = k->la, lk = k->lk, np = k->np, nq = k->nq;
+  const int64_t n = k->n, w_gs = (int64_t)(np + 2) * n;
+  fh_ckks_ntt_args it;
+  memset(&it, 0, sizeof it);
+  it.out = w;
+  it.in = A;
+  it.out_gs = w_gs;
+  it.in_gs = (int64_t)lk * n;
+  it.ngroups = 2 * G;
+  it.nlimbs = np + 1;
+  it.log_n = tb->log_n;
+  it.primes = tb->primes_dev;
+  it.ntt = tb->ntt;
+  it.rows = 1;
+  for (int i = 0; i <= np; ++i) {
+    it.prime[i] = k->qp[i < np ? la + i : 0];
+    it.in_row[i] = i < np ? la + i : 0;
+    it.out_row[i] = i;
+  }
+  fh_status st = fh__ckks_submit(L, FH_K_CKKS_INTT, &it, sizeof it);
+  if (st != FH_OK) return st;
+  fh_ckks_moddown_args m;
+  fh__ckks_moddown_args(tb, &m, w, w_gs, 2 * G, nq, np, level, la, tb->moddown[level], tb->p_inv + level, t, A,
+                        (int64_t)lk * n);
+  m.out[0] = out0;
+  m.out[1] = out1;
+  m.add[0] = add0;
+  m.add[1] = add1;
+  m.out_gs = out_gs;
+  m.add_gs = add_gs;
+  m.rescale = 1;
+  m.v0 = v0;
+  m.v0_gs = v0_gs;
+  m.v0_cs = v0_cs;
+  const uint64_t q0 = tb->host[level].q;
+  for (int l = 1; l < la; ++l) {
+    const fh_ckks_prime *pl = &tb->host[level + l];
+    const uint64_t pm = tb->p_mod[level + l];
+    m.pr[l] = fh_mont_from_std(pm, pl->q, pl->qinv, pl->r2);
+    m.pq[l] = fh_mod_mul(pm, q0 % pl->q, &pl->bar);
+    m.d_const[l] = tb->rescale_inv[(size_t)level * nq + level + l];
+    m.d_shoup[l] = fh_shoup_precompute(m.d_const[l], pl->q);
+  }
+  return fh__ckks_submit(L, FH_K_CKKS_MODDOWN, &m, sizeof m);
+}
+
+/* fh__ckks_keyswitch, or with v0 (not NULL) its fused rescale (ks_moddown_rescale) */
+static fh_status keyswitch_impl(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
+                                int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, const fh_tensor *key,
+                                bool ntt_out, uint64_t *out0,
+                                uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
+                                int64_t add_gs, const uint64_t *v0, int64_t v0_gs, int64_t v0_cs) {
   const fh_ckks_tables *tb = e->tb;
   fh__ckks_ks_geo k;
   ks_geo_of(tb, level, &k);
@@ -1041,9 +1099,14 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
   const bool cuda = fh_device_is_cuda(L->dev);
   fh_status st;
   if ((st = fh__ckks_temp(L, 4, dshape, &D)) || (st = fh__ckks_temp(L, 4, ashape, &acc)) ||
-      (cuda && tb->log_n > FH_CKKS_CUDA_ROW_LOG && (st = fh__ckks_temp(L, 3, sshape, &S))) ||
-      (st = ks_temps(L, &k, G, &W, &T)))
+      (cuda && tb->log_n > FH_CKKS_CUDA_ROW_LOG && (st = fh__ckks_temp(L, 3, sshape, &S))))
     goto done;
+  if (v0) { /* W with the rows of the rescale's y0 (ks_moddown_rescale) */
+    int64_t wshape[3] = {2 * G, k.np + 2, n}, tshape[3] = {2 * G, k.la, n};
+    if ((st = fh__ckks_temp(L, 3, wshape, &W)) || (st = fh__ckks_temp(L, 3, tshape, &T))) goto done;
+  } else if ((st = ks_temps(L, &k, G, &W, &T))) {
+    goto done;
+  }
   /* 1-3. mod-up, NTT of the extended digits, inner product with the key: one launch
    * (fh_ckks_ks_core_args), D its scratch */
   {
@@ -1059,11 +1122,15 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
     c.scaled = S ? fh__ckks_ptr(S) : NULL;
     c.scaled_gs = (int64_t)k.la * n;
     c.in_ntt = d_ntt;
-    c.in_ntt_gs = gs_d;
+    c.in_ntt_gs = d_ntt_gs;
     if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &c, sizeof c))) goto done;
   }
-  st = ks_moddown(e, L, level, &k, G, fh__ckks_ptr(acc), fh__ckks_ptr(W), fh__ckks_ptr(T), ntt_out, out0, out1,
-                  out_gs, add0, add1, add_gs);
+  if (v0)
+    st = ks_moddown_rescale(e, L, level, &k, G, fh__ckks_ptr(acc), fh__ckks_ptr(W), fh__ckks_ptr(T), out0, out1,
+                            out_gs, add0, add1, add_gs, v0, v0_gs, v0_cs);
+  else
+    st = ks_moddown(e, L, level, &k, G, fh__ckks_ptr(acc), fh__ckks_ptr(W), fh__ckks_ptr(T), ntt_out, out0, out1,
+                    out_gs, add0, add1, add_gs);
 done:
   if (D) fh_tensor_release(D);
   if (acc) fh_tensor_release(acc);
@@ -1071,6 +1138,23 @@ done:
   if (T) fh_tensor_release(T);
   if (S) fh_tensor_release(S);
   return st;
+}
+
+fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
+                             int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, bool ntt_out, uint64_t *out0,
+                             uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
+                             int64_t add_gs) {
+  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, gs_d, key, ntt_out, out0, out1, out_gs, add0, add1, add_gs, NULL,
+                        0, 0);
+}
+
+fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G,
+                                     const uint64_t *d, int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs,
+                                     const fh_tensor *key, uint64_t *out0, uint64_t *out1, int64_t out_gs,
+                                     const uint64_t *add0, const uint64_t *add1, int64_t add_gs, const uint64_t *v0,
+                                     int64_t v0_gs, int64_t v0_cs) {
+  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, d_ntt_gs, key, true, out0, out1, out_gs, add0, add1, add_gs, v0,
+                        v0_gs, v0_cs);
 }
 
 fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,

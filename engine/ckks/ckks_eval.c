@@ -259,6 +259,70 @@ fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_va
   return st;
 }
 
+fh_status fh_ckks_relinearize_rescale(fh_ckks_engine *e, const fh_value *ct, const fh_value *rlk, fh_value **out) {
+  const char *op = "relinearize";
+  fh_status st;
+  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) || (st = need_components(op, "ct", ct, 3)) ||
+      (st = fh__ckks_need_key(e, op, "rlk", rlk, FH_RELINEARIZATION_KEY, FH_BASIS_QP)))
+    return st;
+  fh_ckks_context *ctx = fh_ckks_engine_context(e);
+  if (ct->state.level >= ctx->max_level)
+    return fh_error_set(FH_ERR_STATE,
+                        "%s: rescale = true needs a prime to drop, but the level of ct is %d, already max_level %d", op,
+                        ct->state.level, ctx->max_level);
+  const fh_ckks_tables *tb = fh_ckks_engine_tables(e);
+  if (ct->state.polynomial_domain != FH_DOMAIN_NTT || tb->log_n <= FH_CKKS_CUDA_ROW_LOG) {
+    /* the two operations in turn (the same words as the fused mod-down) */
+    fh_value *r = NULL;
+    if ((st = fh_ckks_relinearize(e, ct, rlk, &r)) != FH_OK) return st;
+    st = fh_ckks_rescale_to_next_level(e, r, out);
+    fh_value_release(r);
+    return st;
+  }
+  fh__ckks_geo g;
+  fh__ckks_geo_of(ct, &g);
+  const int la = g.la, lo = la - 1;
+  const int64_t n = ctx->ring_degree, gs = (int64_t)la * n, cs = g.B * gs, dgs = (int64_t)(la + 2) * n;
+  const double scale = ct->state.scale / (double)ctx->primes[g.level];
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
+  fh_tensor *ts[4] = {NULL, NULL, NULL, NULL};
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, g.level, p);
+  int64_t dshape[3] = {g.B, la + 2, n};
+  if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = data_of(&L, rlk, &ts[1])) == FH_OK &&
+      (st = fh__ckks_alloc_poly(e, &L, 2, &g, lo, &ts[2])) == FH_OK && (st = fh__ckks_temp(&L, 3, dshape, &ts[3])) == FH_OK) {
+    const uint64_t *c = fh__ckks_ptr(ts[0]);
+    uint64_t *d = fh__ckks_ptr(ts[3]), *o = fh__ckks_ptr(ts[2]);
+    /* one INTT: c2's rows (the key switch's input) and row 0 of c0 and c1 (v0) */
+    fh_ckks_ntt_args it;
+    memset(&it, 0, sizeof it);
+    it.out = d;
+    it.in = c;
+    it.out_gs = dgs;
+    it.in_gs = gs;
+    it.ngroups = g.B;
+    it.nlimbs = la + 2;
+    it.log_n = tb->log_n;
+    it.primes = tb->primes_dev;
+    it.ntt = tb->ntt;
+    it.rows = 1;
+    for (int r = 0; r < la + 2; ++r) {
+      it.prime[r] = r < la ? p[r] : p[0];
+      it.in_row[r] = r < la ? (int32_t)(2 * cs / n + r) : r == la ? 0 : (int32_t)(cs / n);
+      it.out_row[r] = r;
+    }
+    st = fh__ckks_submit(&L, FH_K_CKKS_INTT, &it, sizeof it);
+    const int64_t ogs = (int64_t)lo * n, ocs = g.B * ogs;
+    if (st == FH_OK)
+      st = fh__ckks_keyswitch_rescale(e, &L, g.level, g.B, d, dgs, c + 2 * cs, gs, ts[1], o, o + ocs, ogs, c, c + cs,
+                                      gs, d + (int64_t)la * n, dgs, n);
+  }
+  if (st == FH_OK) st = wrap_ct(e, ts[2], g.level + 1, scale, FH_DOMAIN_NTT, out);
+  release_all(ts, 4);
+  return st;
+}
+
 /* The element-wise arguments of the coefficient-domain rescale over the lo rows left at `level`
  * (primes p[1..lo]): b is the dropped row's coefficients (drop_half, k[i] = q_level mod q_i), the
  * constants q_level^-1 mod q_i. */

@@ -67,6 +67,18 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
                              int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
                              int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs);
 
+/* fh__ckks_keyswitch (NTT-domain result) and a rescale by the first active Q prime in one
+ * mod-down (fh_ckks_moddown_args.rescale; N > 2^FH_CKKS_CUDA_ROW_LOG): the la - 1 rows of
+ * level + 1 into out0/out1 (group stride out_gs), the same words as fh__ckks_keyswitch then
+ * fh_ckks_rescale_to_next_level. d_ntt has its own group stride d_ntt_gs; add0/add1 are
+ * required; v0 holds the INTT of their row 0 (component c of group g at v0 + g * v0_gs +
+ * c * v0_cs). */
+fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G,
+                                     const uint64_t *d, int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs,
+                                     const fh_tensor *key, uint64_t *out0, uint64_t *out1, int64_t out_gs,
+                                     const uint64_t *add0, const uint64_t *add1, int64_t add_gs, const uint64_t *v0,
+                                     int64_t v0_gs, int64_t v0_cs);
+
 /* Hoisted key switches of automorphisms of one polynomial d (as above): begin runs the
  * mod-up and the NTT of the extended digits once and keeps them (h->D, [G][ndig][lk][N])
  * with the scratch of a mod-down (h->acc [G][2][lk][N], h->W, h->T) and, with `steps`, of

@@ -415,8 +415,8 @@ __global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_const
   const ntt_prime P = ntt_prime_of(a, l, FORWARD);
   const ntt_geom geo = {n, 0, 0, a.log_n};
   GROUPS(g, a.ngroups) {
-    const ntt_view src = {(uint64_t *)(a.in + g * a.in_gs + (int64_t)l * n), 1, 0};
-    const ntt_view dst = {a.out + g * a.out_gs + (int64_t)l * n, 1, 0};
+    const ntt_view src = {(uint64_t *)(a.in + g * a.in_gs + fh_ckks_ntt_in_off(&a, l)), 1, 0};
+    const ntt_view dst = {a.out + g * a.out_gs + fh_ckks_ntt_out_off(&a, l), 1, 0};
     const ntt_view sv = {sm, 1, 0};
     ntt_stages<FORWARD>(src, dst, sv, 1, a.log_n, geo, true, FORWARD, c, P);
   }
@@ -429,7 +429,6 @@ __global__ void __launch_bounds__(NTT_THREADS, 3) ntt_col_kernel(const __grid_co
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
   const ntt_split sp = ntt_split_of(a.log_n);
-  const int64_t n = (int64_t)1 << a.log_n;
   const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1;
   const int c0 = blockIdx.x * cols;
   const fh_ckks_prime c = a.primes[a.prime[l]];
@@ -437,8 +436,9 @@ __global__ void __launch_bounds__(NTT_THREADS, 3) ntt_col_kernel(const __grid_co
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, a.ngroups) {
     const uint64_t *in = FORWARD ? a.in + g * a.in_gs : a.out + g * a.out_gs;
-    const ntt_view src = {(uint64_t *)(in + (int64_t)l * n + c0), n2, 1};
-    const ntt_view dst = {a.out + g * a.out_gs + (int64_t)l * n + c0, n2, 1};
+    const int64_t ioff = FORWARD ? fh_ckks_ntt_in_off(&a, l) : fh_ckks_ntt_out_off(&a, l);
+    const ntt_view src = {(uint64_t *)(in + ioff + c0), n2, 1};
+    const ntt_view dst = {a.out + g * a.out_gs + fh_ckks_ntt_out_off(&a, l) + c0, n2, 1};
     const ntt_view sv = {sm, cols, 1};
     ntt_stages<FORWARD>(src, dst, sv, cols, sp.log_n1, geo, true, false, c, P);
   }
@@ -459,8 +459,9 @@ __global__ void __launch_bounds__(NTT_THREADS, 3) ntt_chunk_kernel(const __grid_
   const ntt_geom geo = {n, base, n2, a.log_n};
   GROUPS(g, a.ngroups) {
     const uint64_t *in = FORWARD ? a.out + g * a.out_gs : a.in + g * a.in_gs;
-    const ntt_view src = {(uint64_t *)(in + (int64_t)l * n + base), 1, n2};
-    const ntt_view dst = {a.out + g * a.out_gs + (int64_t)l * n + base, 1, n2};
+    const int64_t ioff = FORWARD ? fh_ckks_ntt_out_off(&a, l) : fh_ckks_ntt_in_off(&a, l);
+    const ntt_view src = {(uint64_t *)(in + ioff + base), 1, n2};
+    const ntt_view dst = {a.out + g * a.out_gs + fh_ckks_ntt_out_off(&a, l) + base, 1, n2};
     const ntt_view sv = {sm, 1, n2};
     ntt_stages<FORWARD, true>(src, dst, sv, chunks, sp.log_n2, geo, false, FORWARD, c, P);
   }
@@ -784,7 +785,18 @@ struct conv_consts {
    * by shat_inv (rw, Shoup companion rws, modulo rq) and flags its lift on load, what ks0
    * and md0 would have written (the same words, one launch fewer) */
   uint64_t rw, rws, rq;
+  /* lift (a fused rescale's md1, fh_ckks_moddown_args.rescale): P [y0]_t added to each
+   * conversion, y0 the word at loff from the sources' base: y0 P (Montgomery, lpr = P R mod
+   * t), minus lpq = P q_0 mod t when y0 > lhalf = q_0 / 2 */
+  uint64_t lpr, lpq, lhalf;
+  int64_t loff;
 };
+
+__device__ __forceinline__ uint64_t conv_lift(uint64_t r, uint64_t y0, const conv_consts &k, const fh_ckks_prime &c) {
+  uint64_t t = fh_mont_mul(y0, k.lpr, c.q, c.qinv);
+  if (y0 > k.lhalf) t = fh_mod_sub(t, k.lpq, c.q);
+  return fh_mod_add(r, t, c.q);
+}
 
 /* the word ks0 / md0 make of a raw source word x (conv_consts.raw) */
 __device__ __forceinline__ uint64_t conv_raw(uint64_t x, const conv_consts &k) {
@@ -880,7 +892,7 @@ __device__ __forceinline__ uint64_t conv_flagged_fp_n(const uint64_t *y, const c
  * pointers to column c0 are formed once, so a word costs one 32-bit offset (its row in
  * the tile times N2 plus its column) and a wide add. FP: the conversion in doubles
  * (conv_flagged_fp_n; NS from 1 to 4 only). */
-template <bool FP, int NS, int CONV_LOADS, int THREADS, bool RAW = false>
+template <bool FP, int NS, int CONV_LOADS, int THREADS, bool RAW = false, bool LIFT = false>
 __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
                                             const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
   const int cols = 1 << log_cols;
@@ -901,6 +913,7 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
        * integer steps (four instructions a word instead of one) */
       asm("mov.b64 %0, %0;" : "+l"(src[i]));
     }
+    const uint64_t *lsrc = LIFT ? base + k.loff + c0 + j0 : NULL;
     for (int it0 = 0; it0 < PER; it0 += E) {
       uint64_t y[E][NS];
 #pragma unroll
@@ -913,37 +926,46 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
 #pragma unroll
         for (int m = 0; m < E; ++m) y[m][0] = conv_raw(y[m][0], k);
       }
+      uint64_t y0[LIFT ? E : 1];
+      if constexpr (LIFT) {
+#pragma unroll
+        for (int m = 0; m < E; ++m) y0[m] = (it0 + m < PER) ? lsrc[(uint32_t)(it0 + m) * step] : 0;
+      }
 #pragma unroll
       for (int m = 0; m < E; ++m)
-        if (it0 + m < PER)
-          sm[threadIdx.x + (it0 + m) * THREADS] =
-              FP ? conv_flagged_fp_n<NS>(y[m], k, c) : conv_flagged_n<NS>(y[m], k, c, center);
+        if (it0 + m < PER) {
+          uint64_t r = FP ? conv_flagged_fp_n<NS>(y[m], k, c) : conv_flagged_n<NS>(y[m], k, c, center);
+          if constexpr (LIFT) r = conv_lift(r, y0[m], k, c);
+          sm[threadIdx.x + (it0 + m) * THREADS] = r;
+        }
     }
   } else {
     for (int it = 0; it < NTT_TILE / THREADS; ++it) {
       const int e = threadIdx.x + it * THREADS;
       const int64_t j = (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1));
-      sm[e] = conv_flagged(base, j, ns, k, c, center);
+      uint64_t r = conv_flagged(base, j, ns, k, c, center);
+      if constexpr (LIFT) r = conv_lift(r, base[k.loff + j], k, c);
+      sm[e] = r;
     }
   }
 }
 /* FP needs 1 to 4 sources (ks1 checks); the integer conversion takes any number; a
  * block of THREADS threads */
 /* RAW: one source, scaled on load (conv_raw; the caller has checked ns == 1) */
-template <bool FP, int LOADS, int THREADS = NTT_THREADS, bool RAW = false>
+template <bool FP, int LOADS, int THREADS = NTT_THREADS, bool RAW = false, bool LIFT = false>
 __device__ __forceinline__ void conv_fill(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
                                           const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
   if constexpr (RAW) {
-    conv_fill_n<FP, 1, LOADS, THREADS, true>(sm, base, 1, k, c, center, log_cols, n2, c0);
+    conv_fill_n<FP, 1, LOADS, THREADS, true, LIFT>(sm, base, 1, k, c, center, log_cols, n2, c0);
     return;
   }
   switch (ns) {
-  case 1: conv_fill_n<FP, 1, LOADS, THREADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 2: conv_fill_n<FP, 2, LOADS, THREADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 3: conv_fill_n<FP, 3, LOADS, THREADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 4: conv_fill_n<FP, 4, LOADS, THREADS>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 1: conv_fill_n<FP, 1, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 2: conv_fill_n<FP, 2, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 3: conv_fill_n<FP, 3, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+  case 4: conv_fill_n<FP, 4, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
   default:
-    if constexpr (!FP) conv_fill_n<false, 0, LOADS, THREADS>(sm, base, ns, k, c, center, log_cols, n2, c0);
+    if constexpr (!FP) conv_fill_n<false, 0, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0);
   }
 }
 
@@ -1400,16 +1422,50 @@ __global__ void __launch_bounds__(EW_THREADS) md0_kernel(const __grid_constant__
   }
 }
 
+/* md0r (a fused rescale, fh_ckks_moddown_args.rescale): md0's scaling of the P rows, and per
+ * coefficient the conversion to q_0 and y0 = (u0 - conv) P^-1 + v0 mod q_0 into row nsrc + 1 */
+__global__ void __launch_bounds__(EW_THREADS) md0r_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+  const fh_ckks_bconv_args &b = a.conv;
+  const int ns = b.nsrc;
+  const fh_ckks_prime &p0 = b.primes[b.dst_prime[0]];
+  const uint64_t q0 = p0.q, w0 = a.c_const[0], ws0 = a.c_shoup[0];
+  const uint64_t *mat = b.consts + 2 * ns; /* row 0: Shat_i mod q_0 */
+  /* S mod q_0 = (Shat_0 mod q_0)(s_0 mod q_0), the centred lift's correction per flag */
+  const uint64_t smt = ns > 0 ? fh_mod_mul(mat[0], b.primes[b.src_prime[0]].q % q0, &p0.bar) : 0;
+  const int64_t n = (int64_t)1 << b.log_n;
+  GROUPS(gg, b.ngroups) {
+    uint64_t *w = (uint64_t *)b.in + gg * b.in_gs;
+    const uint64_t *v0 = a.v0 + (gg / 2) * a.v0_gs + (gg % 2) * a.v0_cs;
+    COEFFS(j, n) {
+      uint64_t conv = 0;
+      uint32_t cnt = 0;
+      for (int i = 0; i < ns; ++i) {
+        const fh_ckks_prime &ps = b.primes[b.src_prime[i]];
+        uint64_t *x = w + (int64_t)b.src_row[i] * n;
+        const uint64_t y = fh_shoup_mul(x[j], b.consts[2 * i], b.consts[2 * i + 1], ps.q);
+        const bool neg = y > (ps.q >> 1);
+        x[j] = y | (neg ? KS_FLAG : 0);
+        cnt += neg;
+        conv = fh_mod_add(conv, fh_mod_mul(y, mat[i], &p0.bar), q0);
+      }
+      if (b.center && cnt) conv = fh_mod_sub(conv, fh_mod_mul(cnt, smt, &p0.bar), q0);
+      const uint64_t u0 = w[(int64_t)ns * n + j];
+      w[(int64_t)(ns + 1) * n + j] = fh_mod_add(fh_shoup_mul(u0 + (q0 - conv), w0, ws0, q0), v0[j], q0);
+    }
+  }
+}
+
 /* THREADS: NTT_THREADS at three blocks per SM, or twice that at two (4 words a thread, passes
- * of at most two stages: 32 warps per SM; FHELIUM_CUDA_MD=w) */
+ * of at most two stages: 32 warps per SM; FHELIUM_CUDA_MD=w). RESC: a fused rescale's rows
+ * 1.. (blockIdx.y + 1), each conversion plus P [y0] (conv_lift) */
 /* RAW: one P row, read as it is and scaled on load (md0 skipped) */
-template <int LOADS, int THREADS = NTT_THREADS, bool RAW = false>
+template <int LOADS, int THREADS = NTT_THREADS, bool RAW = false, bool RESC = false>
 __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md1_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
   constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
   const fh_ckks_bconv_args &b = a.conv;
-  const int l = blockIdx.y, ns = b.nsrc;
+  const int l = blockIdx.y + (RESC ? 1 : 0), ns = b.nsrc;
   const ntt_split sp = ntt_split_of(b.log_n);
   const int64_t n = (int64_t)1 << b.log_n;
   const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1, log_cols = NTT_TILE_LOG - sp.log_n1;
@@ -1418,12 +1474,18 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md1_k
   const fh_ckks_prime c = b.primes[p];
   const ntt_prime P = ntt_prime_at(b.primes, a.ntt, p, b.log_n, true);
   const bool center = b.center && ns > 0;
+  if (RESC && threadIdx.x == 0) {
+    kc.lpr = a.pr[l];
+    kc.lpq = a.pq[l];
+    kc.lhalf = b.primes[b.dst_prime[0]].q >> 1;
+    kc.loff = (int64_t)(ns + 1) * n;
+  }
   conv_consts_init(kc, b.consts + 2 * ns + (int64_t)l * ns, ns, ns > 0 ? b.primes[b.src_prime[0]].q : 1, b.src_row,
                    n, c, center, false, RAW ? b.consts : NULL); /* from md0's scaled rows, or raw */
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, b.ngroups) {
     const uint64_t *in = b.in + g * b.in_gs;
-    conv_fill<false, LOADS, THREADS, RAW>(sm, in, ns, kc, c, center, log_cols, n2, c0);
+    conv_fill<false, LOADS, THREADS, RAW, RESC>(sm, in, ns, kc, c, center, log_cols, n2, c0);
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {b.out + g * b.out_gs + (int64_t)b.dst_row[l] * n + c0, n2, 1};
@@ -1440,8 +1502,8 @@ __device__ __forceinline__ void cp_async_word(uint64_t *dst, const uint64_t *src
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-/* THREADS as md1's */
-template <int THREADS = NTT_THREADS>
+/* THREADS, RESC as md1's (RESC: out row l - 1, times q_0^-1) */
+template <int THREADS = NTT_THREADS, bool RESC = false>
 __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md2_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
   constexpr int MD2_PER_THREAD = NTT_TILE / THREADS;
   constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
@@ -1450,7 +1512,7 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md2_k
    * that reads it */
   __shared__ uint64_t xs[NTT_TILE], zs[NTT_TILE];
   const fh_ckks_bconv_args &b = a.conv;
-  const int l = blockIdx.y;
+  const int l = blockIdx.y + (RESC ? 1 : 0);
   const ntt_split sp = ntt_split_of(b.log_n);
   const int64_t n = (int64_t)1 << b.log_n;
   const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
@@ -1476,12 +1538,13 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md2_k
     cp_async_commit();
     ntt_stages<true, true, MAX_LOG_R>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
     cp_async_wait();
-    uint64_t *o = a.out[comp] + g * a.out_gs + (int64_t)l * n + base;
+    uint64_t *o = a.out[comp] + g * a.out_gs + (int64_t)(l - (RESC ? 1 : 0)) * n + base;
 #pragma unroll
     for (int k = 0; k < MD2_PER_THREAD; ++k) {
       const int e = threadIdx.x + k * THREADS;
-      const uint64_t r = fh_shoup_mul(xs[e] + (c.q - sm[e]), w, ws, c.q);
-      o[e] = z ? fh_mod_add(r, zs[e], c.q) : r;
+      uint64_t r = fh_shoup_mul(xs[e] + (c.q - sm[e]), w, ws, c.q);
+      r = z ? fh_mod_add(r, zs[e], c.q) : r;
+      o[e] = RESC ? fh_shoup_mul(r, a.d_const[l], a.d_shoup[l], c.q) : r;
     }
     __syncthreads();
   }
@@ -1503,6 +1566,8 @@ fh_status k_moddown(const void *argp, void *stream) {
   if (b->ngroups <= 0 || b->ndst <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << b->log_n;
   if (b->log_n <= NTT_TILE_LOG) {
+    if (a->rescale) /* the evaluator rescales in turn at these sizes */
+      return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: no fused rescale for N <= 2^%d", NTT_TILE_LOG);
     /* small rings: conversion, NTT, then the subtraction per component */
     fh_status st = k_bconv(b, stream);
     fh_ckks_ntt_args t;
@@ -1546,6 +1611,21 @@ fh_status k_moddown(const void *argp, void *stream) {
   }
   cudaStream_t h = (cudaStream_t)stream;
   const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(b->ngroups);
+  if (a->rescale) {
+    /* md0r: the P rows scaled, y0; md1 and md2 over rows 1.. */
+    if (b->ndst < 2 || a->add[0] == NULL || a->add[1] == NULL || a->v0 == NULL)
+      return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a fused rescale needs two Q rows, add and v0");
+    md0r_kernel<<<dim3(blocks_for(n, EW_THREADS), 1, gz), EW_THREADS, 0, h>>>(*a);
+    const dim3 rg(tiles, b->ndst - 1, gz);
+    if (md_wide(b->log_n)) {
+      md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, false, true><<<rg, 2 * NTT_THREADS, 0, h>>>(*a);
+      md2_kernel<2 * NTT_THREADS, true><<<rg, 2 * NTT_THREADS, 0, h>>>(*a);
+    } else {
+      md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, false, true><<<rg, NTT_THREADS, 0, h>>>(*a);
+      md2_kernel<NTT_THREADS, true><<<rg, NTT_THREADS, 0, h>>>(*a);
+    }
+    return launched("kernel 'ckks_moddown'");
+  }
   /* one P row (or the dropped row of a rescale): md1 scales it on load, md0 does not run */
   const int raw = b->nsrc == 1 && raw_sources() && conv_loads() == CONV_LOADS_DEFAULT;
   if (b->nsrc > 0 && !raw) md0_kernel<<<dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h>>>(*a);

@@ -253,8 +253,8 @@ static fh_status run_ntt(const void *argp, bool forward) {
   const bool ifma = fh_cpu_simd()[0] == 'a'; /* "avx512ifma" */
   FH_FOR_ROWS(a->ngroups, a->nlimbs, n) {
       int p = a->prime[l];
-      uint64_t *out = a->out + g * a->out_gs + (int64_t)l * n;
-      const uint64_t *in = a->in + g * a->in_gs + (int64_t)l * n;
+      uint64_t *out = a->out + g * a->out_gs + fh_ckks_ntt_out_off(a, l);
+      const uint64_t *in = a->in + g * a->in_gs + fh_ckks_ntt_in_off(a, l);
       const uint64_t *tw = a->ntt + (int64_t)p * 4 * n;
       if (ifma && fh__ckks_ntt_row_ifma(out, in, a->log_n, &a->primes[p], tw, forward)) continue;
       if (forward) ntt_forward_row(out, in, a->log_n, &a->primes[p], tw);
@@ -918,19 +918,52 @@ static fh_status cpu_moddown(const void *argp) {
   const int64_t n = (int64_t)1 << b->log_n;
   fh_status st = cpu_bconv(b);
   if (st != FH_OK) return st;
+  /* fused rescale: y0, the unrescaled result's row 0 in coefficients, from the conversion's
+   * row 0 (before its NTT), then P [y0]_{q_l} added to the conversion's other rows */
+  const int l0 = a->rescale ? 1 : 0;
+  if (a->rescale) {
+    if (b->ndst < 2 || a->add[0] == NULL || a->add[1] == NULL || a->v0 == NULL)
+      return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a fused rescale needs two Q rows, add and v0");
+    const fh_ckks_prime *p0 = &b->primes[b->dst_prime[0]];
+    const uint64_t q0 = p0->q, w0 = a->c_const[0], ws0 = a->c_shoup[0];
+    FH_FOR_ROWS(b->ngroups, 1, n) {
+      (void)l;
+      const int64_t gg = g, gp = gg / 2;
+      const int c = (int)(gg % 2);
+      const uint64_t *u0 = b->in + gg * b->in_gs + (int64_t)b->nsrc * n;
+      const uint64_t *v0 = a->v0 + gp * a->v0_gs + c * a->v0_cs;
+      uint64_t *t0 = b->out + gg * b->out_gs + (int64_t)b->dst_row[0] * n;
+      for (int64_t j = 0; j < n; ++j) {
+        const uint64_t y0 = fh_mod_add(fh_shoup_mul(u0[j] + (q0 - t0[j]), w0, ws0, q0), v0[j], q0);
+        const bool neg = y0 > q0 / 2;
+        for (int r = 1; r < b->ndst; ++r) {
+          const fh_ckks_prime *pr = &b->primes[b->dst_prime[r]];
+          uint64_t *tr = b->out + gg * b->out_gs + (int64_t)b->dst_row[r] * n;
+          uint64_t lift = fh_mont_mul(y0, a->pr[r], pr->q, pr->qinv);
+          if (neg) lift = fh_mod_sub(lift, a->pq[r], pr->q);
+          tr[j] = fh_mod_add(tr[j], lift, pr->q);
+        }
+      }
+    }
+  }
   fh_ckks_ntt_args t;
   memset(&t, 0, sizeof t);
   t.out = b->out;
   t.in = b->out;
   t.out_gs = t.in_gs = b->out_gs;
   t.ngroups = b->ngroups;
-  t.nlimbs = b->ndst;
+  t.nlimbs = b->ndst - l0;
   t.log_n = b->log_n;
   t.primes = b->primes;
   t.ntt = a->ntt;
-  for (int l = 0; l < b->ndst; ++l) t.prime[l] = b->dst_prime[l];
+  t.rows = 1;
+  for (int l = l0; l < b->ndst; ++l) {
+    t.prime[l - l0] = b->dst_prime[l];
+    t.in_row[l - l0] = t.out_row[l - l0] = b->dst_row[l];
+  }
   if ((st = cpu_ntt(&t)) != FH_OK) return st;
   FH_FOR_ROWS(b->ngroups, b->ndst, n) {
+    if (l < l0) continue;
     const int64_t gg = g, gp = gg / 2;
     const int c = (int)(gg % 2);
     {
@@ -938,10 +971,11 @@ static fh_status cpu_moddown(const void *argp) {
       const uint64_t *x = a->a + gg * a->a_gs + (int64_t)l * n;
       const uint64_t *y = b->out + gg * b->out_gs + (int64_t)b->dst_row[l] * n;
       const uint64_t *z = a->add[c] ? a->add[c] + gp * a->add_gs + (int64_t)l * n : NULL;
-      uint64_t *o = a->out[c] + gp * a->out_gs + (int64_t)l * n;
+      uint64_t *o = a->out[c] + gp * a->out_gs + (int64_t)(l - l0) * n;
       for (int64_t j = 0; j < n; ++j) {
         uint64_t r = fh_shoup_mul(x[j] + (q - y[j]), w, ws, q);
-        o[j] = z ? fh_mod_add(r, z[j], q) : r;
+        r = z ? fh_mod_add(r, z[j], q) : r;
+        o[j] = l0 ? fh_shoup_mul(r, a->d_const[l], a->d_shoup[l], q) : r;
       }
     }
   }

@@ -191,7 +191,12 @@ for s in opts.slots:gmatch("%d+") do
   end, { cn }, ct + 8 * (key + ct))
   op("ntt", function(a) return e:coefficient_domain_to_ntt_domain(a) end, { ctc }, 2 * ct + tw(L))
   op("intt", function(a) return e:ntt_domain_to_coefficient_domain(a) end, { cn }, 2 * ct + tw(L))
+  -- the rescale fused into the relinearization's mod-down (relinearize {rescale = true}: the
+  -- same words as the three calls, which the next row times)
   op("mul_relin_rescale", function(a, b)
+    return e:relinearize(e:multiply(a, b), rlk, { rescale = true })
+  end, { cn, cn:clone() }, 2 * ct + key + tw(L + P) * 2 + 2 * (L - 1) * u)
+  op("mul_relin_rescale_3", function(a, b)
     return e:rescale_to_next_level(e:relinearize(e:multiply(a, b), rlk))
   end, { cn, cn:clone() }, 2 * ct + key + tw(L + P) * 2 + 2 * (L - 1) * u)
   op("decrypt", function(a) return e:decrypt_message(a, sk, { is_real = true }) end, { cn },

@@ -133,6 +133,10 @@ fh_status fh_ckks_sub_plaintext(fh_ckks_engine *e, const fh_value *ct, const fh_
 fh_status fh_ckks_multiply(fh_ckks_engine *e, const fh_value *a, const fh_value *b, fh_value **out);
 /* 3 components -> 2 (either domain, kept). */
 fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_value *rlk, fh_value **out);
+/* relinearize, then rescale_to_next_level, the same words: for NTT-domain ciphertexts and
+ * N > 2^11 in one mod-down (the rescale fused into the key switch's), else the two in turn.
+ * StateError when ct is at max_level. *out: a new reference. */
+fh_status fh_ckks_relinearize_rescale(fh_ckks_engine *e, const fh_value *ct, const fh_value *rlk, fh_value **out);
 fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, fh_value **out);
 /* NTT-domain ciphertext x prepared (NTT, Montgomery) plaintext at the same level. */
 fh_status fh_ckks_multiply_plaintext(fh_ckks_engine *e, const fh_value *ct, const fh_value *pt, fh_value **out);

@@ -117,6 +117,10 @@ void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, const double *din, int 
                         const uint64_t *tw, bool forward, double *v);
 
 /* ---- NTT / INTT ------------------------------------------------------------
+ * Limb l of group g reads in + g * in_gs + row * N and writes out + g * out_gs + row * N
+ * with row = l, or with rows set: in_row[l] and out_row[l] (rows of one operand gathered
+ * from several places, e.g. a ciphertext's third component and the first row of the other
+ * two, in one launch).
  * out may equal in (in place). ntt points at the context's twiddle table:
  * per prime p, 4 rows of N words at ntt + p * 4N:
  *   [0] psi_rev[k] = psi^bitrev(k)      [1] Shoup companions of [0]
@@ -130,7 +134,17 @@ typedef struct fh_ckks_ntt_args {
   const fh_ckks_prime *primes;
   const uint64_t *ntt;
   int32_t prime[FH_CKKS_MAX_PRIMES];
+  int32_t rows; /* 0: row l is limb l; else in_row / out_row */
+  int32_t in_row[FH_CKKS_MAX_PRIMES], out_row[FH_CKKS_MAX_PRIMES];
 } fh_ckks_ntt_args;
+
+/* limb l's row offsets in words (fh_ckks_ntt_args) */
+FH_HD int64_t fh_ckks_ntt_in_off(const fh_ckks_ntt_args *a, int l) {
+  return (int64_t)(a->rows ? a->in_row[l] : l) << a->log_n;
+}
+FH_HD int64_t fh_ckks_ntt_out_off(const fh_ckks_ntt_args *a, int l) {
+  return (int64_t)(a->rows ? a->out_row[l] : l) << a->log_n;
+}
 
 /* ---- element-wise ------------------------------------------------------------
  * Per row l with modulus q = primes[prime[l]].q; k[l], c[l] are per-limb
@@ -292,6 +306,19 @@ typedef struct fh_ckks_ks_core_args {
  * rows there in place, once, instead of once per target row). What FH_K_CKKS_BCONV, FH_K_CKKS_NTT and
  * two FH_K_CKKS_EW (SUB_ADD_MUL) do in turn, with the same result; on CUDA the conversion
  * is fused into the NTT's first kernel and the subtraction into its second. */
+/* Fused rescale (rescale != 0; N > 2^FH_CKKS_CUDA_ROW_LOG, add given): the result is also
+ * rescaled by the first Q row's prime q_0 = conv.dst_prime[0], word for word what a rescale
+ * (FH_CKKS_EW_RESCALE's centred lift, NTT-domain form) of the result above gives: for
+ * l = 1 .. conv.ndst - 1, out[c] row (g, l - 1) =
+ *   ((a row (gg, l) - NTT(conv(gg) + P [y0]_{q_l})[l]) c_const[l] + add[c] row (g, l)) d_const[l]
+ * with y0 the coefficients of the unrescaled result's row 0,
+ *   y0 = (u0 - conv(gg)[0]) c_const[0] + v0  (mod q_0),
+ * u0 the INTT of a's row 0 (conv.in row nsrc of each group; conv.in has nsrc + 2 rows a
+ * group, row nsrc + 1 scratch) and v0 the INTT of add[c]'s row 0 (v0 + g * v0_gs + c * v0_cs).
+ * The three are linear in the words mod q_l, so the words are exactly those of the mod-down
+ * and then the rescale, for one mod-down pass over the rows instead of two. Constants for
+ * l >= 1: pr[l] = P R mod q_l, pq[l] = P q_0 mod q_l, d_const[l] = q_0^-1 mod q_l (Shoup
+ * companion d_shoup[l]); out_gs is the group stride of the ndst - 1 output rows. */
 typedef struct fh_ckks_moddown_args {
   fh_ckks_bconv_args conv;
   const uint64_t *ntt;
@@ -301,6 +328,11 @@ typedef struct fh_ckks_moddown_args {
   const uint64_t *add[2];
   int64_t out_gs, add_gs;
   uint64_t c_const[FH_CKKS_MAX_PRIMES], c_shoup[FH_CKKS_MAX_PRIMES];
+  int32_t rescale;
+  const uint64_t *v0;
+  int64_t v0_gs, v0_cs;
+  uint64_t pr[FH_CKKS_MAX_PRIMES], pq[FH_CKKS_MAX_PRIMES];
+  uint64_t d_const[FH_CKKS_MAX_PRIMES], d_shoup[FH_CKKS_MAX_PRIMES];
 } fh_ckks_moddown_args;
 
 /* ---- the NTT-domain automorphism's permutation, both back ends' code ------------
