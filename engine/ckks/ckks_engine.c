@@ -982,6 +982,17 @@ void fh__ckks_moddown_args(const fh_ckks_tables *tb, fh_ckks_moddown_args *m, ui
   }
 }
 
+/* a mod-down's outputs and addends (fh_ckks_moddown_args) */
+static void moddown_outputs(fh_ckks_moddown_args *m, uint64_t *out0, uint64_t *out1, int64_t out_gs,
+                            const uint64_t *add0, const uint64_t *add1, int64_t add_gs) {
+  m->out[0] = out0;
+  m->out[1] = out1;
+  m->add[0] = add0;
+  m->add[1] = add1;
+  m->out_gs = out_gs;
+  m->add_gs = add_gs;
+}
+
 static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k, int64_t G,
                             uint64_t *A, uint64_t *w, uint64_t *t, bool ntt_out, uint64_t *out0, uint64_t *out1,
                             int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs) {
@@ -997,12 +1008,7 @@ static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, 
                         A, (int64_t)lk * n);
   if (ntt_out) {
     /* conversion, NTT and (A - t) P^-1 (+ add) in one launch (fh_ckks_moddown_args) */
-    m.out[0] = out0;
-    m.out[1] = out1;
-    m.add[0] = add0;
-    m.add[1] = add1;
-    m.out_gs = out_gs;
-    m.add_gs = add_gs;
+    moddown_outputs(&m, out0, out1, out_gs, add0, add1, add_gs);
     return fh__ckks_submit(L, FH_K_CKKS_MODDOWN, &m, sizeof m);
   }
   if ((st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &m.conv, sizeof m.conv))) return st;
@@ -1040,34 +1046,18 @@ static fh_status ks_moddown_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int
   const fh_ckks_tables *tb = e->tb;
   const int la = k->la, lk = k->lk, np = k->np, nq = k->nq;
   const int64_t n = k->n, w_gs = (int64_t)(np + 2) * n;
-  fh_ckks_ntt_args it;
-  memset(&it, 0, sizeof it);
-  it.out = w;
-  it.in = A;
-  it.out_gs = w_gs;
-  it.in_gs = (int64_t)lk * n;
-  it.ngroups = 2 * G;
-  it.nlimbs = np + 1;
-  it.log_n = tb->log_n;
-  it.primes = tb->primes_dev;
-  it.ntt = tb->ntt;
-  it.rows = 1;
+  int32_t prime[FH_CKKS_MAX_PRIMES], in_row[FH_CKKS_MAX_PRIMES], out_row[FH_CKKS_MAX_PRIMES];
   for (int i = 0; i <= np; ++i) {
-    it.prime[i] = k->qp[i < np ? la + i : 0];
-    it.in_row[i] = i < np ? la + i : 0;
-    it.out_row[i] = i;
+    prime[i] = k->qp[i < np ? la + i : 0];
+    in_row[i] = i < np ? la + i : 0;
+    out_row[i] = i;
   }
-  fh_status st = fh__ckks_submit(L, FH_K_CKKS_INTT, &it, sizeof it);
+  fh_status st = fh__ckks_ntt_rows(L, false, w, w_gs, A, (int64_t)lk * n, 2 * G, prime, np + 1, in_row, out_row);
   if (st != FH_OK) return st;
   fh_ckks_moddown_args m;
   fh__ckks_moddown_args(tb, &m, w, w_gs, 2 * G, nq, np, level, la, tb->moddown[level], tb->p_inv + level, t, A,
                         (int64_t)lk * n);
-  m.out[0] = out0;
-  m.out[1] = out1;
-  m.add[0] = add0;
-  m.add[1] = add1;
-  m.out_gs = out_gs;
-  m.add_gs = add_gs;
+  moddown_outputs(&m, out0, out1, out_gs, add0, add1, add_gs);
   m.rescale = 1;
   m.v0 = v0;
   m.v0_gs = v0_gs;

@@ -227,12 +227,19 @@ fh_status fh_ckks_multiply(fh_ckks_engine *e, const fh_value *a, const fh_value 
   return st;
 }
 
-fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_value *rlk, fh_value **out) {
-  const char *op = "relinearize";
+/* relinearize's operands: a three-component ciphertext of the engine and its relinearization key */
+static fh_status relin_check(fh_ckks_engine *e, const char *op, const fh_value *ct, const fh_value *rlk) {
   fh_status st;
   if ((st = fh__ckks_need_ct(e, op, "ct", ct)) || (st = need_components(op, "ct", ct, 3)) ||
       (st = fh__ckks_need_key(e, op, "rlk", rlk, FH_RELINEARIZATION_KEY, FH_BASIS_QP)))
     return st;
+  return FH_OK;
+}
+
+fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_value *rlk, fh_value **out) {
+  const char *op = "relinearize";
+  fh_status st;
+  if ((st = relin_check(e, op, ct, rlk))) return st;
   fh__ckks_geo g;
   fh__ckks_geo_of(ct, &g);
   bool ntt = ct->state.polynomial_domain == FH_DOMAIN_NTT;
@@ -262,9 +269,7 @@ fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_va
 fh_status fh_ckks_relinearize_rescale(fh_ckks_engine *e, const fh_value *ct, const fh_value *rlk, fh_value **out) {
   const char *op = "relinearize";
   fh_status st;
-  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) || (st = need_components(op, "ct", ct, 3)) ||
-      (st = fh__ckks_need_key(e, op, "rlk", rlk, FH_RELINEARIZATION_KEY, FH_BASIS_QP)))
-    return st;
+  if ((st = relin_check(e, op, ct, rlk))) return st;
   fh_ckks_context *ctx = fh_ckks_engine_context(e);
   if (ct->state.level >= ctx->max_level)
     return fh_error_set(FH_ERR_STATE,
@@ -295,24 +300,13 @@ fh_status fh_ckks_relinearize_rescale(fh_ckks_engine *e, const fh_value *ct, con
     const uint64_t *c = fh__ckks_ptr(ts[0]);
     uint64_t *d = fh__ckks_ptr(ts[3]), *o = fh__ckks_ptr(ts[2]);
     /* one INTT: c2's rows (the key switch's input) and row 0 of c0 and c1 (v0) */
-    fh_ckks_ntt_args it;
-    memset(&it, 0, sizeof it);
-    it.out = d;
-    it.in = c;
-    it.out_gs = dgs;
-    it.in_gs = gs;
-    it.ngroups = g.B;
-    it.nlimbs = la + 2;
-    it.log_n = tb->log_n;
-    it.primes = tb->primes_dev;
-    it.ntt = tb->ntt;
-    it.rows = 1;
+    int32_t prime[FH_CKKS_MAX_PRIMES], in_row[FH_CKKS_MAX_PRIMES], out_row[FH_CKKS_MAX_PRIMES];
     for (int r = 0; r < la + 2; ++r) {
-      it.prime[r] = r < la ? p[r] : p[0];
-      it.in_row[r] = r < la ? (int32_t)(2 * cs / n + r) : r == la ? 0 : (int32_t)(cs / n);
-      it.out_row[r] = r;
+      prime[r] = r < la ? p[r] : p[0];
+      in_row[r] = r < la ? (int32_t)(2 * cs / n + r) : r == la ? 0 : (int32_t)(cs / n);
+      out_row[r] = r;
     }
-    st = fh__ckks_submit(&L, FH_K_CKKS_INTT, &it, sizeof it);
+    st = fh__ckks_ntt_rows(&L, false, d, dgs, c, gs, g.B, prime, la + 2, in_row, out_row);
     const int64_t ogs = (int64_t)lo * n, ocs = g.B * ogs;
     if (st == FH_OK)
       st = fh__ckks_keyswitch_rescale(e, &L, g.level, g.B, d, dgs, c + 2 * cs, gs, ts[1], o, o + ocs, ogs, c, c + cs,

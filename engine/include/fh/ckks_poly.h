@@ -109,6 +109,11 @@ fh_status fh__ckks_submit(fh__ckks_launcher *L, int kernel, const void *args, si
 /* NTT / INTT of ngroups x nlimbs rows. */
 fh_status fh__ckks_ntt(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_t out_gs, const uint64_t *in,
                        int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs);
+/* The same with limb l at row in_row[l] of each input group and out_row[l] of each output
+ * group (fh_ckks_ntt_args.rows). */
+fh_status fh__ckks_ntt_rows(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_t out_gs, const uint64_t *in,
+                            int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs, const int32_t *in_row,
+                            const int32_t *out_row);
 /* The automorphism X -> X^galois of ngroups x nlimbs rows, in the NTT or the
  * coefficient domain. Nothing is launched when ngroups or nlimbs is 0. */
 fh_status fh__ckks_automorph(fh__ckks_launcher *L, bool ntt_domain, uint64_t galois, uint64_t *out, int64_t out_gs,
