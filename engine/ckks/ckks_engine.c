@@ -940,9 +940,11 @@ const uint64_t *fh__ckks_key_digits(const fh__ckks_ks_geo *k, const fh_tensor *k
  * P prime: exact rounding to nearest). Centering replaces the usual "+ floor(P/2), then floor"
  * rounding, whose approximate conversion would leave an offset of about (np - 1) / 2 in every
  * coefficient. */
-/* W [2G][np][N] and T [2G][la][N]: scratch (fh__ckks_temp, in L's uses) */
-static fh_status ks_temps(fh__ckks_launcher *L, const fh__ckks_ks_geo *k, int64_t G, fh_tensor **W, fh_tensor **T) {
-  int64_t wshape[3] = {2 * G, k->np, k->n}, tshape[3] = {2 * G, k->la, k->n};
+/* W [2G][np + extra][N] and T [2G][la][N]: scratch (fh__ckks_temp, in L's uses); extra = 2
+ * for a fused rescale's rows (ks_moddown_rescale), else 0 */
+static fh_status ks_temps(fh__ckks_launcher *L, const fh__ckks_ks_geo *k, int64_t G, int extra, fh_tensor **W,
+                          fh_tensor **T) {
+  int64_t wshape[3] = {2 * G, k->np + extra, k->n}, tshape[3] = {2 * G, k->la, k->n};
   fh_status st = fh__ckks_temp(L, 3, wshape, W);
   if (st == FH_OK && (st = fh__ckks_temp(L, 3, tshape, T)) != FH_OK) {
     fh_tensor_release(*W);
@@ -1074,6 +1076,25 @@ static fh_status ks_moddown_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int
   return fh__ckks_submit(L, FH_K_CKKS_MODDOWN, &m, sizeof m);
 }
 
+/* A key-switch core's mod-up of d into the digits D (c: everything but the key and the
+ * outputs), with its scratch of scaled sources *S on CUDA for N > 2^11 (a new temp in L's
+ * uses; else NULL) */
+static fh_status ks_core_modup(fh__ckks_launcher *L, const fh_ckks_tables *tb, int level, const fh__ckks_ks_geo *k,
+                               int64_t G, const uint64_t *d, int64_t gs_d, uint64_t *D, fh_tensor **S,
+                               fh_ckks_ks_core_args *c) {
+  int64_t sshape[3] = {G, k->la, k->n};
+  fh_status st;
+  *S = NULL;
+  if (fh_device_is_cuda(L->dev) && tb->log_n > FH_CKKS_CUDA_ROW_LOG && (st = fh__ckks_temp(L, 3, sshape, S)) != FH_OK)
+    return st;
+  memset(c, 0, sizeof *c);
+  modup_args(tb, level, k, G, d, gs_d, D, &c->up);
+  c->ntt = tb->ntt;
+  c->scaled = *S ? fh__ckks_ptr(*S) : NULL;
+  c->scaled_gs = (int64_t)k->la * k->n;
+  return FH_OK;
+}
+
 /* fh__ckks_keyswitch, or with v0 (not NULL) its fused rescale (ks_moddown_rescale) */
 static fh_status keyswitch_impl(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
                                 int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, const fh_tensor *key,
@@ -1085,32 +1106,21 @@ static fh_status keyswitch_impl(fh_ckks_engine *e, fh__ckks_launcher *L, int lev
   ks_geo_of(tb, level, &k);
   const int64_t n = k.n;
   fh_tensor *D = NULL, *acc = NULL, *W = NULL, *T = NULL, *S = NULL;
-  int64_t dshape[4] = {G, k.ndig, k.lk, n}, ashape[4] = {G, 2, k.lk, n}, sshape[3] = {G, k.la, n};
-  const bool cuda = fh_device_is_cuda(L->dev);
+  int64_t dshape[4] = {G, k.ndig, k.lk, n}, ashape[4] = {G, 2, k.lk, n};
+  fh_ckks_ks_core_args c;
   fh_status st;
   if ((st = fh__ckks_temp(L, 4, dshape, &D)) || (st = fh__ckks_temp(L, 4, ashape, &acc)) ||
-      (cuda && tb->log_n > FH_CKKS_CUDA_ROW_LOG && (st = fh__ckks_temp(L, 3, sshape, &S))))
+      (st = ks_temps(L, &k, G, v0 ? 2 : 0, &W, &T)) ||
+      (st = ks_core_modup(L, tb, level, &k, G, d, gs_d, fh__ckks_ptr(D), &S, &c)))
     goto done;
-  if (v0) { /* W with the rows of the rescale's y0 (ks_moddown_rescale) */
-    int64_t wshape[3] = {2 * G, k.np + 2, n}, tshape[3] = {2 * G, k.la, n};
-    if ((st = fh__ckks_temp(L, 3, wshape, &W)) || (st = fh__ckks_temp(L, 3, tshape, &T))) goto done;
-  } else if ((st = ks_temps(L, &k, G, &W, &T))) {
-    goto done;
-  }
   /* 1-3. mod-up, NTT of the extended digits, inner product with the key: one launch
    * (fh_ckks_ks_core_args), D its scratch */
   {
-    fh_ckks_ks_core_args c;
-    memset(&c, 0, sizeof c);
-    modup_args(tb, level, &k, G, d, gs_d, fh__ckks_ptr(D), &c.up);
-    c.ntt = tb->ntt;
     c.out = fh__ckks_ptr(acc);
     c.out_gs = 2 * (int64_t)k.lk * n;
     c.out_cs = (int64_t)k.lk * n;
     c.key = fh__ckks_key_digits(&k, key, &c.key_ds, &c.key_cs);
     memcpy(c.key_row, k.qp, sizeof(int32_t) * (size_t)k.lk);
-    c.scaled = S ? fh__ckks_ptr(S) : NULL;
-    c.scaled_gs = (int64_t)k.la * n;
     c.in_ntt = d_ntt;
     c.in_ntt_gs = d_ntt_gs;
     if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &c, sizeof c))) goto done;
@@ -1163,26 +1173,16 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
   h->in_place = tb->device.type == FH_DEVICE_CUDA;
   if ((st = fh__ckks_temp(L, 4, dshape, &h->D)) ||
       (steps && !h->in_place && (st = fh__ckks_temp(L, 4, dshape, &h->Dr))) ||
-      (st = fh__ckks_temp(L, 4, ashape, &h->acc)) || (st = ks_temps(L, k, G, &h->W, &h->T))) {
+      (st = fh__ckks_temp(L, 4, ashape, &h->acc)) || (st = ks_temps(L, k, G, 0, &h->W, &h->T))) {
     fh__ckks_hoist_end(h);
     return st;
   }
   /* the mod-up and the NTT of the extended digits, once: a key-switch core without a key
    * (on CUDA the conversion fused into the NTT's first kernel, as a key switch does) */
   /* (S stays with h: L lists it among the storages of every later submit) */
-  int64_t sshape[3] = {G, k->la, n};
-  if (tb->device.type == FH_DEVICE_CUDA && tb->log_n > FH_CKKS_CUDA_ROW_LOG &&
-      (st = fh__ckks_temp(L, 3, sshape, &h->S)) != FH_OK) {
-    fh__ckks_hoist_end(h);
-    return st;
-  }
   fh_ckks_ks_core_args c;
-  memset(&c, 0, sizeof c);
-  modup_args(tb, level, k, G, d, gs_d, fh__ckks_ptr(h->D), &c.up);
-  c.ntt = tb->ntt;
-  c.scaled = h->S ? fh__ckks_ptr(h->S) : NULL;
-  c.scaled_gs = (int64_t)k->la * n;
-  st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &c, sizeof c);
+  if ((st = ks_core_modup(L, tb, level, k, G, d, gs_d, fh__ckks_ptr(h->D), &h->S, &c)) == FH_OK)
+    st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &c, sizeof c);
   if (st != FH_OK) fh__ckks_hoist_end(h);
   return st;
 }

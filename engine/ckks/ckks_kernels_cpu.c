@@ -924,25 +924,25 @@ static fh_status cpu_moddown(const void *argp) {
   if (a->rescale) {
     if (b->ndst < 2 || a->add[0] == NULL || a->add[1] == NULL || a->v0 == NULL)
       return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a fused rescale needs two Q rows, add and v0");
-    const fh_ckks_prime *p0 = &b->primes[b->dst_prime[0]];
-    const uint64_t q0 = p0->q, w0 = a->c_const[0], ws0 = a->c_shoup[0];
+    /* y0 into conv.in's scratch row nsrc + 1, as CUDA's md0r does; then the lift row by row */
+    const uint64_t q0 = b->primes[b->dst_prime[0]].q, w0 = a->c_const[0], ws0 = a->c_shoup[0];
     FH_FOR_ROWS(b->ngroups, 1, n) {
       (void)l;
-      const int64_t gg = g, gp = gg / 2;
-      const int c = (int)(gg % 2);
-      const uint64_t *u0 = b->in + gg * b->in_gs + (int64_t)b->nsrc * n;
-      const uint64_t *v0 = a->v0 + gp * a->v0_gs + c * a->v0_cs;
-      uint64_t *t0 = b->out + gg * b->out_gs + (int64_t)b->dst_row[0] * n;
+      const uint64_t *u0 = b->in + g * b->in_gs + (int64_t)b->nsrc * n;
+      const uint64_t *v0 = a->v0 + (g / 2) * a->v0_gs + (g % 2) * a->v0_cs;
+      const uint64_t *t0 = b->out + g * b->out_gs + (int64_t)b->dst_row[0] * n;
+      uint64_t *y0 = (uint64_t *)b->in + g * b->in_gs + (int64_t)(b->nsrc + 1) * n;
+      for (int64_t j = 0; j < n; ++j) y0[j] = fh_mod_add(fh_shoup_mul(u0[j] + (q0 - t0[j]), w0, ws0, q0), v0[j], q0);
+    }
+    FH_FOR_ROWS(b->ngroups, b->ndst - 1, n) {
+      const int r = l + 1;
+      const fh_ckks_prime *pr = &b->primes[b->dst_prime[r]];
+      const uint64_t *y0 = b->in + g * b->in_gs + (int64_t)(b->nsrc + 1) * n;
+      uint64_t *tr = b->out + g * b->out_gs + (int64_t)b->dst_row[r] * n;
       for (int64_t j = 0; j < n; ++j) {
-        const uint64_t y0 = fh_mod_add(fh_shoup_mul(u0[j] + (q0 - t0[j]), w0, ws0, q0), v0[j], q0);
-        const bool neg = y0 > q0 / 2;
-        for (int r = 1; r < b->ndst; ++r) {
-          const fh_ckks_prime *pr = &b->primes[b->dst_prime[r]];
-          uint64_t *tr = b->out + gg * b->out_gs + (int64_t)b->dst_row[r] * n;
-          uint64_t lift = fh_mont_mul(y0, a->pr[r], pr->q, pr->qinv);
-          if (neg) lift = fh_mod_sub(lift, a->pq[r], pr->q);
-          tr[j] = fh_mod_add(tr[j], lift, pr->q);
-        }
+        uint64_t lift = fh_mont_mul(y0[j], a->pr[r], pr->q, pr->qinv);
+        if (y0[j] > q0 / 2) lift = fh_mod_sub(lift, a->pq[r], pr->q);
+        tr[j] = fh_mod_add(tr[j], lift, pr->q);
       }
     }
   }
