@@ -422,10 +422,23 @@ __global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_const
   }
 }
 
+/* A key switch's digits' own rows (the split path with the input's NTT rows): row l of
+ * digit digit[l] is the input's NTT row l, read from in_ntt (group stride in_ntt_gs) by
+ * the inner product; ks1 and the chunk stages skip it. in_ntt NULL: no row is skipped. */
+struct own_rows {
+  const uint64_t *in_ntt;
+  int64_t in_ntt_gs;
+  int32_t ndigits;
+  int32_t digit[FH_CKKS_MAX_PRIMES]; /* the digit whose own row l is, else -1 */
+};
+
 /* The column kernel: NTT_TILE / N1 adjacent columns of the N1 x N2 matrix of a
  * row; forward reads in, inverse works in place on out. */
-template <bool FORWARD>
-__global__ void __launch_bounds__(NTT_THREADS, 3) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
+/* THREADS: NTT_THREADS (8 words a thread, passes of up to 3 stages, three blocks per SM) or
+ * twice that (wide: 4 words a thread, passes of 2 stages, two blocks per SM: for small grids,
+ * ntt_wide) */
+template <bool FORWARD, int THREADS = NTT_THREADS>
+__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
   const ntt_split sp = ntt_split_of(a.log_n);
@@ -440,14 +453,17 @@ __global__ void __launch_bounds__(NTT_THREADS, 3) ntt_col_kernel(const __grid_co
     const ntt_view src = {(uint64_t *)(in + ioff + c0), n2, 1};
     const ntt_view dst = {a.out + g * a.out_gs + fh_ckks_ntt_out_off(&a, l) + c0, n2, 1};
     const ntt_view sv = {sm, cols, 1};
-    ntt_stages<FORWARD>(src, dst, sv, cols, sp.log_n1, geo, true, false, c, P);
+    ntt_stages<FORWARD, false, THREADS == NTT_THREADS ? 3 : 2>(src, dst, sv, cols, sp.log_n1, geo, true, false, c, P);
   }
 }
 
 /* The chunk kernel: NTT_TILE / N2 adjacent chunks of N2 words; forward works
  * in place on out and reduces, inverse reads in. */
-template <bool FORWARD>
-__global__ void __launch_bounds__(NTT_THREADS, 3) ntt_chunk_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
+/* own (in_ntt not NULL: the key switch's split path, a.ngroups = G x ndigits digits): the
+ * digits' own rows are skipped */
+template <bool FORWARD, int THREADS = NTT_THREADS>
+__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_chunk_kernel(const __grid_constant__ fh_ckks_ntt_args a,
+                                                                                       const __grid_constant__ own_rows own) {
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
   const ntt_split sp = ntt_split_of(a.log_n);
@@ -457,14 +473,29 @@ __global__ void __launch_bounds__(NTT_THREADS, 3) ntt_chunk_kernel(const __grid_
   const fh_ckks_prime c = a.primes[a.prime[l]];
   const ntt_prime P = ntt_prime_of(a, l, FORWARD);
   const ntt_geom geo = {n, base, n2, a.log_n};
+  const int own_digit = own.in_ntt ? own.digit[l] : -1;
   GROUPS(g, a.ngroups) {
+    if (own_digit >= 0 && g % own.ndigits == own_digit) continue;
     const uint64_t *in = FORWARD ? a.out + g * a.out_gs : a.in + g * a.in_gs;
     const int64_t ioff = FORWARD ? fh_ckks_ntt_out_off(&a, l) : fh_ckks_ntt_in_off(&a, l);
     const ntt_view src = {(uint64_t *)(in + ioff + base), 1, n2};
     const ntt_view dst = {a.out + g * a.out_gs + fh_ckks_ntt_out_off(&a, l) + base, 1, n2};
     const ntt_view sv = {sm, 1, n2};
-    ntt_stages<FORWARD, true>(src, dst, sv, chunks, sp.log_n2, geo, false, FORWARD, c, P);
+    ntt_stages<FORWARD, true, THREADS == NTT_THREADS ? 3 : 2>(src, dst, sv, chunks, sp.log_n2, geo, false, FORWARD, c, P);
   }
+}
+
+/* Whether an NTT of `blocks` tile blocks runs its kernels wide (twice the threads, 4 words
+ * a thread, passes of 2 stages): when the grid leaves most SMs with one block or none,
+ * twice the warps hide more of each pass's latency (as md1 and md2 at N <= 2^15).
+ * FHELIUM_CUDA_NTTW=0 or 1 forces it off or on (a benchmarking aid). */
+bool ntt_wide(unsigned blocks) {
+  static const char *const kinds[] = {"0", "1", NULL};
+  static const int m = env_switch("FHELIUM_CUDA_NTTW", kinds);
+  if (m >= 0) return m == 1;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+  return blocks < 2u * (unsigned)fh__cuda_sm_count(dev);
 }
 
 template <bool FORWARD>
@@ -479,13 +510,21 @@ fh_status run_ntt(const void *argp, void *stream) {
     ntt_row_kernel<FORWARD><<<dim3(1, a->nlimbs, gz), threads, 0, h>>>(*a);
   } else {
     const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz);
-    const int threads = NTT_TILE / 8;
-    if (FORWARD) {
-      ntt_col_kernel<true><<<grid, threads, 0, h>>>(*a);
-      ntt_chunk_kernel<true><<<grid, threads, 0, h>>>(*a);
+    if (ntt_wide(grid.x * grid.y * grid.z)) {
+      constexpr int W = 2 * NTT_THREADS;
+      if (FORWARD) {
+        ntt_col_kernel<true, W><<<grid, W, 0, h>>>(*a);
+        ntt_chunk_kernel<true, W><<<grid, W, 0, h>>>(*a, own_rows{});
+      } else {
+        ntt_chunk_kernel<false, W><<<grid, W, 0, h>>>(*a, own_rows{});
+        ntt_col_kernel<false, W><<<grid, W, 0, h>>>(*a);
+      }
+    } else if (FORWARD) {
+      ntt_col_kernel<true><<<grid, NTT_THREADS, 0, h>>>(*a);
+      ntt_chunk_kernel<true><<<grid, NTT_THREADS, 0, h>>>(*a, own_rows{});
     } else {
-      ntt_chunk_kernel<false><<<grid, threads, 0, h>>>(*a);
-      ntt_col_kernel<false><<<grid, threads, 0, h>>>(*a);
+      ntt_chunk_kernel<false><<<grid, NTT_THREADS, 0, h>>>(*a, own_rows{});
+      ntt_col_kernel<false><<<grid, NTT_THREADS, 0, h>>>(*a);
     }
   }
   return launched(FORWARD ? "kernel 'ckks_ntt'" : "kernel 'ckks_intt'");
@@ -1219,13 +1258,14 @@ bool ks2_aligned(const fh_ckks_ks_core_args *a) {
 }
 
 fh_status k_ntt(const void *a, void *s);
-fh_status k_ks_inner(const void *argp, void *stream);
+fh_status ks_inner_own(const fh_ckks_ks_args *a, const own_rows &own, void *stream);
 
-/* The inner product of a key-switch core's transformed digits (up.out) with its key. */
-fh_status ks_inner_of_core(const fh_ckks_ks_core_args *a, void *stream) {
+/* The inner product of a key-switch core's transformed digits (up.out) with its key; the
+ * digits' own rows from own.in_ntt when it is not NULL. */
+fh_status ks_inner_of_core(const fh_ckks_ks_core_args *a, const own_rows &own, void *stream) {
   fh_ckks_ks_args k;
   fh_ckks_ks_args_of_core(a, &k);
-  return k_ks_inner(&k, stream);
+  return ks_inner_own(&k, own, stream);
 }
 
 /* The conversions' source words loaded before their products, per thread (ks1, md1):
@@ -1260,15 +1300,29 @@ bool ks_split(unsigned blocks) {
  * 269 -> 347 us, so it has no wide variant.) */
 constexpr int WIDE_MAX_LOG_N = 15;
 
-/* ks1's and ks2's register budgets, in blocks per SM: FHELIUM_CUDA_KS1=2 or 3 and
+/* ks1's and ks2's register budgets, in blocks per SM: FHELIUM_CUDA_KS1=2, 3 or 4 and
  * FHELIUM_CUDA_KS2=2, 3 or w (KS_WIDE; benchmarking aids), else the defaults: ks1 at
- * KS1_BLOCKS_DEFAULT, ks2 wide for N <= 2^WIDE_MAX_LOG_N and at KS2_BLOCKS_DEFAULT above */
+ * KS1_BLOCKS_DEFAULT or four (ks1_blocks), ks2 wide for N <= 2^WIDE_MAX_LOG_N and at
+ * KS2_BLOCKS_DEFAULT above */
 constexpr int KS1_BLOCKS_DEFAULT = 3, KS2_BLOCKS_DEFAULT = 2;
 constexpr int KS_WIDE = 0;
-int ks1_blocks() {
-  static const char *const kinds[] = {"2", "3", NULL};
+int ks1_forced() {
+  static const char *const kinds[] = {"2", "3", "4", NULL};
   static const int b = env_switch("FHELIUM_CUDA_KS1", kinds);
-  return b < 0 ? KS1_BLOCKS_DEFAULT : b + 2;
+  return b < 0 ? -1 : b + 2;
+}
+/* ks1's blocks per SM for `live` blocks that do work (a digit's own rows return at once when
+ * the input's NTT rows are given): four (64 registers, a few spills) when they then fit in
+ * one wave and three do not, as at N = 2^14 (512 blocks on 132 SMs: 1.3 waves at three),
+ * else three. Under ncu on the H200 (2026-12-04, sixth session) ks1 took 19.1 us at four
+ * against 22.3 at three in multiply-relinearize-rescale at 8192 slots. */
+int ks1_blocks(unsigned live) {
+  const int f = ks1_forced();
+  if (f > 0) return f;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+  const unsigned sms = (unsigned)fh__cuda_sm_count(dev);
+  return live > 3u * sms && live <= 4u * sms ? 4 : KS1_BLOCKS_DEFAULT;
 }
 int ks2_blocks(int log_n) {
   static const char *const kinds[] = {"2", "3", "w", NULL};
@@ -1287,9 +1341,14 @@ bool ks_fp_products() {
 
 template <bool FP_CONV>
 void ks1_launch_with(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, int raw) {
-  const int loads = conv_loads(), kb = ks1_blocks();
+  int own = 0; /* the rows that return at once */
+  if (a.in_ntt)
+    for (int j = 0; j < a.up.ndigits; ++j) own += a.up.nsrc[j];
+  const int loads = conv_loads(), kb = ks1_blocks(grid.x * (grid.y - (unsigned)own) * grid.z);
   /* raw only with the default loads and register budget (ks_raw) */
-  if (raw) ks1_kernel<3, 8, FP_CONV, true><<<grid, NTT_THREADS, 0, h>>>(a);
+  if (raw && kb == 4) ks1_kernel<4, 4, FP_CONV, true><<<grid, NTT_THREADS, 0, h>>>(a);
+  else if (raw) ks1_kernel<3, 8, FP_CONV, true><<<grid, NTT_THREADS, 0, h>>>(a);
+  else if (kb == 4) ks1_kernel<4, CONV_LOADS_DEFAULT, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
   else if (kb == 2) ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
   else if (loads == 1) ks1_kernel<3, 1, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
   else if (loads == 16) ks1_kernel<3, 16, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
@@ -1310,7 +1369,7 @@ bool raw_sources() {
   return m != 1;
 }
 int ks_raw(const fh_ckks_modup_args *u) {
-  if (!raw_sources() || conv_loads() != CONV_LOADS_DEFAULT || ks1_blocks() != KS1_BLOCKS_DEFAULT) return 0;
+  if (!raw_sources() || conv_loads() != CONV_LOADS_DEFAULT || ks1_forced() == 2) return 0;
   for (int j = 0; j < u->ndigits; ++j)
     if (u->nsrc[j] != 1) return 0;
   return 1;
@@ -1356,7 +1415,7 @@ fh_status k_ks_core(const void *argp, void *stream) {
       st = k_ntt(&t, stream);
     }
     if (st != FH_OK || a->key == NULL) return st;
-    return ks_inner_of_core(a, stream);
+    return ks_inner_of_core(a, own_rows{}, stream);
   }
   cudaStream_t h = (cudaStream_t)stream;
   const int64_t n = (int64_t)1 << u->log_n;
@@ -1379,11 +1438,21 @@ fh_status k_ks_core(const void *argp, void *stream) {
     if (st != FH_OK) return st;
     return launched("kernel 'ckks_ks_core'");
   }
-  /* split: ks1 on every row (a digit's own rows too), the chunk stages of every digit in
-   * parallel into the scratch, then the inner product with the key (none without a key:
-   * the scratch holds the transformed digits) */
+  /* split: ks1, the chunk stages of every digit in parallel into the scratch, then the
+   * inner product with the key. With a key and the input's NTT rows, a digit's own rows are
+   * skipped by ks1 and the chunk stages, and the inner product reads the input's NTT rows
+   * for them; without a key the scratch holds every transformed row of every digit. */
   fh_ckks_ks_core_args b = *a;
-  b.in_ntt = NULL;
+  own_rows own{};
+  if (a->key == NULL) b.in_ntt = NULL;
+  if (b.in_ntt != NULL) {
+    own.in_ntt = b.in_ntt;
+    own.in_ntt_gs = b.in_ntt_gs;
+    own.ndigits = u->ndigits;
+    for (int r = 0; r < u->nrows; ++r) own.digit[r] = -1;
+    for (int j = 0; j < u->ndigits; ++j)
+      for (int r = u->first[j]; r < u->first[j] + u->nsrc[j]; ++r) own.digit[r] = j;
+  }
   ks1_launch(b, dim3(tiles, u->ndigits * u->nrows, gz), h, raw);
   fh_ckks_ntt_args t;
   memset(&t, 0, sizeof t);
@@ -1396,9 +1465,9 @@ fh_status k_ks_core(const void *argp, void *stream) {
   t.primes = u->primes;
   t.ntt = a->ntt;
   memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
-  ntt_chunk_kernel<true><<<dim3(tiles, u->nrows, grid_z(t.ngroups)), NTT_THREADS, 0, h>>>(t);
+  ntt_chunk_kernel<true><<<dim3(tiles, u->nrows, grid_z(t.ngroups)), NTT_THREADS, 0, h>>>(t, own);
   fh_status st = launched("kernel 'ckks_ks_core'");
-  return st == FH_OK && a->key != NULL ? ks_inner_of_core(a, stream) : st;
+  return st == FH_OK && a->key != NULL ? ks_inner_of_core(a, own, stream) : st;
 }
 
 /* ==== mod-down to the NTT domain ========================================================
@@ -1652,14 +1721,19 @@ fh_status k_moddown(const void *argp, void *stream) {
  * at N = 2^16 3.596 -> 3.373 ms against four digits' words at a time (which remain for more
  * digits). The same sums mod q, so the same words. */
 constexpr int KS_WIDE_DIGITS = 9;
-__global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant__ fh_ckks_ks_args a) {
+/* own (in_ntt not NULL): digit own.digit[l]'s row l is read from the input's NTT rows */
+__global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant__ fh_ckks_ks_args a,
+                                                           const __grid_constant__ own_rows own) {
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
   const fh_ckks_prime &pr = a.primes[a.prime[l]];
   const uint64_t q = pr.q, qi = pr.qinv;
   const uint64_t *key = a.key + (int64_t)a.key_row[l] * n;
+  const int od = own.in_ntt ? own.digit[l] : -1;
   GROUPS(g, a.ngroups) {
     const uint64_t *dig = a.digits + g * a.digits_gs + (int64_t)l * n;
+    /* digit od's row l: the input's NTT row */
+    const uint64_t *orow = od >= 0 ? own.in_ntt + g * own.in_ntt_gs + (int64_t)l * n : NULL;
     uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
     COEFFS(j, n) {
       uint64_t r0 = 0, r1 = 0;
@@ -1673,7 +1747,7 @@ __global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant
 #pragma unroll
         for (int d = 0; d < PAD; ++d) {
           const bool on = d < KS_WIDE_DIGITS && d < a.ndigits;
-          v[d] = on ? dig[d * a.digit_stride + src] : 0;
+          v[d] = on ? (d == od ? orow : dig + d * a.digit_stride)[src] : 0;
           k0[d] = on ? key[d * a.key_ds + j] : 0;
           k1[d] = on ? key[d * a.key_ds + a.key_cs + j] : 0;
         }
@@ -1688,7 +1762,7 @@ __global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant
         const int d1 = d0 + 4 < a.ndigits ? d0 + 4 : a.ndigits;
         unsigned __int128 acc0 = 0, acc1 = 0;
         for (int d = d0; d < d1; ++d) {
-          const uint64_t x = dig[d * a.digit_stride + src];
+          const uint64_t x = (d == od ? orow : dig + d * a.digit_stride)[src];
           acc0 += (unsigned __int128)x * key[d * a.key_ds + j];
           acc1 += (unsigned __int128)x * key[d * a.key_ds + a.key_cs + j];
         }
@@ -1701,14 +1775,16 @@ __global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant
   }
 }
 
-fh_status k_ks_inner(const void *argp, void *stream) {
-  const fh_ckks_ks_args *a = (const fh_ckks_ks_args *)argp;
+fh_status ks_inner_own(const fh_ckks_ks_args *a, const own_rows &own, void *stream) {
   if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
   const dim3 grid(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups));
-  ks_kernel<<<grid, threads, 0, (cudaStream_t)stream>>>(*a);
+  ks_kernel<<<grid, threads, 0, (cudaStream_t)stream>>>(*a, own);
   return launched("kernel 'ckks_ks_inner'");
+}
+fh_status k_ks_inner(const void *argp, void *stream) {
+  return ks_inner_own((const fh_ckks_ks_args *)argp, own_rows{}, stream);
 }
 
 /* ==== a linear transform's sum over QP (double hoisting) ==============================
