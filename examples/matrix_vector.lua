@@ -6,7 +6,7 @@
 -- y = M v for a public size x size matrix M and an encrypted vector v, by
 -- cyclic diagonals (examples/matvec.lua builds the program: one linear
 -- transform, the `size - 1` rotations and `size` plaintext products summed
--- with one mod-up and one mod-down, then one rescale).
+-- with one mod-up and one mod-down that also rescales).
 --
 -- The computation is `program(ct_v)`: a function of its one dynamic input
 -- (the encrypted vector) whose static state (engine, keys, diagonals) is

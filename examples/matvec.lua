@@ -9,9 +9,10 @@
 -- The vector is encrypted as [v, v, 0, ...] so that a left rotation by i
 -- (rotate_by_step(ct, -i): slot j <- slot j + i) wraps modulo `size` in the
 -- first `size` slots; each diagonal is a prepared plaintext. One program
--- run is one linear transform (engine:linear_transform: the `size - 1`
--- rotations, `size` plaintext products and their sum with one mod-up and one
--- mod-down, docs/ckks.md "Linear transforms") and one rescale; the form
+-- run is one linear transform with its rescale (engine:linear_transform with
+-- rescale = true: the `size - 1` rotations, `size` plaintext products and
+-- their sum with one mod-up and one mod-down that also rescales, docs/ckks.md
+-- "Linear transforms"); the form
 -- "rotate_many" runs `size - 1` hoisted rotations, `size` plaintext products,
 -- `size - 1` additions and one rescale instead.
 local fh = require "fhelium"
@@ -56,12 +57,13 @@ function M.program(engine, matrix, size, opts)
   end
   if form == "linear_transform" then
     -- sum_i d_i * rotate(ct_v, -i): every rotation and product over QP, one mod-down
+    -- fused with the rescale (the words of rescale_to_next_level(linear_transform(...)))
     local steps, pts = {}, {}
     for i = 0, size - 1 do
       steps[i + 1] = -i
       pts[i + 1] = diagonals[i]
     end
-    return function(ct_v) return engine:rescale_to_next_level(engine:linear_transform(ct_v, steps, pts)) end
+    return function(ct_v) return engine:linear_transform(ct_v, steps, pts, { rescale = true }) end
   end
   -- the size - 1 rotations of ct_v are hoisted (rotate_many: one mod-up of
   -- the key switch shared by every step; the same words as rotate_by_step each)

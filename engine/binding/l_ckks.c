@@ -966,10 +966,16 @@ static int e_rotate_many(lua_State *L) {
   return 1;
 }
 
-/* engine:linear_transform(ct, steps, plaintexts [, keys]) -> sum of plaintexts[i] * (ct rotated by steps[i]) */
+/* engine:linear_transform(ct, steps, plaintexts [, keys] [, {rescale = true}]) -> sum of
+ * plaintexts[i] * (ct rotated by steps[i]) (rescaled). The options table comes last: argument 5
+ * when it is not a list (keys has one entry per step), else argument 6. */
 static int e_linear_transform(lua_State *L) {
   const char *fn = "linear_transform", *name = "CkksEngine:linear_transform";
   fh_ckks_engine *e = check_engine(L, fn);
+  static const char *const allowed[] = {"rescale", NULL};
+  const int opt_at = lua_istable(L, 5) && !fh__lua_totensor(L, 5) && lua_objlen(L, 5) == 0 && lua_isnoneornil(L, 6) ? 5 : 6;
+  fh__lua_checkopts(L, opt_at, name, allowed);
+  const bool rescale = fh__lua_optbool(L, opt_at, "rescale", 0, name);
   fh_value *ct = arg_value(L, 2, fn, "ct", false);
   if (!lua_istable(L, 3) || fh__lua_totensor(L, 3))
     return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 2 (steps) expected a list of integers, got %s", name,
@@ -980,7 +986,7 @@ static int e_linear_transform(lua_State *L) {
   if (!lua_istable(L, 4) || fh__lua_totensor(L, 4) || (int)lua_objlen(L, 4) != n)
     return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 3 (plaintexts) expected a list of %d plaintexts (one per step), got %s",
                          name, n, lua_istable(L, 4) && !fh__lua_totensor(L, 4) ? "a list of another length" : fh__lua_typename(L, 4));
-  bool with_keys = !lua_isnoneornil(L, 5);
+  bool with_keys = opt_at == 6 && !lua_isnoneornil(L, 5);
   if (with_keys && (!lua_istable(L, 5) || (int)lua_objlen(L, 5) != n))
     return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 4 (keys) expected a list of %d rotation keys", name, n);
   /* scratch owned by Lua (freed by the GC); the values stay alive in the argument lists */
@@ -997,7 +1003,8 @@ static int e_linear_transform(lua_State *L) {
     keys[i] = with_keys ? list_value(L, 5, i, name, "keys", "RotationKey", true) : NULL;
   }
   fh_value *v = NULL;
-  fh_status st_ = fh_ckks_linear_transform(e, ct, steps, n, pts, with_keys ? keys : NULL, &v);
+  fh_status st_ = (rescale ? fh_ckks_linear_transform_rescale : fh_ckks_linear_transform)(e, ct, steps, n, pts,
+                                                                                         with_keys ? keys : NULL, &v);
   return push_result(L, st_, v, fn);
 }
 

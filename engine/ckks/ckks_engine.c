@@ -1173,7 +1173,7 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
   h->in_place = tb->device.type == FH_DEVICE_CUDA;
   if ((st = fh__ckks_temp(L, 4, dshape, &h->D)) ||
       (steps && !h->in_place && (st = fh__ckks_temp(L, 4, dshape, &h->Dr))) ||
-      (st = fh__ckks_temp(L, 4, ashape, &h->acc)) || (st = ks_temps(L, k, G, 0, &h->W, &h->T))) {
+      (st = fh__ckks_temp(L, 4, ashape, &h->acc)) || (st = ks_temps(L, k, G, steps ? 0 : 2, &h->W, &h->T))) {
     fh__ckks_hoist_end(h);
     return st;
   }
@@ -1227,6 +1227,15 @@ fh_status fh__ckks_hoist_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ck
                                  uint64_t *out1, int64_t out_gs) {
   return ks_moddown(e, L, h->level, &h->k, h->G, fh__ckks_ptr(h->acc), fh__ckks_ptr(h->W), fh__ckks_ptr(h->T), true,
                     out0, out1, out_gs, NULL, NULL, 0);
+}
+
+/* (without steps, h->W has the two extra rows of a fused rescale: fh__ckks_hoist_begin) */
+fh_status fh__ckks_hoist_moddown_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *out0,
+                                         uint64_t *out1, int64_t out_gs) {
+  if (h->W->shape[1] < h->k.np + 2)
+    return fh_error_set(FH_ERR_EXECUTION, "ckks: a hoist begun with steps has no rows for a fused rescale");
+  return ks_moddown_rescale(e, L, h->level, &h->k, h->G, fh__ckks_ptr(h->acc), fh__ckks_ptr(h->W), fh__ckks_ptr(h->T),
+                            out0, out1, out_gs, NULL, NULL, 0, NULL, 0, 0);
 }
 
 void fh__ckks_hoist_end(fh__ckks_hoist *h) {

@@ -712,8 +712,11 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
  * sum_i pts[i] * rotate(ct, steps[i]) with one mod-up and one mod-down (FH_K_CKKS_LT): every
  * rotation and plaintext product runs over QP, before the mod-down, so the plaintexts carry the
  * P rows too (basis QP). */
-fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const int64_t *steps, int nsteps,
-                                   const fh_value *const *pts, const fh_value *const *keys, fh_value **out) {
+/* rescale: the mod-down fused with the rescale by the level's first prime (N > 2^11; the
+ * caller runs the two in turn below that) */
+static fh_status linear_transform(fh_ckks_engine *e, const fh_value *ct, const int64_t *steps, int nsteps,
+                                  const fh_value *const *pts, const fh_value *const *keys, bool rescale,
+                                  fh_value **out) {
   const char *op = "linear_transform";
   fh_status st;
   if ((st = rotate_check(e, op, ct)) ||
@@ -748,6 +751,7 @@ fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const 
   }
   double scale = ct->state.scale * pts[0]->state.scale;
   if (!isfinite(scale)) return fh_error_set(FH_ERR_STATE, "%s: scale of the product overflows", op);
+  if (rescale) scale /= (double)fh_ckks_engine_context(e)->primes[ct->state.level];
   /* every step's key before anything is launched */
   const fh_value **rk = fh_calloc((size_t)nsteps, sizeof *rk);
   int64_t *canon = fh_calloc((size_t)nsteps, sizeof *canon);
@@ -767,8 +771,10 @@ fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const 
   bool hoisted = false;
   if (st == FH_OK) st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e));
   for (int i = 0; i < nsteps && st == FH_OK; ++i) st = fh_tensor_contiguous(fh_value_data(pts[i]), &ptd[i]);
+  const int lo = rescale ? gc.la - 1 : gc.la; /* the result's rows */
+  const int64_t ogs = (int64_t)lo * n, ocs = gc.B * ogs;
   if (st == FH_OK) st = data_of(&L, ct, &cd);
-  if (st == FH_OK) st = fh__ckks_alloc_poly(e, &L, 2, &gc, gc.la, &res);
+  if (st == FH_OK) st = fh__ckks_alloc_poly(e, &L, 2, &gc, lo, &res);
   /* c1 in the coefficient domain, its extended digits in the NTT domain (h.D) */
   if (st == FH_OK && (st = fh__ckks_alloc_poly(e, &L, 0, &gc, gc.la, &dt)) == FH_OK)
     st = fh__ckks_ntt(&L, false, fh__ckks_ptr(dt), gs, fh__ckks_ptr(cd) + cs, gs, gc.B, p, gc.la);
@@ -820,9 +826,10 @@ fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const 
   }
   if (st == FH_OK) {
     uint64_t *o = fh__ckks_ptr(res);
-    st = fh__ckks_hoist_moddown(e, &L, &h, o, o + cs, gs);
+    st = rescale ? fh__ckks_hoist_moddown_rescale(e, &L, &h, o, o + ocs, ogs)
+                 : fh__ckks_hoist_moddown(e, &L, &h, o, o + ocs, ogs);
   }
-  if (st == FH_OK) st = wrap_ct(e, res, gc.level, scale, FH_DOMAIN_NTT, out);
+  if (st == FH_OK) st = wrap_ct(e, res, gc.level + (rescale ? 1 : 0), scale, FH_DOMAIN_NTT, out);
   if (hoisted) fh__ckks_hoist_end(&h);
   fh_tensor *ts[3] = {cd, dt, res};
   release_all(ts, 3);
@@ -832,6 +839,31 @@ fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const 
   fh_free(rk);
   fh_free(canon);
   fh_free(ptd);
+  return st;
+}
+
+fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const int64_t *steps, int nsteps,
+                                   const fh_value *const *pts, const fh_value *const *keys, fh_value **out) {
+  return linear_transform(e, ct, steps, nsteps, pts, keys, false, out);
+}
+
+fh_status fh_ckks_linear_transform_rescale(fh_ckks_engine *e, const fh_value *ct, const int64_t *steps, int nsteps,
+                                           const fh_value *const *pts, const fh_value *const *keys, fh_value **out) {
+  const char *op = "linear_transform";
+  fh_status st;
+  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) != FH_OK) return st;
+  const fh_ckks_context *ctx = fh_ckks_engine_context(e);
+  if (ct->state.level >= ctx->max_level)
+    return fh_error_set(FH_ERR_STATE,
+                        "%s: rescale = true needs a prime to drop, but the level of ct is %d, already max_level %d", op,
+                        ct->state.level, ctx->max_level);
+  if (fh_ckks_engine_tables(e)->log_n > FH_CKKS_CUDA_ROW_LOG)
+    return linear_transform(e, ct, steps, nsteps, pts, keys, true, out);
+  /* small rings: the two operations in turn (the same words) */
+  fh_value *r = NULL;
+  if ((st = linear_transform(e, ct, steps, nsteps, pts, keys, false, &r)) != FH_OK) return st;
+  st = fh_ckks_rescale_to_next_level(e, r, out);
+  fh_value_release(r);
   return st;
 }
 

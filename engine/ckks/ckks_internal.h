@@ -105,6 +105,11 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
  * stride out_gs) at h's level. */
 fh_status fh__ckks_hoist_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *out0,
                                  uint64_t *out1, int64_t out_gs);
+/* The same mod-down fused with a rescale by the level's first prime (FH_K_CKKS_MODDOWN's
+ * rescale, no addend; N > 2^FH_CKKS_CUDA_ROW_LOG): out0, out1 get the la - 1 rows of the
+ * next level, word for word the rescale of fh__ckks_hoist_moddown's result. */
+fh_status fh__ckks_hoist_moddown_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *out0,
+                                         uint64_t *out1, int64_t out_gs);
 fh_status fh__ckks_hoist_step(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t galois,
                               const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs,
                               const uint64_t *add0, int64_t add_gs);

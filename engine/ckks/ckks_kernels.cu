@@ -1504,7 +1504,7 @@ __global__ void __launch_bounds__(EW_THREADS) md0r_kernel(const __grid_constant_
   const int64_t n = (int64_t)1 << b.log_n;
   GROUPS(gg, b.ngroups) {
     uint64_t *w = (uint64_t *)b.in + gg * b.in_gs;
-    const uint64_t *v0 = a.v0 + (gg / 2) * a.v0_gs + (gg % 2) * a.v0_cs;
+    const uint64_t *v0 = a.v0 ? a.v0 + (gg / 2) * a.v0_gs + (gg % 2) * a.v0_cs : NULL;
     COEFFS(j, n) {
       uint64_t conv = 0;
       uint32_t cnt = 0;
@@ -1519,7 +1519,7 @@ __global__ void __launch_bounds__(EW_THREADS) md0r_kernel(const __grid_constant_
       }
       if (b.center && cnt) conv = fh_mod_sub(conv, fh_mod_mul(cnt, smt, &p0.bar), q0);
       const uint64_t u0 = w[(int64_t)ns * n + j];
-      w[(int64_t)(ns + 1) * n + j] = fh_mod_add(fh_shoup_mul(u0 + (q0 - conv), w0, ws0, q0), v0[j], q0);
+      w[(int64_t)(ns + 1) * n + j] = fh_mod_add(fh_shoup_mul(u0 + (q0 - conv), w0, ws0, q0), v0 ? v0[j] : 0, q0);
     }
   }
 }
@@ -1682,8 +1682,8 @@ fh_status k_moddown(const void *argp, void *stream) {
   const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(b->ngroups);
   if (a->rescale) {
     /* md0r: the P rows scaled, y0; md1 and md2 over rows 1.. */
-    if (b->ndst < 2 || a->add[0] == NULL || a->add[1] == NULL || a->v0 == NULL)
-      return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a fused rescale needs two Q rows, add and v0");
+    if (b->ndst < 2 || (a->add[0] == NULL) != (a->v0 == NULL) || (a->add[1] == NULL) != (a->v0 == NULL))
+      return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a fused rescale needs two Q rows, and add with v0 or neither");
     md0r_kernel<<<dim3(blocks_for(n, EW_THREADS), 1, gz), EW_THREADS, 0, h>>>(*a);
     const dim3 rg(tiles, b->ndst - 1, gz);
     if (md_wide(b->log_n)) {

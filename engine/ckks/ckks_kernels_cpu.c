@@ -922,17 +922,18 @@ static fh_status cpu_moddown(const void *argp) {
    * row 0 (before its NTT), then P [y0]_{q_l} added to the conversion's other rows */
   const int l0 = a->rescale ? 1 : 0;
   if (a->rescale) {
-    if (b->ndst < 2 || a->add[0] == NULL || a->add[1] == NULL || a->v0 == NULL)
-      return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a fused rescale needs two Q rows, add and v0");
+    if (b->ndst < 2 || (a->add[0] == NULL) != (a->v0 == NULL) || (a->add[1] == NULL) != (a->v0 == NULL))
+      return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a fused rescale needs two Q rows, and add with v0 or neither");
     /* y0 into conv.in's scratch row nsrc + 1, as CUDA's md0r does; then the lift row by row */
     const uint64_t q0 = b->primes[b->dst_prime[0]].q, w0 = a->c_const[0], ws0 = a->c_shoup[0];
     FH_FOR_ROWS(b->ngroups, 1, n) {
       (void)l;
       const uint64_t *u0 = b->in + g * b->in_gs + (int64_t)b->nsrc * n;
-      const uint64_t *v0 = a->v0 + (g / 2) * a->v0_gs + (g % 2) * a->v0_cs;
+      const uint64_t *v0 = a->v0 ? a->v0 + (g / 2) * a->v0_gs + (g % 2) * a->v0_cs : NULL;
       const uint64_t *t0 = b->out + g * b->out_gs + (int64_t)b->dst_row[0] * n;
       uint64_t *y0 = (uint64_t *)b->in + g * b->in_gs + (int64_t)(b->nsrc + 1) * n;
-      for (int64_t j = 0; j < n; ++j) y0[j] = fh_mod_add(fh_shoup_mul(u0[j] + (q0 - t0[j]), w0, ws0, q0), v0[j], q0);
+      for (int64_t j = 0; j < n; ++j)
+        y0[j] = fh_mod_add(fh_shoup_mul(u0[j] + (q0 - t0[j]), w0, ws0, q0), v0 ? v0[j] : 0, q0);
     }
     FH_FOR_ROWS(b->ngroups, b->ndst - 1, n) {
       const int r = l + 1;

@@ -170,6 +170,11 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
  * Everything is checked before anything is launched. New reference in *out. */
 fh_status fh_ckks_linear_transform(fh_ckks_engine *e, const fh_value *ct, const int64_t *steps, int nsteps,
                                    const fh_value *const *pts, const fh_value *const *keys, fh_value **out);
+/* fh_ckks_linear_transform, then rescale_to_next_level, the same words: for N > 2^11 in one
+ * mod-down (the rescale fused into the transform's), else the two in turn. StateError when
+ * ct is at max_level (checked first). *out: a new reference. */
+fh_status fh_ckks_linear_transform_rescale(fh_ckks_engine *e, const fh_value *ct, const int64_t *steps, int nsteps,
+                                           const fh_value *const *pts, const fh_value *const *keys, fh_value **out);
 /* Complex conjugation of every slot; ck NULL: the engine's conjugation key. */
 fh_status fh_ckks_conjugate(fh_ckks_engine *e, const fh_value *ct, const fh_value *ck, fh_value **out);
 /* Stack n ciphertexts with equal state and batch shape along a new leading

@@ -306,7 +306,8 @@ typedef struct fh_ckks_ks_core_args {
  * rows there in place, once, instead of once per target row). What FH_K_CKKS_BCONV, FH_K_CKKS_NTT and
  * two FH_K_CKKS_EW (SUB_ADD_MUL) do in turn, with the same result; on CUDA the conversion
  * is fused into the NTT's first kernel and the subtraction into its second. */
-/* Fused rescale (rescale != 0; N > 2^FH_CKKS_CUDA_ROW_LOG, add given): the result is also
+/* Fused rescale (rescale != 0; N > 2^FH_CKKS_CUDA_ROW_LOG; add and v0 both given or all three
+ * NULL, a mod-down without addend, as a linear transform's): the result is also
  * rescaled by the first Q row's prime q_0 = conv.dst_prime[0], word for word what a rescale
  * (FH_CKKS_EW_RESCALE's centred lift, NTT-domain form) of the result above gives: for
  * l = 1 .. conv.ndst - 1, out[c] row (g, l - 1) =
@@ -314,7 +315,8 @@ typedef struct fh_ckks_ks_core_args {
  * with y0 the coefficients of the unrescaled result's row 0,
  *   y0 = (u0 - conv(gg)[0]) c_const[0] + v0  (mod q_0),
  * u0 the INTT of a's row 0 (conv.in row nsrc of each group; conv.in has nsrc + 2 rows a
- * group, row nsrc + 1 scratch) and v0 the INTT of add[c]'s row 0 (v0 + g * v0_gs + c * v0_cs).
+ * group, row nsrc + 1 scratch) and v0 the INTT of add[c]'s row 0 (v0 + g * v0_gs + c * v0_cs;
+ * zero when v0 is NULL).
  * The three are linear in the words mod q_l, so the words are exactly those of the mod-down
  * and then the rescale, for one mod-down pass over the rows instead of two. Constants for
  * l >= 1: pr[l] = P R mod q_l, pq[l] = P q_0 mod q_l, d_const[l] = q_0^-1 mod q_l (Shoup
