@@ -829,6 +829,11 @@ struct conv_consts {
    * t), minus lpq = P q_0 mod t when y0 > lhalf = q_0 / 2 */
   uint64_t lpr, lpq, lhalf;
   int64_t loff;
+  /* lift computed on load (LIFT 2: one raw source, md0r skipped): y0 = (u0 - conv_0) w0 + v0
+   * mod q_0 as md0r computes it, u0 the word at loff, conv_0 the source's conversion to q_0
+   * (l0mat = Shat_0 mod q_0, minus l0smt = S mod q_0 for a flagged source) */
+  fh_modulus l0bar;
+  uint64_t l0q, l0mat, l0smt, l0w, l0ws;
 };
 
 __device__ __forceinline__ uint64_t conv_lift(uint64_t r, uint64_t y0, const conv_consts &k, const fh_ckks_prime &c) {
@@ -931,9 +936,13 @@ __device__ __forceinline__ uint64_t conv_flagged_fp_n(const uint64_t *y, const c
  * pointers to column c0 are formed once, so a word costs one 32-bit offset (its row in
  * the tile times N2 plus its column) and a wide add. FP: the conversion in doubles
  * (conv_flagged_fp_n; NS from 1 to 4 only). */
-template <bool FP, int NS, int CONV_LOADS, int THREADS, bool RAW = false, bool LIFT = false>
+/* LIFT (md1 of a fused rescale): 1, y0 read at k.loff (md0r's row); 2, y0 computed on load
+ * from u0 at k.loff and v0 (NULL: zero; RAW with one source only) */
+template <bool FP, int NS, int CONV_LOADS, int THREADS, bool RAW = false, int LIFT = 0>
 __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
-                                            const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
+                                            const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0,
+                                            const uint64_t *v0 = NULL) {
+  static_assert(LIFT != 2 || (RAW && NS == 1 && !FP), "the lift on load takes one raw source");
   const int cols = 1 << log_cols;
   if constexpr (NS > 0) {
     constexpr int E = CONV_LOADS / NS > 0 ? CONV_LOADS / NS : 1; /* coefficients per round */
@@ -953,6 +962,7 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
       asm("mov.b64 %0, %0;" : "+l"(src[i]));
     }
     const uint64_t *lsrc = LIFT ? base + k.loff + c0 + j0 : NULL;
+    const uint64_t *vsrc = LIFT == 2 && v0 ? v0 + c0 + j0 : NULL;
     for (int it0 = 0; it0 < PER; it0 += E) {
       uint64_t y[E][NS];
 #pragma unroll
@@ -969,6 +979,19 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
       if constexpr (LIFT) {
 #pragma unroll
         for (int m = 0; m < E; ++m) y0[m] = (it0 + m < PER) ? lsrc[(uint32_t)(it0 + m) * step] : 0;
+      }
+      if constexpr (LIFT == 2) {
+        /* y0[m] holds u0: md0r's y0 from it, the scaled source and v0 */
+        uint64_t vv[E];
+#pragma unroll
+        for (int m = 0; m < E; ++m) vv[m] = (vsrc && it0 + m < PER) ? vsrc[(uint32_t)(it0 + m) * step] : 0;
+#pragma unroll
+        for (int m = 0; m < E; ++m) {
+          const uint64_t ys = y[m][0] & ~KS_FLAG;
+          uint64_t cv = fh_mod_mul(ys, k.l0mat, &k.l0bar);
+          if (center && (y[m][0] & KS_FLAG)) cv = fh_mod_sub(cv, k.l0smt, k.l0q);
+          y0[m] = fh_mod_add(fh_shoup_mul(y0[m] + (k.l0q - cv), k.l0w, k.l0ws, k.l0q), vv[m], k.l0q);
+        }
       }
 #pragma unroll
       for (int m = 0; m < E; ++m)
@@ -991,20 +1014,22 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
 /* FP needs 1 to 4 sources (ks1 checks); the integer conversion takes any number; a
  * block of THREADS threads */
 /* RAW: one source, scaled on load (conv_raw; the caller has checked ns == 1) */
-template <bool FP, int LOADS, int THREADS = NTT_THREADS, bool RAW = false, bool LIFT = false>
+template <bool FP, int LOADS, int THREADS = NTT_THREADS, bool RAW = false, int LIFT = 0>
 __device__ __forceinline__ void conv_fill(uint64_t *sm, const uint64_t *base, int ns, const conv_consts &k,
-                                          const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0) {
+                                          const fh_ckks_prime &c, bool center, int log_cols, int n2, int c0,
+                                          const uint64_t *v0 = NULL) {
   if constexpr (RAW) {
-    conv_fill_n<FP, 1, LOADS, THREADS, true, LIFT>(sm, base, 1, k, c, center, log_cols, n2, c0);
-    return;
-  }
-  switch (ns) {
-  case 1: conv_fill_n<FP, 1, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 2: conv_fill_n<FP, 2, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 3: conv_fill_n<FP, 3, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  case 4: conv_fill_n<FP, 4, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
-  default:
-    if constexpr (!FP) conv_fill_n<false, 0, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0);
+    conv_fill_n<FP, 1, LOADS, THREADS, true, LIFT>(sm, base, 1, k, c, center, log_cols, n2, c0, v0);
+  } else {
+    static_assert(LIFT != 2, "the lift on load takes one raw source");
+    switch (ns) {
+    case 1: conv_fill_n<FP, 1, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+    case 2: conv_fill_n<FP, 2, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+    case 3: conv_fill_n<FP, 3, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+    case 4: conv_fill_n<FP, 4, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0); break;
+    default:
+      if constexpr (!FP) conv_fill_n<false, 0, LOADS, THREADS, false, LIFT>(sm, base, ns, k, c, center, log_cols, n2, c0);
+    }
   }
 }
 
@@ -1544,17 +1569,29 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md1_k
   const ntt_prime P = ntt_prime_at(b.primes, a.ntt, p, b.log_n, true);
   const bool center = b.center && ns > 0;
   if (RESC && threadIdx.x == 0) {
+    const fh_ckks_prime &p0 = b.primes[b.dst_prime[0]];
     kc.lpr = a.pr[l];
     kc.lpq = a.pq[l];
-    kc.lhalf = b.primes[b.dst_prime[0]].q >> 1;
-    kc.loff = (int64_t)(ns + 1) * n;
+    kc.lhalf = p0.q >> 1;
+    /* RAW: y0 from u0 (row ns) on load, as md0r computes it (its row 0 of the conversion
+     * matrix, S mod q_0 for the flag, the constant P^-1 mod q_0); else md0r's row ns + 1 */
+    kc.loff = (int64_t)(RAW ? ns : ns + 1) * n;
+    if (RAW) {
+      kc.l0bar = p0.bar;
+      kc.l0q = p0.q;
+      kc.l0mat = b.consts[2 * ns];
+      kc.l0smt = fh_mod_mul(kc.l0mat, b.primes[b.src_prime[0]].q % p0.q, &p0.bar);
+      kc.l0w = a.c_const[0];
+      kc.l0ws = a.c_shoup[0];
+    }
   }
   conv_consts_init(kc, b.consts + 2 * ns + (int64_t)l * ns, ns, ns > 0 ? b.primes[b.src_prime[0]].q : 1, b.src_row,
                    n, c, center, false, RAW ? b.consts : NULL); /* from md0's scaled rows, or raw */
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
   GROUPS(g, b.ngroups) {
     const uint64_t *in = b.in + g * b.in_gs;
-    conv_fill<false, LOADS, THREADS, RAW, RESC>(sm, in, ns, kc, c, center, log_cols, n2, c0);
+    const uint64_t *v0 = RESC && RAW && a.v0 ? a.v0 + (g / 2) * a.v0_gs + (g % 2) * a.v0_cs : NULL;
+    conv_fill<false, LOADS, THREADS, RAW, RESC ? (RAW ? 2 : 1) : 0>(sm, in, ns, kc, c, center, log_cols, n2, c0, v0);
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {b.out + g * b.out_gs + (int64_t)b.dst_row[l] * n + c0, n2, 1};
@@ -1684,13 +1721,17 @@ fh_status k_moddown(const void *argp, void *stream) {
     /* md0r: the P rows scaled, y0; md1 and md2 over rows 1.. */
     if (b->ndst < 2 || (a->add[0] == NULL) != (a->v0 == NULL) || (a->add[1] == NULL) != (a->v0 == NULL))
       return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a fused rescale needs two Q rows, and add with v0 or neither");
-    md0r_kernel<<<dim3(blocks_for(n, EW_THREADS), 1, gz), EW_THREADS, 0, h>>>(*a);
+    /* one P row: md1 scales it and computes y0 on load, md0r does not run */
+    const bool raw = b->nsrc == 1 && raw_sources() && conv_loads() == CONV_LOADS_DEFAULT;
+    if (!raw) md0r_kernel<<<dim3(blocks_for(n, EW_THREADS), 1, gz), EW_THREADS, 0, h>>>(*a);
     const dim3 rg(tiles, b->ndst - 1, gz);
     if (md_wide(b->log_n)) {
-      md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, false, true><<<rg, 2 * NTT_THREADS, 0, h>>>(*a);
+      if (raw) md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, true, true><<<rg, 2 * NTT_THREADS, 0, h>>>(*a);
+      else md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, false, true><<<rg, 2 * NTT_THREADS, 0, h>>>(*a);
       md2_kernel<2 * NTT_THREADS, true><<<rg, 2 * NTT_THREADS, 0, h>>>(*a);
     } else {
-      md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, false, true><<<rg, NTT_THREADS, 0, h>>>(*a);
+      if (raw) md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, true, true><<<rg, NTT_THREADS, 0, h>>>(*a);
+      else md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, false, true><<<rg, NTT_THREADS, 0, h>>>(*a);
       md2_kernel<NTT_THREADS, true><<<rg, NTT_THREADS, 0, h>>>(*a);
     }
     return launched("kernel 'ckks_moddown'");
