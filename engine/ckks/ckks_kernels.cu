@@ -1370,7 +1370,9 @@ void ks1_launch_with(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, i
   if (a.in_ntt)
     for (int j = 0; j < a.up.ndigits; ++j) own += a.up.nsrc[j];
   const int loads = conv_loads(), kb = ks1_blocks(grid.x * (grid.y - (unsigned)own) * grid.z);
-  /* raw only with the default loads and register budget (ks_raw) */
+  /* raw only with the default loads and three or four blocks per SM (ks_raw); at four, four
+   * coefficients a round, the variant measured (ptxas: 64 registers and about 250 bytes of
+   * spills with the FP64 conversion, either way) */
   if (raw && kb == 4) ks1_kernel<4, 4, FP_CONV, true><<<grid, NTT_THREADS, 0, h>>>(a);
   else if (raw) ks1_kernel<3, 8, FP_CONV, true><<<grid, NTT_THREADS, 0, h>>>(a);
   else if (kb == 4) ks1_kernel<4, CONV_LOADS_DEFAULT, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
