@@ -266,23 +266,35 @@ fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_va
   return st;
 }
 
+/* The check of an operation's {rescale = true}: ct (checked as a ciphertext of e) has a prime
+ * to drop, else a StateError naming op. */
+static fh_status rescale_room(fh_ckks_engine *e, const char *op, const fh_value *ct) {
+  const fh_ckks_context *ctx = fh_ckks_engine_context(e);
+  if (ct->state.level < ctx->max_level) return FH_OK;
+  return fh_error_set(FH_ERR_STATE,
+                      "%s: rescale = true needs a prime to drop, but the level of ct is %d, already max_level %d", op,
+                      ct->state.level, ctx->max_level);
+}
+
+/* The unfused form of an operation with {rescale = true}: *r (made with status st) rescaled to
+ * the next level into *out, then released; the same words as the fused mod-down. (r by
+ * address: a call's arguments are evaluated in no set order, so *r is read only here.) */
+static fh_status then_rescale(fh_ckks_engine *e, fh_status st, fh_value **r, fh_value **out) {
+  if (st != FH_OK) return st;
+  st = fh_ckks_rescale_to_next_level(e, *r, out);
+  fh_value_release(*r);
+  return st;
+}
+
 fh_status fh_ckks_relinearize_rescale(fh_ckks_engine *e, const fh_value *ct, const fh_value *rlk, fh_value **out) {
   const char *op = "relinearize";
   fh_status st;
-  if ((st = relin_check(e, op, ct, rlk))) return st;
+  if ((st = relin_check(e, op, ct, rlk)) || (st = rescale_room(e, op, ct))) return st;
   fh_ckks_context *ctx = fh_ckks_engine_context(e);
-  if (ct->state.level >= ctx->max_level)
-    return fh_error_set(FH_ERR_STATE,
-                        "%s: rescale = true needs a prime to drop, but the level of ct is %d, already max_level %d", op,
-                        ct->state.level, ctx->max_level);
   const fh_ckks_tables *tb = fh_ckks_engine_tables(e);
   if (ct->state.polynomial_domain != FH_DOMAIN_NTT || tb->log_n <= FH_CKKS_CUDA_ROW_LOG) {
-    /* the two operations in turn (the same words as the fused mod-down) */
     fh_value *r = NULL;
-    if ((st = fh_ckks_relinearize(e, ct, rlk, &r)) != FH_OK) return st;
-    st = fh_ckks_rescale_to_next_level(e, r, out);
-    fh_value_release(r);
-    return st;
+    return then_rescale(e, fh_ckks_relinearize(e, ct, rlk, &r), &r, out);
   }
   fh__ckks_geo g;
   fh__ckks_geo_of(ct, &g);
@@ -851,20 +863,11 @@ fh_status fh_ckks_linear_transform_rescale(fh_ckks_engine *e, const fh_value *ct
                                            const fh_value *const *pts, const fh_value *const *keys, fh_value **out) {
   const char *op = "linear_transform";
   fh_status st;
-  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) != FH_OK) return st;
-  const fh_ckks_context *ctx = fh_ckks_engine_context(e);
-  if (ct->state.level >= ctx->max_level)
-    return fh_error_set(FH_ERR_STATE,
-                        "%s: rescale = true needs a prime to drop, but the level of ct is %d, already max_level %d", op,
-                        ct->state.level, ctx->max_level);
+  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) || (st = rescale_room(e, op, ct))) return st;
   if (fh_ckks_engine_tables(e)->log_n > FH_CKKS_CUDA_ROW_LOG)
     return linear_transform(e, ct, steps, nsteps, pts, keys, true, out);
-  /* small rings: the two operations in turn (the same words) */
-  fh_value *r = NULL;
-  if ((st = linear_transform(e, ct, steps, nsteps, pts, keys, false, &r)) != FH_OK) return st;
-  st = fh_ckks_rescale_to_next_level(e, r, out);
-  fh_value_release(r);
-  return st;
+  fh_value *r = NULL; /* small rings: the two operations in turn */
+  return then_rescale(e, linear_transform(e, ct, steps, nsteps, pts, keys, false, &r), &r, out);
 }
 
 fh_status fh_ckks_conjugate(fh_ckks_engine *e, const fh_value *ct, const fh_value *ck, fh_value **out) {
