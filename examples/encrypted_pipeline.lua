@@ -2,11 +2,15 @@
 a ring of slots (fh.pipeline; docs/pipeline.md).
 
     scripts/run examples/encrypted_pipeline.lua [--slots 2] [--streams 1] [--requests M] [--size 8]
-                                                [--device cuda|cuda:N|cpu] [--seed 1] [--trace PREFIX]
+                                                [--level L] [--device cuda|cuda:N|cpu] [--seed 1]
+                                                [--trace PREFIX]
 
 M vectors are encrypted ahead on the host (a CPU engine holds the secret and
 public keys; the device engine gets rotation keys made from the same secret
-key) and kept in pinned host memory. Each is a request for the
+key) and kept in pinned host memory. They are encrypted at --level, by
+default the level the program needs (max_level - 1: it consumes one level),
+so a request carries 3 Q primes, not 8, and each rotation reads a sixth of
+the key bytes; --level 0 sends every prime. Each is a request for the
 matrix-vector program of examples/matrix_vector.lua (examples/matvec.lua):
 pushed through the ring (copy in, replay, read back), every result
 decrypted on the host and checked against the plaintext product and
@@ -33,10 +37,11 @@ local matvec = dofile((arg and arg[0] and arg[0]:match("^(.*)/") or ".") .. "/ma
 local defaults = { slots = 2, streams = 1, size = 8, seed = 1 }
 local opts = { device = fh.cuda.is_available() and "cuda" or "cpu" }
 for k, v in pairs(defaults) do opts[k] = v end
-local USAGE = "usage: encrypted_pipeline.lua [--slots K] [--streams S] [--requests M] [--size N] "
+local USAGE = "usage: encrypted_pipeline.lua [--slots K] [--streams S] [--requests M] [--size N] [--level L] "
   .. "[--device cpu|cuda|cuda:N] [--seed S] [--trace PREFIX]\n"
 do
-  local known = { slots = "n", streams = "n", requests = "n", size = "n", seed = "n", device = "s", trace = "s" }
+  local known = { slots = "n", streams = "n", requests = "n", size = "n", seed = "n", device = "s", trace = "s",
+    level = "n" }
   local i = 1
   while arg and i <= #arg do
     local k, v = arg[i]:match("^%-%-(%w+)$"), arg[i + 1]
@@ -72,14 +77,20 @@ local pk = host:create_public_key(sk)
 matvec.create_keys(engine, sk, size)
 local gen = fh.Generator(opts.seed)
 local matrix = matvec.matrix(gen, size)
-local program = matvec.program(engine, matrix, size)
+local level = opts.level or matvec.request_level(engine.context)
+if level < 0 or level >= engine.context.max_level or level ~= math.floor(level) then
+  io.stderr:write(("encrypted_pipeline.lua: --level must be an integer in 0..%d (the program rescales once)\n")
+    :format(engine.context.max_level - 1), USAGE)
+  os.exit(2)
+end
+local program = matvec.program(engine, matrix, size, { level = level })
 
 -- ---- M requests, encrypted ahead on the host, in pinned memory ---------------------
 local vectors, requests = {}, {}
 local t_enc = fh.core.exec_clock()
 for i = 1, M do
   vectors[i] = matvec.uniform(gen, size)
-  local ct = matvec.encrypt_vector(host, pk, vectors[i], size)
+  local ct = matvec.encrypt_vector(host, pk, vectors[i], size, level)
   requests[i] = on_gpu and ex.pin_value_tree({ ct }) or { ct }
 end
 t_enc = fh.core.exec_clock() - t_enc
@@ -88,8 +99,8 @@ t_enc = fh.core.exec_clock() - t_enc
 local pipe = fh.pipeline(program, { example_inputs = requests[1], slots = opts.slots,
   compute_streams = opts.streams, device = device, warmup = 1 })
 local bytes_in = ex.value_tree_nbytes(requests[1])
-print(("encrypted pipeline: %d requests of the size-%d matrix-vector program, %s, N = %d"):format(M, size, device,
-  engine.context.ring_degree))
+print(("encrypted pipeline: %d requests of the size-%d matrix-vector program, %s, N = %d, level %d (%d Q primes)")
+  :format(M, size, device, engine.context.ring_degree, level, #engine.context:prime_ids(level, "Q")))
 print(("%s, %d encrypted on the host in %.2f s (%.2f MiB each, %s)"):format(tostring(pipe), M, t_enc,
   bytes_in / 2 ^ 20, on_gpu and "pinned" or "pageable"))
 
@@ -113,7 +124,7 @@ local pipelined = clock() - t0
 local trace = opts.trace and fh.trace.stop() or nil
 
 -- ---- every result: decrypted against the plaintext product, and eager on the device ----
-local TOL = matvec.error_bound(engine.context, size) -- 6 sigma (docs/ckks.md, "Noise and tolerances")
+local TOL = matvec.error_bound(engine.context, size, level) -- 6 sigma (docs/ckks.md, "Noise and tolerances")
 local worst, same, failed = 0, 0, 0
 for i = 1, M do
   local err = matvec.max_error(host, sk, results[i], matvec.reference(matrix, vectors[i], size), size)

@@ -42,9 +42,12 @@ end
 --- vector), the diagonals and the engine bound by closure, so the execution
 --- layer can capture it and replay it with new inputs. opts.form:
 --- "linear_transform" (default: one engine:linear_transform of plaintexts
---- over QP) or "rotate_many" (hoisted rotations, then products and sums).
+--- over QP) or "rotate_many" (hoisted rotations, then products and sums);
+--- opts.level: the level of the vectors it takes (default 0; the diagonals
+--- are encoded there).
 function M.program(engine, matrix, size, opts)
   local form = opts and opts.form or "linear_transform"
+  local level = opts and opts.level or 0
   assert(form == "linear_transform" or form == "rotate_many", "matvec.program: form is linear_transform or rotate_many")
   local basis = form == "linear_transform" and "QP" or "Q"
   local diagonals = {}
@@ -53,7 +56,7 @@ function M.program(engine, matrix, size, opts)
     for j = 0, size - 1 do d[j + 1] = matrix[j + 1][(j + i) % size + 1] end
     -- a float64 tensor, not a table: a table of two numbers would read as one complex {re, im}
     diagonals[i] = engine:prepare_plaintext_for_multiplication(engine:encode(fh.tensor(d, { dtype = "float64" }),
-      { basis = basis }))
+      { basis = basis, level = level }))
   end
   if form == "linear_transform" then
     -- sum_i d_i * rotate(ct_v, -i): every rotation and product over QP, one mod-down
@@ -80,14 +83,26 @@ function M.program(engine, matrix, size, opts)
   end
 end
 
---- The NTT-domain encryption of [v, v, 0, ...] by `engine` with `pk`.
-function M.encrypt_vector(engine, pk, v, size)
+--- The level a request needs: the program consumes one level (its rescale),
+--- so a vector encrypted at max_level - 1 is all it reads (at the 8192-slot
+--- preset three Q primes: the scale prime the rescale drops and the two that
+--- stay). A request at a lower level (more primes) gives the same product
+--- with more limbs to move and switch: at level 0 of that preset, 8 Q primes
+--- instead of 3, and 6x the rotation-key bytes read per rotation.
+function M.request_level(ctx)
+  return ctx.max_level - 1
+end
+
+--- The NTT-domain encryption of [v, v, 0, ...] by `engine` with `pk`, at
+--- `level` (default 0: every Q prime; M.request_level: only what the
+--- program needs).
+function M.encrypt_vector(engine, pk, v, size, level)
   local slots_v = {}
   for j = 1, size do
     slots_v[j] = v[j]
     slots_v[size + j] = v[j]
   end
-  return engine:coefficient_domain_to_ntt_domain(engine:encrypt_message(slots_v, pk))
+  return engine:coefficient_domain_to_ntt_domain(engine:encrypt_message(slots_v, pk, { level = level or 0 }))
 end
 
 --- The plaintext product M v.
@@ -114,37 +129,44 @@ end
 --- deviations of the decoded error of one output slot (docs/ckks.md, "Noise
 --- and tolerances"), from the fresh encryption noise, the key switching of
 --- the size - 1 rotations, the rounding of the size encoded diagonals and of
---- the rescale, given N, the scale and the primes of `ctx`.
+--- the rescale, given N, the scale and the primes of `ctx`, for an input at
+--- `level` (default 0).
 -- Variances of the decoded error of one output slot, in message units: a
 -- polynomial whose N coefficients have variance V decodes to slots of
 -- variance N V / scale^2. Bounds on the data: |M[j][k]| <= 1, |v[k]| <= 1.
-function M.error_bound(ctx, size)
+function M.error_bound(ctx, size, level)
+  level = level or 0
   local nrot, nprod = size - 1, size
   local N, scale, sigma = ctx.ring_degree, ctx.default_scale, 3.2
   local q, p = ctx.q_primes, ctx.p_primes
   -- fresh encryption: u e + e0 + e1 s (u, s ternary: variance 2/3) and the
   -- rounding of the encoded message
   local v_fresh = sigma ^ 2 * (4 * N / 3 + 1) + 1 / 12
-  -- one key switch at level 0 (hybrid, digits of consecutive Q primes: #P
-  -- of them, or as many as stay below P for key_digits "below_p"): sum over
+  -- one key switch at `level` (hybrid, digits of consecutive Q primes: #P
+  -- of them, or as many as stay below P for key_digits "below_p"; at a level
+  -- a digit keeps its primes still present, q[level + 1] on): sum over those
   -- digits of alpha_j Q_j^2 / (12 P^2) N sigma^2 (fast base conversion:
-  -- alpha_j primes in the digit), plus the mod-down rounding
+  -- alpha_j primes of the digit present), plus the mod-down rounding
   local logP = 0
   for i = 1, #p do logP = logP + math.log(tonumber(p[i])) end
   local ks, ndigits, i = 0, 0, 1
   while i <= #q do
-    local logQ, alpha = 0, 0
+    local logQ, alpha, n, logQ_here = 0, 0, 0, 0
     repeat
-      logQ, alpha, i = logQ + math.log(tonumber(q[i])), alpha + 1, i + 1
+      logQ, n = logQ + math.log(tonumber(q[i])), n + 1
+      if i > level then logQ_here, alpha = logQ_here + math.log(tonumber(q[i])), alpha + 1 end
+      i = i + 1
     until i > #q or (ctx.key_digits == "below_p" and logQ + math.log(tonumber(q[i])) >= logP)
-      or (ctx.key_digits ~= "below_p" and alpha == #p)
-    ks, ndigits = ks + alpha * math.exp(2 * (logQ - logP)) / 12, ndigits + 1
+      or (ctx.key_digits ~= "below_p" and n == #p)
+    if alpha > 0 then ks = ks + alpha * math.exp(2 * (logQ_here - logP)) / 12 end
+    ndigits = ndigits + 1
   end
   assert(ndigits == ctx.num_key_digits, ("error_bound: %d digits, the context has %d"):format(ndigits,
     ctx.num_key_digits))
   local v_ks = ks * N * sigma ^ 2 + (1 + 2 * N / 3) / 12
-  -- after the plaintext products the rescale divides by q_0 with rounding
-  local scale_out = scale * scale / tonumber(q[1])
+  -- after the plaintext products the rescale divides by the level's first
+  -- prime with rounding
+  local scale_out = scale * scale / tonumber(q[level + 1])
   local var_ct = N * (v_fresh + (nrot > 0 and v_ks or 0)) / scale ^ 2 -- a (rotated) input
   local var_pt = N / 12 / scale ^ 2                                    -- an encoded diagonal
   local var_rs = N * (1 + 2 * N / 3) / 12 / scale_out ^ 2              -- the rescale

@@ -180,11 +180,29 @@ describe("examples/encrypted_pipeline.lua", function()
     os.remove(prefix .. ".svg")
   end)
 
+  it("encrypts requests at the level the program needs, or at --level", function()
+    for _, c in ipairs { { nil, "level 5 %(3 Q primes%)", "0.75 MiB" }, { "0", "level 0 %(8 Q primes%)", "2.00 MiB" } } do
+      local args = { cli.root .. "/examples/encrypted_pipeline.lua", "--requests", "2", "--size", "2", "--device", "cpu" }
+      if c[1] then
+        args[#args + 1] = "--level"
+        args[#args + 1] = c[1]
+      end
+      local r = cli.run(args)
+      assert.equal(0, r.code, r.stderr)
+      assert.truthy(r.stdout:find(c[2]), r.stdout)
+      assert.truthy(r.stdout:find(c[3], 1, true), r.stdout)
+      assert.truthy(r.stdout:find("results: 2 of 2 within", 1, true), r.stdout)
+    end
+  end)
+
   it("rejects unknown options and bad values with a usage message", function()
-    for _, a in ipairs { { "--bogus", "1" }, { "--slots", "two" }, { "--slots", "0" } } do
+    for _, a in ipairs { { "--bogus", "1" }, { "--slots", "two" }, { "--slots", "0" }, { "--level", "6" },
+      { "--level", "-1" }, { "--level", "1.5" } } do
       local r = cli.run { cli.root .. "/examples/encrypted_pipeline.lua", a[1], a[2] }
       assert.equal(2, r.code)
       assert.truthy(r.stderr:find("usage: encrypted_pipeline.lua"), r.stderr)
     end
+    local r = cli.run { cli.root .. "/examples/encrypted_pipeline.lua", "--level", "6", "--device", "cpu" }
+    assert.truthy(r.stderr:find("--level must be an integer in 0..5 (the program rescales once)", 1, true), r.stderr)
   end)
 end)

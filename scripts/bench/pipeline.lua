@@ -13,12 +13,16 @@
 --   over serial and over one compute stream (target >= 2 with 4 streams at
 --   size 8). Every result of the 1-stream run is decrypted and checked;
 --   the other runs must give the same ciphertexts bit for bit.
+-- Requests are encrypted at each of --levels: "r" is the level the program
+-- needs (matvec.request_level: max_level - 1, three Q primes), 0 every Q
+-- prime (8: 2.7 times the limbs to copy and 6 times the key bytes to read).
 --
 --   source scripts/env.sh && luajit scripts/bench/pipeline.lua [--device cuda|cpu] [--requests M]
---                                   [--sizes 8,64] [--streams 1,2,4]
--- Defaults: on a GPU M = 256, sizes 8 and 64, streams 1, 2 and 4; on the
--- cpu (no overlap to find: every step runs on the host, in order) M = 4,
--- sizes 8 and 64, one stream. Numbers: scripts/bench/README.md.
+--                                   [--sizes 8,64] [--streams 1,2,4] [--levels r,0]
+-- Defaults: on a GPU M = 256, sizes 8 and 64, streams 1, 2 and 4, levels r
+-- and 0; on the cpu (no overlap to find: every step runs on the host, in
+-- order) M = 4, sizes 8 and 64, one stream, level r. Numbers:
+-- scripts/bench/README.md.
 local fh = require "fhelium"
 local ex = fh.execution
 local here = (arg[0]:match("^(.*)/") or ".")
@@ -37,8 +41,9 @@ do
   local i = 1
   while i <= #arg do
     local k, v = arg[i]:match("^%-%-(%w+)$"), arg[i + 1]
-    if not k or not v or not ({ device = 1, requests = 1, sizes = 1, streams = 1 })[k] then
-      io.stderr:write("usage: pipeline.lua [--device cuda|cpu] [--requests M] [--sizes 8,64] [--streams 1,2,4]\n")
+    if not k or not v or not ({ device = 1, requests = 1, sizes = 1, streams = 1, levels = 1 })[k] then
+      io.stderr:write("usage: pipeline.lua [--device cuda|cpu] [--requests M] [--sizes 8,64] [--streams 1,2,4] "
+        .. "[--levels r,0]\n")
       os.exit(2)
     end
     opts[k] = v
@@ -60,22 +65,34 @@ local pk = host:create_public_key(sk)
 local maxsize = 0
 for _, s in ipairs(sizes) do maxsize = math.max(maxsize, s) end
 matvec.create_keys(engine, sk, maxsize)
+local levels = {}
+for v in (opts.levels or (on_gpu and "r,0" or "r")):gmatch("[^,]+") do
+  local l = v == "r" and matvec.request_level(engine.context) or tonumber(v)
+  if l == nil or l < 0 or l >= engine.context.max_level or l ~= math.floor(l) then
+    io.stderr:write(("pipeline.lua: --levels takes r or integers 0..%d, not %s\n"):format(engine.context.max_level
+      - 1, v))
+    os.exit(2)
+  end
+  levels[#levels + 1] = l
+end
 
 local where = on_gpu and fh.cuda.get_device_properties(tonumber(device:match("%d+"))).name or "the cpu"
 print(("fh.pipeline: %d encrypted matrix-vector requests per run, N = %d, on %s (%s)"):format(M,
   engine.context.ring_degree, device, where))
-print(("%-5s %-7s %-5s %9s %9s %9s %9s %10s %9s %8s %8s %8s  %s"):format("size", "streams", "slots", "copy in",
-  "compute", "copy out", "bound", "pipelined", "req/s", "vs bound", "x serial", "x 1 str", "<= 1.10x bound"))
+print(("%-5s %-5s %-7s %-5s %9s %9s %9s %9s %10s %9s %8s %8s %8s  %s"):format("size", "level", "streams", "slots",
+  "copy in", "compute", "copy out", "bound", "pipelined", "req/s", "vs bound", "x serial", "x 1 str",
+  "<= 1.10x bound"))
 
 local summary = {}
+for _, level in ipairs(levels) do
 for _, size in ipairs(sizes) do
   local gen = fh.Generator(size)
   local matrix = matvec.matrix(gen, size)
-  local program = matvec.program(engine, matrix, size)
+  local program = matvec.program(engine, matrix, size, { level = level })
   local vectors, requests = {}, {}
   for i = 1, M do
     vectors[i] = matvec.uniform(gen, size)
-    local ct = matvec.encrypt_vector(host, pk, vectors[i], size)
+    local ct = matvec.encrypt_vector(host, pk, vectors[i], size, level)
     requests[i] = on_gpu and ex.pin_value_tree({ ct }) or { ct }
   end
   -- serial: one slot's worth of work at a time
@@ -112,7 +129,7 @@ for _, size in ipairs(sizes) do
     if not first then
       for i = 1, M do
         local err = matvec.max_error(host, sk, results[i], matvec.reference(matrix, vectors[i], size), size)
-        local bound = matvec.error_bound(engine.context, size)
+        local bound = matvec.error_bound(engine.context, size, level)
         assert(err <= bound, ("size %d request %d: error %g above the bound %g"):format(size, i, err, bound))
       end
       first = results
@@ -125,17 +142,23 @@ for _, size in ipairs(sizes) do
     collectgarbage("collect")
     one_stream = one_stream or t
     local ratio = t / m.bound
-    print(("%-5d %-7d %-5d %9.1f %9.1f %9.1f %9.1f %10.1f %9.1f %8.2f %8.2f %8.2f  %s"):format(size, S, K,
+    print(("%-5d %-5d %-7d %-5d %9.1f %9.1f %9.1f %9.1f %10.1f %9.1f %8.2f %8.2f %8.2f  %s"):format(size, level, S, K,
       m.copy_in * 1e3, m.compute * 1e3, m.copy_out * 1e3, m.bound * 1e3, t * 1e3, M / t, ratio, serial / t,
       one_stream / t, ratio <= 1.10 and "yes" or "no"))
-    summary[#summary + 1] = { size = size, S = S, vs_one = one_stream / t }
+    summary[#summary + 1] = { size = size, level = level, S = S, vs_one = one_stream / t }
   end
-  print(("%-5d serial (each request alone): %.1f ms, %.1f requests/s (times in ms)"):format(size, serial * 1e3,
-    M / serial))
+  print(("%-5d %-5d serial (each request alone): %.1f ms, %.1f requests/s (times in ms)"):format(size, level,
+    serial * 1e3, M / serial))
+end
+end
+local function level_name(l)
+  local n = #engine.context:prime_ids(l, "Q")
+  return ("level %d (%d Q prime%s%s)"):format(l, n, n == 1 and "" or "s",
+    l == matvec.request_level(engine.context) and ", what the program needs" or "")
 end
 for _, r in ipairs(summary) do
   if r.size == 8 and r.S == 4 then
-    print(("size 8, 4 compute streams: %.2fx the requests/s of one stream (target >= 2x): %s"):format(r.vs_one,
-      r.vs_one >= 2 and "yes" or "no"))
+    print(("size 8, %s, 4 compute streams: %.2fx the requests/s of one stream (target >= 2x): %s"):format(
+      level_name(r.level), r.vs_one, r.vs_one >= 2 and "yes" or "no"))
   end
 end
