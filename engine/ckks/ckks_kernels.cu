@@ -34,6 +34,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <utility>
+
 #include "cuda_internal.h"
 #include "fh/ckks_kernels.h"
 
@@ -69,6 +71,46 @@ int env_switch(const char *name, const char *const *choices) {
 
 unsigned grid_z(int64_t ngroups) { return (unsigned)(ngroups < MAX_GRID_Z ? ngroups : MAX_GRID_Z); }
 unsigned blocks_for(int64_t n, int per_block) { return (unsigned)((n + per_block - 1) / per_block); }
+
+/* ==== Programmatic dependent launch ====================================================
+ * Every kernel in this file begins with pdl_begin(): griddepcontrol.wait holds it until
+ * the grids it depends on have completed and their memory is visible, before it reads or
+ * writes anything; then griddepcontrol.launch_dependents lets the next kernel of the stream
+ * start launching. pdl() launches with cudaLaunchAttributeProgrammaticStreamSerialization,
+ * so that next kernel is scheduled while this one drains (its blocks only wait), and a
+ * captured graph gets programmatic edges: the gap between dependent kernels shrinks, which
+ * is most of a small ring's chain (docs/ckks.md, "Launches"). A kernel launched without
+ * the attribute waits for nothing there (the instructions return at once), so the words
+ * are the same either way. FHELIUM_CUDA_PDL=0 launches plainly (a benchmarking aid). */
+__device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+bool pdl_on() {
+  static const char *const kinds[] = {"0", "1", NULL};
+  static const int m = env_switch("FHELIUM_CUDA_PDL", kinds);
+  return m != 0;
+}
+
+/* kernel<<<grid, block, smem, h>>>(args...), with the programmatic attribute unless
+ * FHELIUM_CUDA_PDL=0; launch errors are the caller's launched() to report. */
+template <typename... P, typename... A>
+void pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t h, A &&...args) {
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t c = {};
+  c.gridDim = grid;
+  c.blockDim = block;
+  c.dynamicSmemBytes = smem;
+  c.stream = h;
+  c.attrs = at;
+  c.numAttrs = pdl_on() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&c, kernel, std::forward<A>(args)...);
+}
 
 #define GROUPS(g, ngroups) for (int64_t g = blockIdx.z; g < (ngroups); g += gridDim.z)
 #define COEFFS(j, n) for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < (n); j += (int64_t)gridDim.x * blockDim.x)
@@ -408,6 +450,7 @@ __host__ __device__ __forceinline__ ntt_split ntt_split_of(int log_n) {
 /* A whole row (N <= NTT_TILE): every stage, global to global through shared memory. */
 template <bool FORWARD>
 __global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
+  pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
   const int n = 1 << a.log_n;
@@ -439,6 +482,7 @@ struct own_rows {
  * ntt_wide) */
 template <bool FORWARD, int THREADS = NTT_THREADS>
 __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
+  pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
   const ntt_split sp = ntt_split_of(a.log_n);
@@ -464,6 +508,7 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_c
 template <bool FORWARD, int THREADS = NTT_THREADS>
 __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_chunk_kernel(const __grid_constant__ fh_ckks_ntt_args a,
                                                                                        const __grid_constant__ own_rows own) {
+  pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
   const ntt_split sp = ntt_split_of(a.log_n);
@@ -507,24 +552,24 @@ fh_status run_ntt(const void *argp, void *stream) {
   const unsigned gz = grid_z(a->ngroups);
   if (a->log_n <= NTT_TILE_LOG) {
     const int threads = (int)(n / 8 < 32 ? 32 : n / 8);
-    ntt_row_kernel<FORWARD><<<dim3(1, a->nlimbs, gz), threads, 0, h>>>(*a);
+    pdl(ntt_row_kernel<FORWARD>, dim3(1, a->nlimbs, gz), threads, 0, h, *a);
   } else {
     const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz);
     if (ntt_wide(grid.x * grid.y * grid.z)) {
       constexpr int W = 2 * NTT_THREADS;
       if (FORWARD) {
-        ntt_col_kernel<true, W><<<grid, W, 0, h>>>(*a);
-        ntt_chunk_kernel<true, W><<<grid, W, 0, h>>>(*a, own_rows{});
+        pdl(ntt_col_kernel<true, W>, grid, W, 0, h, *a);
+        pdl(ntt_chunk_kernel<true, W>, grid, W, 0, h, *a, own_rows{});
       } else {
-        ntt_chunk_kernel<false, W><<<grid, W, 0, h>>>(*a, own_rows{});
-        ntt_col_kernel<false, W><<<grid, W, 0, h>>>(*a);
+        pdl(ntt_chunk_kernel<false, W>, grid, W, 0, h, *a, own_rows{});
+        pdl(ntt_col_kernel<false, W>, grid, W, 0, h, *a);
       }
     } else if (FORWARD) {
-      ntt_col_kernel<true><<<grid, NTT_THREADS, 0, h>>>(*a);
-      ntt_chunk_kernel<true><<<grid, NTT_THREADS, 0, h>>>(*a, own_rows{});
+      pdl(ntt_col_kernel<true>, grid, NTT_THREADS, 0, h, *a);
+      pdl(ntt_chunk_kernel<true>, grid, NTT_THREADS, 0, h, *a, own_rows{});
     } else {
-      ntt_chunk_kernel<false><<<grid, NTT_THREADS, 0, h>>>(*a, own_rows{});
-      ntt_col_kernel<false><<<grid, NTT_THREADS, 0, h>>>(*a);
+      pdl(ntt_chunk_kernel<false>, grid, NTT_THREADS, 0, h, *a, own_rows{});
+      pdl(ntt_col_kernel<false>, grid, NTT_THREADS, 0, h, *a);
     }
   }
   return launched(FORWARD ? "kernel 'ckks_ntt'" : "kernel 'ckks_intt'");
@@ -536,6 +581,7 @@ fh_status k_intt(const void *a, void *s) { return run_ntt<false>(a, s); }
 /* ==== element-wise =================================================================== */
 template <int OP>
 __global__ void __launch_bounds__(EW_THREADS) ew_kernel(const __grid_constant__ fh_ckks_ew_args a) {
+  pdl_begin();
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
   const fh_ckks_prime &pr = a.primes[a.prime[l]];
@@ -582,7 +628,7 @@ template <int OP>
 void launch_ew(const fh_ckks_ew_args *a, cudaStream_t h) {
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
-  ew_kernel<OP><<<dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, h>>>(*a);
+  pdl(ew_kernel<OP>, dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, h, *a);
 }
 
 fh_status k_ew(const void *argp, void *stream) {
@@ -615,6 +661,7 @@ fh_status k_ew(const void *argp, void *stream) {
 
 /* ==== tensor product ================================================================= */
 __global__ void __launch_bounds__(EW_THREADS) tensor_kernel(const __grid_constant__ fh_ckks_tensor_args a) {
+  pdl_begin();
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n, off = (int64_t)l * n;
   const fh_ckks_prime &pr = a.primes[a.prime[l]];
@@ -639,7 +686,7 @@ fh_status k_tensor(const void *argp, void *stream) {
   if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
-  tensor_kernel<<<dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, (cudaStream_t)stream>>>(*a);
+  pdl(tensor_kernel, dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, (cudaStream_t)stream, *a);
   return launched("kernel 'ckks_tensor'");
 }
 
@@ -726,6 +773,7 @@ __device__ __forceinline__ void bconv_coeff(int64_t j, int64_t n, int ns, int t0
 }
 
 __global__ void bconv_kernel(const __grid_constant__ fh_ckks_bconv_args a) {
+  pdl_begin();
   extern __shared__ uint64_t sh[]; /* smt[BCONV_TARGETS], then ys[nsrc][blockDim.x] */
   uint64_t *smt = sh, *ys = sh + BCONV_TARGETS;
   const int64_t n = (int64_t)1 << a.log_n;
@@ -752,7 +800,7 @@ fh_status k_bconv(const void *argp, void *stream) {
   const int threads = a->nsrc > BCONV_WIDE_SRC ? BCONV_THREADS_WIDE : BCONV_THREADS;
   const int chunks = a->ndst > 0 ? (a->ndst + BCONV_TARGETS - 1) / BCONV_TARGETS : 1;
   const size_t smem = (BCONV_TARGETS + (size_t)(a->nsrc > 0 ? a->nsrc : 1) * threads) * sizeof(uint64_t);
-  bconv_kernel<<<dim3(blocks_for(n, threads), chunks, grid_z(a->ngroups)), threads, smem, (cudaStream_t)stream>>>(*a);
+  pdl(bconv_kernel, dim3(blocks_for(n, threads), chunks, grid_z(a->ngroups)), threads, smem, (cudaStream_t)stream, *a);
   return launched("kernel 'ckks_bconv'");
 }
 
@@ -760,6 +808,7 @@ fh_status k_bconv(const void *argp, void *stream) {
  * blockIdx.y is (digit, chunk of its targets): the digit's rows are copied (by
  * its first chunk) and converted to every other row. */
 __global__ void modup_kernel(const __grid_constant__ fh_ckks_modup_args a, int chunks) {
+  pdl_begin();
   extern __shared__ uint64_t sh[];
   uint64_t *smt = sh, *ys = sh + BCONV_TARGETS;
   const int64_t n = (int64_t)1 << a.log_n;
@@ -791,8 +840,7 @@ fh_status k_modup(const void *argp, void *stream) {
   const int threads = most > BCONV_WIDE_SRC ? BCONV_THREADS_WIDE : BCONV_THREADS;
   const int chunks = (most_dst + BCONV_TARGETS - 1) / BCONV_TARGETS;
   const size_t smem = (BCONV_TARGETS + (size_t)most * threads) * sizeof(uint64_t);
-  modup_kernel<<<dim3(blocks_for(n, threads), a->ndigits * chunks, grid_z(a->ngroups)), threads, smem,
-                 (cudaStream_t)stream>>>(*a, chunks);
+  pdl(modup_kernel, dim3(blocks_for(n, threads), a->ndigits * chunks, grid_z(a->ngroups)), threads, smem, (cudaStream_t)stream, *a, chunks);
   return launched("kernel 'ckks_modup'");
 }
 
@@ -1037,6 +1085,7 @@ constexpr int KS0_WORDS = 4;
 /* ks0: a block per (source row, coefficient range): [x * shat_inv]_{s} of the row's digit,
  * once, with KS_FLAG set when it is above s / 2 (primes are below 2^63, so bit 63 is free) */
 __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+  pdl_begin();
   const fh_ckks_modup_args &u = a.up;
   const int row = blockIdx.y;
   int jd = 0;
@@ -1073,6 +1122,7 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
 /* RAW: every digit has one source row, read from up.in and scaled on load (ks0 skipped) */
 template <int MIN_BLOCKS, int LOADS, bool FP_CONV, bool RAW = false>
 __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+  pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
   const fh_ckks_modup_args &u = a.up;
@@ -1164,6 +1214,7 @@ __device__ __forceinline__ void tile_load(uint64_t *dst, const uint64_t *src, ui
  * twice the warps per SM) */
 template <int MIN_BLOCKS, bool FP_MAC, int THREADS>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+  pdl_begin();
   constexpr int KS2_PER_THREAD = NTT_TILE / THREADS;
   constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
   static_assert(THREADS == NTT_THREADS || THREADS == 2 * NTT_THREADS, "ks2: 4 or 8 words a thread");
@@ -1373,13 +1424,13 @@ void ks1_launch_with(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, i
   /* raw only with the default loads and three or four blocks per SM (ks_raw); at four, four
    * coefficients a round, the variant measured (ptxas: 64 registers and about 250 bytes of
    * spills with the FP64 conversion, either way) */
-  if (raw && kb == 4) ks1_kernel<4, 4, FP_CONV, true><<<grid, NTT_THREADS, 0, h>>>(a);
-  else if (raw) ks1_kernel<3, 8, FP_CONV, true><<<grid, NTT_THREADS, 0, h>>>(a);
-  else if (kb == 4) ks1_kernel<4, CONV_LOADS_DEFAULT, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
-  else if (kb == 2) ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
-  else if (loads == 1) ks1_kernel<3, 1, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
-  else if (loads == 16) ks1_kernel<3, 16, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
-  else ks1_kernel<3, 8, FP_CONV><<<grid, NTT_THREADS, 0, h>>>(a);
+  if (raw && kb == 4) pdl(ks1_kernel<4, 4, FP_CONV, true>, grid, NTT_THREADS, 0, h, a);
+  else if (raw) pdl(ks1_kernel<3, 8, FP_CONV, true>, grid, NTT_THREADS, 0, h, a);
+  else if (kb == 4) pdl(ks1_kernel<4, CONV_LOADS_DEFAULT, FP_CONV>, grid, NTT_THREADS, 0, h, a);
+  else if (kb == 2) pdl(ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV>, grid, NTT_THREADS, 0, h, a);
+  else if (loads == 1) pdl(ks1_kernel<3, 1, FP_CONV>, grid, NTT_THREADS, 0, h, a);
+  else if (loads == 16) pdl(ks1_kernel<3, 16, FP_CONV>, grid, NTT_THREADS, 0, h, a);
+  else pdl(ks1_kernel<3, 8, FP_CONV>, grid, NTT_THREADS, 0, h, a);
 }
 void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, int raw) {
   if (ks_fp_products()) ks1_launch_with<true>(a, grid, h, raw);
@@ -1416,7 +1467,7 @@ fh_status ks2_launch(const fh_ckks_ks_core_args *a, dim3 grid, cudaStream_t h) {
     if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (shared memory)");
     if (dev >= 0 && dev < 64) ready[dev] = true;
   }
-  ks2_kernel<MIN_BLOCKS, FP_MAC, THREADS><<<grid, THREADS, KS2_SMEM, h>>>(*a);
+  pdl(ks2_kernel<MIN_BLOCKS, FP_MAC, THREADS>, grid, THREADS, KS2_SMEM, h, *a);
   return FH_OK;
 }
 
@@ -1451,7 +1502,7 @@ fh_status k_ks_core(const void *argp, void *stream) {
   const int raw = ks_raw(u);
   if (!raw) {
     if (a->scaled == NULL) return fh_error_set(FH_ERR_EXECUTION, "ckks_ks_core: no scratch for the scaled sources");
-    ks0_kernel<<<dim3(blocks_for(n, EW_THREADS * KS0_WORDS), nsrc_rows, gz), EW_THREADS, 0, h>>>(*a);
+    pdl(ks0_kernel, dim3(blocks_for(n, EW_THREADS * KS0_WORDS), nsrc_rows, gz), EW_THREADS, 0, h, *a);
   }
   if (a->key != NULL && !ks_split(tiles * (unsigned)u->nrows * gz) && ks2_aligned(a)) {
     ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h, raw);
@@ -1492,7 +1543,7 @@ fh_status k_ks_core(const void *argp, void *stream) {
   t.primes = u->primes;
   t.ntt = a->ntt;
   memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
-  ntt_chunk_kernel<true><<<dim3(tiles, u->nrows, grid_z(t.ngroups)), NTT_THREADS, 0, h>>>(t, own);
+  pdl(ntt_chunk_kernel<true>, dim3(tiles, u->nrows, grid_z(t.ngroups)), NTT_THREADS, 0, h, t, own);
   fh_status st = launched("kernel 'ckks_ks_core'");
   return st == FH_OK && a->key != NULL ? ks_inner_of_core(a, own, stream) : st;
 }
@@ -1504,6 +1555,7 @@ fh_status k_ks_core(const void *argp, void *stream) {
  *      (a - t) P^-1 (+ add) straight from shared memory. */
 /* md0: the P rows scaled by their shat_inv in place, once (KS_FLAG as in ks0) */
 __global__ void __launch_bounds__(EW_THREADS) md0_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+  pdl_begin();
   const fh_ckks_bconv_args &b = a.conv;
   const int i = blockIdx.y;
   const uint64_t q = b.primes[b.src_prime[i]].q, half = q >> 1;
@@ -1521,6 +1573,7 @@ __global__ void __launch_bounds__(EW_THREADS) md0_kernel(const __grid_constant__
 /* md0r (a fused rescale, fh_ckks_moddown_args.rescale): md0's scaling of the P rows, and per
  * coefficient the conversion to q_0 and y0 = (u0 - conv) P^-1 + v0 mod q_0 into row nsrc + 1 */
 __global__ void __launch_bounds__(EW_THREADS) md0r_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+  pdl_begin();
   const fh_ckks_bconv_args &b = a.conv;
   const int ns = b.nsrc;
   const fh_ckks_prime &p0 = b.primes[b.dst_prime[0]];
@@ -1557,6 +1610,7 @@ __global__ void __launch_bounds__(EW_THREADS) md0r_kernel(const __grid_constant_
 /* RAW: one P row, read as it is and scaled on load (md0 skipped) */
 template <int LOADS, int THREADS = NTT_THREADS, bool RAW = false, bool RESC = false>
 __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md1_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+  pdl_begin();
   constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
@@ -1613,6 +1667,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_al
 /* THREADS, RESC as md1's (RESC: out row l - 1, times q_0^-1) */
 template <int THREADS = NTT_THREADS, bool RESC = false>
 __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md2_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+  pdl_begin();
   constexpr int MD2_PER_THREAD = NTT_TILE / THREADS;
   constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
   __shared__ uint64_t sm[NTT_TILE];
@@ -1725,35 +1780,35 @@ fh_status k_moddown(const void *argp, void *stream) {
       return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a fused rescale needs two Q rows, and add with v0 or neither");
     /* one P row: md1 scales it and computes y0 on load, md0r does not run */
     const bool raw = b->nsrc == 1 && raw_sources() && conv_loads() == CONV_LOADS_DEFAULT;
-    if (!raw) md0r_kernel<<<dim3(blocks_for(n, EW_THREADS), 1, gz), EW_THREADS, 0, h>>>(*a);
+    if (!raw) pdl(md0r_kernel, dim3(blocks_for(n, EW_THREADS), 1, gz), EW_THREADS, 0, h, *a);
     const dim3 rg(tiles, b->ndst - 1, gz);
     if (md_wide(b->log_n)) {
-      if (raw) md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, true, true><<<rg, 2 * NTT_THREADS, 0, h>>>(*a);
-      else md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, false, true><<<rg, 2 * NTT_THREADS, 0, h>>>(*a);
-      md2_kernel<2 * NTT_THREADS, true><<<rg, 2 * NTT_THREADS, 0, h>>>(*a);
+      if (raw) pdl(md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, true, true>, rg, 2 * NTT_THREADS, 0, h, *a);
+      else pdl(md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, false, true>, rg, 2 * NTT_THREADS, 0, h, *a);
+      pdl(md2_kernel<2 * NTT_THREADS, true>, rg, 2 * NTT_THREADS, 0, h, *a);
     } else {
-      if (raw) md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, true, true><<<rg, NTT_THREADS, 0, h>>>(*a);
-      else md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, false, true><<<rg, NTT_THREADS, 0, h>>>(*a);
-      md2_kernel<NTT_THREADS, true><<<rg, NTT_THREADS, 0, h>>>(*a);
+      if (raw) pdl(md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, true, true>, rg, NTT_THREADS, 0, h, *a);
+      else pdl(md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, false, true>, rg, NTT_THREADS, 0, h, *a);
+      pdl(md2_kernel<NTT_THREADS, true>, rg, NTT_THREADS, 0, h, *a);
     }
     return launched("kernel 'ckks_moddown'");
   }
   /* one P row (or the dropped row of a rescale): md1 scales it on load, md0 does not run */
   const int raw = b->nsrc == 1 && raw_sources() && conv_loads() == CONV_LOADS_DEFAULT;
-  if (b->nsrc > 0 && !raw) md0_kernel<<<dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h>>>(*a);
+  if (b->nsrc > 0 && !raw) pdl(md0_kernel, dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h, *a);
   const dim3 grid(tiles, b->ndst, gz);
   const int loads = conv_loads();
   if (md_wide(b->log_n)) {
-    if (raw) md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, true><<<grid, 2 * NTT_THREADS, 0, h>>>(*a);
-    else md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS><<<grid, 2 * NTT_THREADS, 0, h>>>(*a);
-    md2_kernel<2 * NTT_THREADS><<<dim3(tiles, b->ndst, gz), 2 * NTT_THREADS, 0, h>>>(*a);
+    if (raw) pdl(md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, true>, grid, 2 * NTT_THREADS, 0, h, *a);
+    else pdl(md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS>, grid, 2 * NTT_THREADS, 0, h, *a);
+    pdl(md2_kernel<2 * NTT_THREADS>, dim3(tiles, b->ndst, gz), 2 * NTT_THREADS, 0, h, *a);
     return launched("kernel 'ckks_moddown'");
   }
-  if (raw) md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, true><<<grid, NTT_THREADS, 0, h>>>(*a);
-  else if (loads == 1) md1_kernel<1><<<grid, NTT_THREADS, 0, h>>>(*a);
-  else if (loads == 16) md1_kernel<16><<<grid, NTT_THREADS, 0, h>>>(*a);
-  else md1_kernel<8><<<grid, NTT_THREADS, 0, h>>>(*a);
-  md2_kernel<<<dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h>>>(*a);
+  if (raw) pdl(md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, true>, grid, NTT_THREADS, 0, h, *a);
+  else if (loads == 1) pdl(md1_kernel<1>, grid, NTT_THREADS, 0, h, *a);
+  else if (loads == 16) pdl(md1_kernel<16>, grid, NTT_THREADS, 0, h, *a);
+  else pdl(md1_kernel<8>, grid, NTT_THREADS, 0, h, *a);
+  pdl(md2_kernel<>, dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h, *a);
   return launched("kernel 'ckks_moddown'");
 }
 
@@ -1767,6 +1822,7 @@ constexpr int KS_WIDE_DIGITS = 9;
 /* own (in_ntt not NULL): digit own.digit[l]'s row l is read from the input's NTT rows */
 __global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant__ fh_ckks_ks_args a,
                                                            const __grid_constant__ own_rows own) {
+  pdl_begin();
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
   const fh_ckks_prime &pr = a.primes[a.prime[l]];
@@ -1823,7 +1879,7 @@ fh_status ks_inner_own(const fh_ckks_ks_args *a, const own_rows &own, void *stre
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
   const dim3 grid(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups));
-  ks_kernel<<<grid, threads, 0, (cudaStream_t)stream>>>(*a, own);
+  pdl(ks_kernel, grid, threads, 0, (cudaStream_t)stream, *a, own);
   return launched("kernel 'ckks_ks_inner'");
 }
 fh_status k_ks_inner(const void *argp, void *stream) {
@@ -1872,6 +1928,7 @@ __device__ __forceinline__ void lt_terms_wide(const uint64_t *dig, int64_t d_ds,
 
 template <int LANES>
 __global__ void __launch_bounds__(EW_THREADS, 3) lt_lanes_kernel(const __grid_constant__ fh_ckks_lt_args a) {
+  pdl_begin();
   constexpr int COEFFS = EW_THREADS / LANES;
   __shared__ uint64_t part[2][LANES > 1 ? LANES - 1 : 1][COEFFS];
   const int l = blockIdx.y;
@@ -1945,10 +2002,10 @@ fh_status k_lt(const void *argp, void *stream) {
   if (n < EW_THREADS / lanes) lanes = 1;
   const dim3 grid(blocks_for(n, EW_THREADS / lanes), a->nrows, grid_z(a->ngroups));
   switch (lanes) {
-  case 8: lt_lanes_kernel<8><<<grid, EW_THREADS, 0, h>>>(*a); break;
-  case 4: lt_lanes_kernel<4><<<grid, EW_THREADS, 0, h>>>(*a); break;
-  case 2: lt_lanes_kernel<2><<<grid, EW_THREADS, 0, h>>>(*a); break;
-  default: lt_lanes_kernel<1><<<grid, EW_THREADS, 0, h>>>(*a);
+  case 8: pdl(lt_lanes_kernel<8>, grid, EW_THREADS, 0, h, *a); break;
+  case 4: pdl(lt_lanes_kernel<4>, grid, EW_THREADS, 0, h, *a); break;
+  case 2: pdl(lt_lanes_kernel<2>, grid, EW_THREADS, 0, h, *a); break;
+  default: pdl(lt_lanes_kernel<1>, grid, EW_THREADS, 0, h, *a);
   }
   return launched("kernel 'ckks_lt'");
 }
@@ -1971,6 +2028,7 @@ __device__ uint64_t chacha_word(const fh_ckks_stream_pos &p, uint64_t w) {
 }
 
 __global__ void __launch_bounds__(EW_THREADS) sample_kernel(const __grid_constant__ fh_ckks_sample_args a) {
+  pdl_begin();
   const int64_t n = a.n;
   const uint64_t tw = fh_ckks_ternary_words((uint64_t)n), gw = fh_ckks_gaussian_words((uint64_t)n);
   for (int r = blockIdx.y; r < a.nt + a.ng; r += gridDim.y) {
@@ -1992,13 +2050,13 @@ fh_status k_sample(const void *argp, void *stream) {
   const int rows = a->nt + a->ng;
   if (rows <= 0 || a->n <= 0) return FH_OK;
   const int threads = a->n < EW_THREADS ? (a->n > 32 ? (int)a->n : 32) : EW_THREADS;
-  sample_kernel<<<dim3(blocks_for(a->n, threads), (unsigned)(rows < MAX_GRID_Z ? rows : MAX_GRID_Z)), threads, 0,
-                  (cudaStream_t)stream>>>(*a);
+  pdl(sample_kernel, dim3(blocks_for(a->n, threads), (unsigned)(rows < MAX_GRID_Z ? rows : MAX_GRID_Z)), threads, 0, (cudaStream_t)stream, *a);
   return launched("kernel 'ckks_sample'");
 }
 
 /* ==== automorphisms ================================================================== */
 __global__ void __launch_bounds__(EW_THREADS) automorph_kernel(const __grid_constant__ fh_ckks_automorph_args a) {
+  pdl_begin();
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
   const uint64_t m2 = 2 * (uint64_t)n, gal = a.galois;
@@ -2023,8 +2081,7 @@ fh_status k_automorph(const void *argp, void *stream) {
   if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
-  automorph_kernel<<<dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0,
-                     (cudaStream_t)stream>>>(*a);
+  pdl(automorph_kernel, dim3(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups)), threads, 0, (cudaStream_t)stream, *a);
   return launched("kernel 'ckks_automorph'");
 }
 
@@ -2175,6 +2232,7 @@ __device__ __forceinline__ cplx encode_load(const fh_ckks_encode_args &a, int64_
 
 /* Encode of a whole vector in shared memory (size <= FFT_CHUNK). */
 __global__ void __launch_bounds__(FFT_THREADS) encode_row_kernel(const __grid_constant__ fh_ckks_encode_args a) {
+  pdl_begin();
   extern __shared__ cplx fs[];
   const int size_log = a.log_n - 1, size = 1 << size_log;
   const uint64_t m2 = 2 * ((uint64_t)1 << a.log_n);
@@ -2189,6 +2247,7 @@ __global__ void __launch_bounds__(FFT_THREADS) encode_row_kernel(const __grid_co
 }
 /* Encode, large vectors, phase 1: load and the stages len > FFT_CHUNK on column tiles, into work. */
 __global__ void __launch_bounds__(FFT_THREADS) encode_col_kernel(const __grid_constant__ fh_ckks_encode_args a) {
+  pdl_begin();
   extern __shared__ cplx fs[];
   const int64_t size = (int64_t)1 << (a.log_n - 1);
   const int rows = (int)(size >> FFT_CHUNK_LOG);
@@ -2211,6 +2270,7 @@ __global__ void __launch_bounds__(FFT_THREADS) encode_col_kernel(const __grid_co
 }
 /* Encode, phase 2: the stages len <= FFT_CHUNK on contiguous chunks, then the outputs. */
 __global__ void __launch_bounds__(FFT_THREADS) encode_chunk_kernel(const __grid_constant__ fh_ckks_encode_args a) {
+  pdl_begin();
   __shared__ cplx fs[FFT_CHUNK];
   const int size_log = a.log_n - 1;
   const int64_t size = (int64_t)1 << size_log, base = (int64_t)blockIdx.x * FFT_CHUNK;
@@ -2234,11 +2294,11 @@ fh_status k_encode(const void *argp, void *stream) {
   const unsigned gy = grid_z(a->ngroups);
   if (size <= FFT_CHUNK) {
     const int threads = size / 2 < FFT_THREADS ? (size / 2 > 32 ? (int)(size / 2) : 32) : FFT_THREADS;
-    encode_row_kernel<<<gy, threads, (size_t)size * sizeof(cplx), h>>>(*a);
+    pdl(encode_row_kernel, gy, threads, (size_t)size * sizeof(cplx), h, *a);
   } else {
     const int rows = (int)(size >> FFT_CHUNK_LOG);
-    encode_col_kernel<<<dim3(FFT_CHUNK / FFT_COLS, gy), FFT_THREADS, (size_t)rows * FFT_COLS * sizeof(cplx), h>>>(*a);
-    encode_chunk_kernel<<<dim3((unsigned)(size / FFT_CHUNK), gy), FFT_THREADS, 0, h>>>(*a);
+    pdl(encode_col_kernel, dim3(FFT_CHUNK / FFT_COLS, gy), FFT_THREADS, (size_t)rows * FFT_COLS * sizeof(cplx), h, *a);
+    pdl(encode_chunk_kernel, dim3((unsigned)(size / FFT_CHUNK), gy), FFT_THREADS, 0, h, *a);
   }
   return launched("kernel 'ckks_encode'");
 }
@@ -2324,6 +2384,7 @@ __device__ int fast_primes(const fh_ckks_decode_args &a, unsigned __int128 *qf_o
 }
 
 __global__ void __launch_bounds__(EW_THREADS) decode_crt_kernel(const __grid_constant__ fh_ckks_decode_args a) {
+  pdl_begin();
   const int64_t n = (int64_t)1 << a.log_n, slots = n >> 1;
   const int k = a.nlimbs, nq = a.nq, first = nq - k;
   unsigned __int128 qf;
@@ -2383,6 +2444,7 @@ constexpr unsigned DECODE_WIDE_BLOCKS = 512; /* each block rebuilds Q and Q/2 on
  * memory holds Q and floor(Q/2) once and each thread's Garner digits and
  * accumulator. */
 __global__ void decode_crt_wide_kernel(const __grid_constant__ fh_ckks_decode_args a) {
+  pdl_begin();
   extern __shared__ uint64_t sw[];
   const int64_t n = (int64_t)1 << a.log_n, slots = n >> 1;
   const int k = a.nlimbs, nq = a.nq, first = nq - k, W = k + 1;
@@ -2444,6 +2506,7 @@ __device__ __forceinline__ void decode_store(const fh_ckks_decode_args &a, int64
 
 /* Evaluation of a whole vector in shared memory (size <= FFT_CHUNK). */
 __global__ void __launch_bounds__(FFT_THREADS) decode_row_kernel(const __grid_constant__ fh_ckks_decode_args a) {
+  pdl_begin();
   extern __shared__ cplx fs[];
   const int size_log = a.log_n - 1, size = 1 << size_log;
   const uint64_t m2 = 2 * ((uint64_t)1 << a.log_n);
@@ -2459,6 +2522,7 @@ __global__ void __launch_bounds__(FFT_THREADS) decode_row_kernel(const __grid_co
 /* Evaluation, large vectors, phase 1: the bit-reversed gather from work[0, N)
  * and the stages len <= FFT_CHUNK on contiguous chunks, into work[N, 2N). */
 __global__ void __launch_bounds__(FFT_THREADS) decode_chunk_kernel(const __grid_constant__ fh_ckks_decode_args a) {
+  pdl_begin();
   __shared__ cplx fs[FFT_CHUNK];
   const int size_log = a.log_n - 1;
   const int64_t size = (int64_t)1 << size_log, base = (int64_t)blockIdx.x * FFT_CHUNK;
@@ -2476,6 +2540,7 @@ __global__ void __launch_bounds__(FFT_THREADS) decode_chunk_kernel(const __grid_
 /* Evaluation, phase 2: the stages len > FFT_CHUNK on column tiles of
  * work[N, 2N), into the output. */
 __global__ void __launch_bounds__(FFT_THREADS) decode_col_kernel(const __grid_constant__ fh_ckks_decode_args a) {
+  pdl_begin();
   extern __shared__ cplx fs[];
   const int64_t size = (int64_t)1 << (a.log_n - 1);
   const int rows = (int)(size >> FFT_CHUNK_LOG);
@@ -2504,20 +2569,19 @@ fh_status k_decode(const void *argp, void *stream) {
   const int64_t n = (int64_t)1 << a->log_n, size = n >> 1;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
   const unsigned gz = grid_z(a->ngroups);
-  decode_crt_kernel<<<dim3(blocks_for(n, threads), 1, gz), threads, 0, h>>>(*a);
+  pdl(decode_crt_kernel, dim3(blocks_for(n, threads), 1, gz), threads, 0, h, *a);
   if (a->in_real == NULL && a->nlimbs > 1) {
     const size_t smem = (size_t)(2 + 2 * DECODE_WIDE_THREADS) * (a->nlimbs + 1) * sizeof(uint64_t);
     const unsigned nb = blocks_for(n, DECODE_WIDE_THREADS);
-    decode_crt_wide_kernel<<<dim3(nb < DECODE_WIDE_BLOCKS ? nb : DECODE_WIDE_BLOCKS, 1, gz), DECODE_WIDE_THREADS, smem,
-                             h>>>(*a);
+    pdl(decode_crt_wide_kernel, dim3(nb < DECODE_WIDE_BLOCKS ? nb : DECODE_WIDE_BLOCKS, 1, gz), DECODE_WIDE_THREADS, smem, h, *a);
   }
   if (size <= FFT_CHUNK) {
     const int ft = size / 2 < FFT_THREADS ? (size / 2 > 32 ? (int)(size / 2) : 32) : FFT_THREADS;
-    decode_row_kernel<<<gz, ft, (size_t)size * sizeof(cplx), h>>>(*a);
+    pdl(decode_row_kernel, gz, ft, (size_t)size * sizeof(cplx), h, *a);
   } else {
     const int rows = (int)(size >> FFT_CHUNK_LOG);
-    decode_chunk_kernel<<<dim3((unsigned)(size / FFT_CHUNK), gz), FFT_THREADS, 0, h>>>(*a);
-    decode_col_kernel<<<dim3(FFT_CHUNK / FFT_COLS, gz), FFT_THREADS, (size_t)rows * FFT_COLS * sizeof(cplx), h>>>(*a);
+    pdl(decode_chunk_kernel, dim3((unsigned)(size / FFT_CHUNK), gz), FFT_THREADS, 0, h, *a);
+    pdl(decode_col_kernel, dim3(FFT_CHUNK / FFT_COLS, gz), FFT_THREADS, (size_t)rows * FFT_COLS * sizeof(cplx), h, *a);
   }
   return launched("kernel 'ckks_decode'");
 }
