@@ -177,6 +177,8 @@ local function suite(Program, dev, it_)
     H.expect_error("CudaGraphInputError", { "foreign", "latest CopyHandle" }, prog.replay_prepared, prog,
       { copy_handle = plain:copy_from({ seq(4, 0, dev), seq(4, 0, dev) }) })
     H.expect_error("TypeError", "copy_handle' expected a CopyHandle", prog.replay_prepared, prog, { copy_handle = 1 })
+    H.expect_error("TypeError", "option 'stream' expected a Stream, got number", prog.replay_prepared, prog,
+      { copy_handle = h2, stream = 1 })
     local out = prog:replay_prepared({ copy_handle = h2, synchronize = true })
     assert.same(eager(seq(4, 3, dev), seq(4, 4, dev)), got(out))
     -- a replayed handle is stale; without a handle the current inputs replay
@@ -599,6 +601,29 @@ describe("CudaGraphProgram", function()
     assert.same(eager(seq(4096, 7), seq(4096, 2))[1], snapshot:tolist())
     h2:synchronize()
     prog:close()
+  end)
+
+  H.gpu_it("replay_prepared{stream = s} launches on s, as under with_stream, and leaves the current stream", function()
+    local prog = ex.CudaGraphProgram.capture(step, { example_inputs = { seq(4096, 0, "cuda:0"), seq(4096, 0, "cuda:0") } })
+    local transfer, compute = fh.cuda.Stream(), fh.cuda.Stream()
+    local before = fh.cuda.current_stream()
+    spin(100, compute) -- the replay on compute queues behind this
+    local h = prog:copy_inputs_from({ seq(4096, 7):pin_memory(), seq(4096, 2):pin_memory() }, { stream = transfer })
+    local out = prog:replay_prepared({ copy_handle = h, stream = compute })
+    assert.equal(before, fh.cuda.current_stream())
+    -- not on the current stream: that one is idle, the replay still waits on compute
+    before:synchronize()
+    transfer:synchronize()
+    assert.is_false(prog.replay_event:query())
+    compute:synchronize()
+    assert.is_true(prog.replay_event:query())
+    assert.same(eager(seq(4096, 7), seq(4096, 2)), got(out))
+    prog:close()
+    -- a host program has no stream to launch on
+    local host = ex.HostGraphProgram.capture(step, { example_inputs = { seq(4, 0), seq(4, 0) } })
+    H.expect_error("ValueError", { "HostGraphProgram:replay_prepared", "option 'stream'", "no stream to launch on" },
+      host.replay_prepared, host, { stream = compute })
+    host:close()
   end)
 
   H.gpu_it("replays two programs concurrently on two streams", function()

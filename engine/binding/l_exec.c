@@ -827,7 +827,7 @@ static int push_output(lua_State *L, program_box *b, bool copy) {
 }
 
 static const char *const replay_opts[] = {"copy_output", "synchronize", NULL};
-static const char *const prepared_opts[] = {"copy_handle", "copy_output", "synchronize", NULL};
+static const char *const prepared_opts[] = {"copy_handle", "copy_output", "synchronize", "stream", NULL};
 
 static int p_replay(lua_State *L) {
   char fnbuf_[96];
@@ -891,8 +891,9 @@ static int p_replay_prepared(lua_State *L) {
   }
   bool copy = fh__lua_optbool(L, 2, "copy_output", 0, fn);
   bool sync = fh__lua_optbool(L, 2, "synchronize", 0, fn);
+  fh_stream *stream = fh__lua_optstream(L, 2, "stream", fn);
   sweep(L);
-  fh__lua_check(L, fh_program_replay_prepared(b->p, h, false, fn));
+  fh__lua_check(L, fh_program_replay_prepared(b->p, h, stream, false, fn));
   push_output(L, b, copy);
   if (sync) fh__lua_check(L, fh_program_synchronize(b->p));
   return 1;

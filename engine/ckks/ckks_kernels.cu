@@ -69,6 +69,14 @@ int env_switch(const char *name, const char *const *choices) {
   return -1;
 }
 
+/* The SM count of the current device (the runtime's table, read at start-up): the launch
+ * shapes that depend on whether a grid fills the GPU (ntt_wide, ks_split, ks1_blocks). */
+unsigned sms_here() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+  return (unsigned)fh__cuda_sm_count(dev);
+}
+
 unsigned grid_z(int64_t ngroups) { return (unsigned)(ngroups < MAX_GRID_Z ? ngroups : MAX_GRID_Z); }
 unsigned blocks_for(int64_t n, int per_block) { return (unsigned)((n + per_block - 1) / per_block); }
 
@@ -538,9 +546,7 @@ bool ntt_wide(unsigned blocks) {
   static const char *const kinds[] = {"0", "1", NULL};
   static const int m = env_switch("FHELIUM_CUDA_NTTW", kinds);
   if (m >= 0) return m == 1;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
-  return blocks < 2u * (unsigned)fh__cuda_sm_count(dev);
+  return blocks < 2u * sms_here();
 }
 
 template <bool FORWARD>
@@ -884,6 +890,13 @@ struct conv_consts {
   uint64_t l0q, l0mat, l0smt, l0w, l0ws;
 };
 
+/* A fused rescale's y0 = (u0 - conv) P^-1 + v0 mod q_0 (w0, ws0: P^-1 mod q_0 and its Shoup
+ * companion; conv: the P rows' conversion to q_0): md0r writes it, md1's LIFT 2 computes it
+ * on load */
+__device__ __forceinline__ uint64_t rescale_y0(uint64_t u0, uint64_t conv, uint64_t v0, uint64_t w0, uint64_t ws0,
+                                               uint64_t q0) {
+  return fh_mod_add(fh_shoup_mul(u0 + (q0 - conv), w0, ws0, q0), v0, q0);
+}
 __device__ __forceinline__ uint64_t conv_lift(uint64_t r, uint64_t y0, const conv_consts &k, const fh_ckks_prime &c) {
   uint64_t t = fh_mont_mul(y0, k.lpr, c.q, c.qinv);
   if (y0 > k.lhalf) t = fh_mod_sub(t, k.lpq, c.q);
@@ -1038,7 +1051,7 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
           const uint64_t ys = y[m][0] & ~KS_FLAG;
           uint64_t cv = fh_mod_mul(ys, k.l0mat, &k.l0bar);
           if (center && (y[m][0] & KS_FLAG)) cv = fh_mod_sub(cv, k.l0smt, k.l0q);
-          y0[m] = fh_mod_add(fh_shoup_mul(y0[m] + (k.l0q - cv), k.l0w, k.l0ws, k.l0q), vv[m], k.l0q);
+          y0[m] = rescale_y0(y0[m], cv, vv[m], k.l0w, k.l0ws, k.l0q);
         }
       }
 #pragma unroll
@@ -1363,9 +1376,7 @@ bool ks_split(unsigned blocks) {
   static const char *const modes[] = {"fused", "split", NULL};
   static const int mode = env_switch("FHELIUM_CUDA_KS", modes); /* -1 auto, 0 fused, 1 split */
   if (mode >= 0) return mode == 1;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
-  return blocks < 2u * (unsigned)fh__cuda_sm_count(dev);
+  return blocks < 2u * sms_here();
 }
 
 /* Blocks of twice NTT_THREADS threads, 4 words a thread and passes of at most 2 stages (32
@@ -1395,9 +1406,7 @@ int ks1_forced() {
 int ks1_blocks(unsigned live) {
   const int f = ks1_forced();
   if (f > 0) return f;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
-  const unsigned sms = (unsigned)fh__cuda_sm_count(dev);
+  const unsigned sms = sms_here();
   return live > 3u * sms && live <= 4u * sms ? 4 : KS1_BLOCKS_DEFAULT;
 }
 int ks2_blocks(int log_n) {
@@ -1599,7 +1608,7 @@ __global__ void __launch_bounds__(EW_THREADS) md0r_kernel(const __grid_constant_
       }
       if (b.center && cnt) conv = fh_mod_sub(conv, fh_mod_mul(cnt, smt, &p0.bar), q0);
       const uint64_t u0 = w[(int64_t)ns * n + j];
-      w[(int64_t)(ns + 1) * n + j] = fh_mod_add(fh_shoup_mul(u0 + (q0 - conv), w0, ws0, q0), v0 ? v0[j] : 0, q0);
+      w[(int64_t)(ns + 1) * n + j] = rescale_y0(u0, conv, v0 ? v0[j] : 0, w0, ws0, q0);
     }
   }
 }

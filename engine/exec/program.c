@@ -452,12 +452,23 @@ fh_status fh_program_copy_inputs(fh_program *p, fh_tensor *const *src, fh_stream
 
 #define LATEST_HINT "pass the latest CopyHandle returned by this program's copy_inputs_from"
 
-fh_status fh_program_replay_prepared(fh_program *p, fh_copy_handle *h, bool synchronize, const char *what) {
+fh_status fh_program_replay_prepared(fh_program *p, fh_copy_handle *h, fh_stream *stream, bool synchronize,
+                                     const char *what) {
   const char *fn = what ? what : "replay_prepared";
   fh_status st = check_ready(p, fn);
-  fh_stream *s = NULL;
-  if (st == FH_OK) st = replay_stream_of(p, &s);
   if (st != FH_OK) return st;
+  fh_stream *s = NULL;
+  if (stream != NULL) {
+    if (p->kind == FH_PROGRAM_HOST_GRAPH)
+      return fh_error_set(FH_ERR_VALUE, "%s: option 'stream': a HostGraphProgram replays on the host, in order; there "
+                                        "is no stream to launch on", fn);
+    if ((st = fh__op_stream(p->dev, stream, &s)) != FH_OK) {
+      fh_error_prefix("%s: option 'stream'", fn);
+      return st;
+    }
+  } else if ((st = replay_stream_of(p, &s)) != FH_OK) {
+    return st;
+  }
   if (h == NULL) {
     if (p->outstanding)
       return fh_error_set(FH_ERR_GRAPH_INPUT,

@@ -417,7 +417,7 @@ local function push_one(self, fname, inputs)
   -- compute, after the copy (replay_prepared waits for its handle)
   local out
   if prog then
-    out = C.with_stream(cs, prog.replay_prepared, prog, { copy_handle = h })
+    out = prog:replay_prepared({ copy_handle = h, stream = cs })
   else
     h:wait_on(cs)
     out = C.with_stream(cs, eager_output, self, fname, slot)

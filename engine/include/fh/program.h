@@ -85,15 +85,16 @@ fh_status fh_program_instantiate(fh_program *p);
  *                   stream after the previous launch, then launch;
  *   copy_inputs:    only the copy (on `stream`, after `wait` and the previous
  *                   launch); the handle becomes the latest one;
- *   replay_prepared: launch after `h` (the latest handle, or NULL when none
- *                   is outstanding).
+ *   replay_prepared: launch on `stream` after `h` (the latest handle, or NULL
+ *                   when none is outstanding).
  * Their errors name the operation `what` (the caller's name for it; NULL:
  * "replay", "copy_inputs_from", "replay_prepared").
  * `synchronize` waits for the launch before returning. */
 fh_status fh_program_replay(fh_program *p, fh_tensor *const *src, bool synchronize, const char *what);
 fh_status fh_program_copy_inputs(fh_program *p, fh_tensor *const *src, fh_stream *stream, bool non_blocking,
                                  fh_event *const *wait, int nwait, fh_copy_handle **out, const char *what);
-fh_status fh_program_replay_prepared(fh_program *p, fh_copy_handle *h, bool synchronize, const char *what);
+fh_status fh_program_replay_prepared(fh_program *p, fh_copy_handle *h, fh_stream *stream, bool synchronize,
+                                     const char *what);
 /* Launch with the current inputs (the first replay). */
 fh_status fh_program_launch(fh_program *p, bool synchronize);
 /* The stream of the last launch (borrowed; NULL before the first launch or
