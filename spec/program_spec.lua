@@ -202,6 +202,26 @@ local function suite(Program, dev, it_)
     other:close()
   end)
 
+  it_("_read_back: an owned host copy of the output (pinned for CUDA), like tree_copy_to of prog.output", function()
+    local prog = capture(step, { seq(4, 0, dev), seq(4, 0, dev) })
+    local s = is_cuda and fh.cuda.Stream() or nil
+    local h = prog:copy_inputs_from({ seq(4, 3, dev), seq(4, 4, dev) })
+    prog:replay_prepared({ copy_handle = h, stream = s })
+    local back = prog:_read_back(s)
+    if s then s:synchronize() end
+    assert.same(eager(seq(4, 3, dev), seq(4, 4, dev)), got(back))
+    assert.equal("cpu", back.y.device)
+    assert.equal(is_cuda, back.y:is_pinned())
+    local want = fh.core.tree_copy_to(prog.output, { device = "cpu" })
+    assert.same(got(want), got(back))
+    -- owned: the next replay does not change it
+    prog:replay({ seq(4, 0, dev), seq(4, 0, dev) }, { synchronize = true })
+    assert.same(eager(seq(4, 3, dev), seq(4, 4, dev)), got(back))
+    H.expect_error("TypeError", "stream", prog._read_back, prog, 5)
+    prog:close()
+    H.expect_error("ExecutionError", "closed", prog._read_back, prog)
+  end)
+
   it_("closes idempotently; every later use is an ExecutionError", function()
     local prog = capture(step, { seq(4, 0, dev), seq(4, 0, dev) })
     local h = prog:copy_inputs_from({ seq(4, 1, dev), seq(4, 1, dev) })

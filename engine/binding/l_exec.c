@@ -826,6 +826,33 @@ static int push_output(lua_State *L, program_box *b, bool copy) {
   return 1;
 }
 
+/* prog:_read_back(stream): a new host copy of the output tree (pinned for a CUDA program),
+ * its copies enqueued on `stream` (default: the current stream) without waiting; the same
+ * tree as core.tree_copy_to(prog.output, {device = "cpu", pin_memory = true, stream = s})
+ * from the program's own output leaves and signature, so that nothing walks the Lua tree
+ * (the pipelines' read-back). The caller orders the next replay after it (events); a
+ * replay on `stream` itself is ordered here. */
+static int p_read_back(lua_State *L) {
+  char fnbuf_[96];
+  const char *fn = PNAME("_read_back");
+  program_box *b = openprog(L, 1, fn);
+  fh_stream *s = lua_isnoneornil(L, 2) ? NULL : fh__lua_checkstream(L, 2, fn, "stream");
+  sweep(L);
+  if (b->out_sig == NULL) {
+    lua_pushnil(L);
+    return 1;
+  }
+  fh_device dev = fh_program_device(b->p);
+  leaf_guard *g = push_guard(L, b->nout);
+  if (fh_leaves_copy_to(b->out_leaves, b->nout, fh_cpu(), dev.type == FH_DEVICE_CUDA, s, g->t) != FH_OK) {
+    fh_error_prefix("%s", fn);
+    fh__lua_error(L);
+  }
+  if (s != NULL) fh__lua_check(L, fh_program_note_reads(b->p, s));
+  push_tree_from_guard(L, b->out_sig, g);
+  return 1;
+}
+
 static const char *const replay_opts[] = {"copy_output", "synchronize", NULL};
 static const char *const prepared_opts[] = {"copy_handle", "copy_output", "synchronize", "stream", NULL};
 
@@ -1082,6 +1109,7 @@ void fh__lua_open_exec(lua_State *L) {
   static const luaL_Reg pmethods[] = {{"replay", p_replay},
                                       {"copy_inputs_from", p_copy_inputs_from},
                                       {"replay_prepared", p_replay_prepared},
+                                      {"_read_back", p_read_back},
                                       {"synchronize", p_synchronize},
                                       {"close", p_close},
                                       {"is_closed", p_is_closed},

@@ -84,12 +84,16 @@ unsigned blocks_for(int64_t n, int per_block) { return (unsigned)((n + per_block
  * Every kernel in this file begins with pdl_begin(): griddepcontrol.wait holds it until
  * the grids it depends on have completed and their memory is visible, before it reads or
  * writes anything; then griddepcontrol.launch_dependents lets the next kernel of the stream
- * start launching. pdl() launches with cudaLaunchAttributeProgrammaticStreamSerialization,
- * so that next kernel is scheduled while this one drains (its blocks only wait), and a
- * captured graph gets programmatic edges: the gap between dependent kernels shrinks, which
- * is most of a small ring's chain (docs/ckks.md, "Launches"). A kernel launched without
- * the attribute waits for nothing there (the instructions return at once), so the words
- * are the same either way. FHELIUM_CUDA_PDL=0 launches plainly (a benchmarking aid). */
+ * start launching. pdl() launches eager work with
+ * cudaLaunchAttributeProgrammaticStreamSerialization, so that the next kernel is scheduled
+ * while this one drains (its blocks only wait) and the host's launch latency hides behind
+ * the GPU: eager relinearize, rotate and hoisted rotations at N = 2^14 took 4-10% less on
+ * the H200 (2026-12-04, seventh session). Inside a capture it launches plainly: in graph
+ * replays the programmatic edges measured +-3% (relinearize and rotate faster, the fused
+ * rescales and the linear transform slower), so graphs keep the plain edges. A kernel
+ * launched without the attribute waits for nothing there (the instructions return at
+ * once): the words are the same either way. FHELIUM_CUDA_PDL=0 launches everything
+ * plainly (a benchmarking aid). */
 __device__ __forceinline__ void pdl_begin() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -116,7 +120,7 @@ void pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t 
   c.dynamicSmemBytes = smem;
   c.stream = h;
   c.attrs = at;
-  c.numAttrs = pdl_on() ? 1 : 0;
+  c.numAttrs = pdl_on() && !fh__cuda_captures_active() ? 1 : 0;
   (void)cudaLaunchKernelEx(&c, kernel, std::forward<A>(args)...);
 }
 

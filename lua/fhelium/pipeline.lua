@@ -422,10 +422,15 @@ local function push_one(self, fname, inputs)
     h:wait_on(cs)
     out = C.with_stream(cs, eager_output, self, fname, slot)
   end
-  -- read back, after the compute; the slot is free again after it
-  self.copy_out:wait_event(cs:record_event())
+  -- read back, after the compute (a program's replay event, recorded after its launch on
+  -- cs); the slot is free again after it
+  self.copy_out:wait_event(prog and prog.replay_event or cs:record_event())
   local result
-  if out ~= nil then result = core.tree_copy_to(out, { device = "cpu", pin_memory = true, stream = self.copy_out }) end
+  if prog then
+    result = prog:_read_back(self.copy_out) -- the output's own leaves and signature: no tree walk
+  elseif out ~= nil then
+    result = core.tree_copy_to(out, { device = "cpu", pin_memory = true, stream = self.copy_out })
+  end
   local released = self.copy_out:record_event()
   slot.released = released
   return new_request(self, i, slot, result, released)
