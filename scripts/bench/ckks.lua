@@ -239,7 +239,7 @@ print(("fhelium %s, CKKS on %s, build %s; median ms per call; floor = D2D copy o
 if cuda then
   -- the CUDA kernels' benchmarking switches (docs/ckks.md), so that a table says what ran
   local knobs = {}
-  for _, k in ipairs { "FHELIUM_CUDA_FP", "FHELIUM_CUDA_KS", "FHELIUM_CUDA_KS1", "FHELIUM_CUDA_KS2", "FHELIUM_CUDA_KSFP", "FHELIUM_CUDA_CONV", "FHELIUM_CUDA_LT", "FHELIUM_CUDA_MD", "FHELIUM_CUDA_RAW", "FHELIUM_CUDA_NTTW" } do
+  for _, k in ipairs { "FHELIUM_CUDA_FP", "FHELIUM_CUDA_KS", "FHELIUM_CUDA_KS1", "FHELIUM_CUDA_KS2", "FHELIUM_CUDA_KSFP", "FHELIUM_CUDA_CONV", "FHELIUM_CUDA_LT", "FHELIUM_CUDA_MD", "FHELIUM_CUDA_RAW", "FHELIUM_CUDA_NTTW", "FHELIUM_CUDA_PDL" } do
     knobs[#knobs + 1] = k .. "=" .. (os.getenv(k) or "default")
   end
   print("kernel switches: " .. table.concat(knobs, " "))
