@@ -34,6 +34,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
 #include <utility>
 
 #include "cuda_internal.h"
@@ -486,6 +487,16 @@ struct own_rows {
   int32_t ndigits;
   int32_t digit[FH_CKKS_MAX_PRIMES]; /* the digit whose own row l is, else -1 */
 };
+/* The generic launches' "no row skipped": an empty kernel argument, so that they do not
+ * carry own_rows' ~530 bytes (the kernels take either, a template parameter) */
+struct no_own_rows {};
+/* the digit whose own row l is (-1: none), and that row of group g (the input's NTT row) */
+__device__ __forceinline__ int own_digit_of(const own_rows &o, int l) { return o.in_ntt ? o.digit[l] : -1; }
+__device__ __forceinline__ int own_digit_of(const no_own_rows &, int) { return -1; }
+__device__ __forceinline__ const uint64_t *own_row_of(const own_rows &o, int64_t g, int l, int64_t n) {
+  return o.in_ntt + g * o.in_ntt_gs + (int64_t)l * n;
+}
+__device__ __forceinline__ const uint64_t *own_row_of(const no_own_rows &, int64_t, int, int64_t) { return NULL; }
 
 /* The column kernel: NTT_TILE / N1 adjacent columns of the N1 x N2 matrix of a
  * row; forward reads in, inverse works in place on out. */
@@ -517,9 +528,9 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_c
  * in place on out and reduces, inverse reads in. */
 /* own (in_ntt not NULL: the key switch's split path, a.ngroups = G x ndigits digits): the
  * digits' own rows are skipped */
-template <bool FORWARD, int THREADS = NTT_THREADS>
+template <bool FORWARD, int THREADS = NTT_THREADS, class OWN = no_own_rows>
 __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_chunk_kernel(const __grid_constant__ fh_ckks_ntt_args a,
-                                                                                       const __grid_constant__ own_rows own) {
+                                                                                       const __grid_constant__ OWN own) {
   pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
@@ -530,9 +541,10 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_c
   const fh_ckks_prime c = a.primes[a.prime[l]];
   const ntt_prime P = ntt_prime_of(a, l, FORWARD);
   const ntt_geom geo = {n, base, n2, a.log_n};
-  const int own_digit = own.in_ntt ? own.digit[l] : -1;
+  const int own_digit = own_digit_of(own, l);
   GROUPS(g, a.ngroups) {
-    if (own_digit >= 0 && g % own.ndigits == own_digit) continue;
+    if constexpr (!std::is_same<OWN, no_own_rows>::value)
+      if (own_digit >= 0 && g % own.ndigits == own_digit) continue;
     const uint64_t *in = FORWARD ? a.out + g * a.out_gs : a.in + g * a.in_gs;
     const int64_t ioff = FORWARD ? fh_ckks_ntt_out_off(&a, l) : fh_ckks_ntt_in_off(&a, l);
     const ntt_view src = {(uint64_t *)(in + ioff + base), 1, n2};
@@ -569,16 +581,16 @@ fh_status run_ntt(const void *argp, void *stream) {
       constexpr int W = 2 * NTT_THREADS;
       if (FORWARD) {
         pdl(ntt_col_kernel<true, W>, grid, W, 0, h, *a);
-        pdl(ntt_chunk_kernel<true, W>, grid, W, 0, h, *a, own_rows{});
+        pdl(ntt_chunk_kernel<true, W>, grid, W, 0, h, *a, no_own_rows{});
       } else {
-        pdl(ntt_chunk_kernel<false, W>, grid, W, 0, h, *a, own_rows{});
+        pdl(ntt_chunk_kernel<false, W>, grid, W, 0, h, *a, no_own_rows{});
         pdl(ntt_col_kernel<false, W>, grid, W, 0, h, *a);
       }
     } else if (FORWARD) {
       pdl(ntt_col_kernel<true>, grid, NTT_THREADS, 0, h, *a);
-      pdl(ntt_chunk_kernel<true>, grid, NTT_THREADS, 0, h, *a, own_rows{});
+      pdl(ntt_chunk_kernel<true>, grid, NTT_THREADS, 0, h, *a, no_own_rows{});
     } else {
-      pdl(ntt_chunk_kernel<false>, grid, NTT_THREADS, 0, h, *a, own_rows{});
+      pdl(ntt_chunk_kernel<false>, grid, NTT_THREADS, 0, h, *a, no_own_rows{});
       pdl(ntt_col_kernel<false>, grid, NTT_THREADS, 0, h, *a);
     }
   }
@@ -894,13 +906,6 @@ struct conv_consts {
   uint64_t l0q, l0mat, l0smt, l0w, l0ws;
 };
 
-/* A fused rescale's y0 = (u0 - conv) P^-1 + v0 mod q_0 (w0, ws0: P^-1 mod q_0 and its Shoup
- * companion; conv: the P rows' conversion to q_0): md0r writes it, md1's LIFT 2 computes it
- * on load */
-__device__ __forceinline__ uint64_t rescale_y0(uint64_t u0, uint64_t conv, uint64_t v0, uint64_t w0, uint64_t ws0,
-                                               uint64_t q0) {
-  return fh_mod_add(fh_shoup_mul(u0 + (q0 - conv), w0, ws0, q0), v0, q0);
-}
 __device__ __forceinline__ uint64_t conv_lift(uint64_t r, uint64_t y0, const conv_consts &k, const fh_ckks_prime &c) {
   uint64_t t = fh_mont_mul(y0, k.lpr, c.q, c.qinv);
   if (y0 > k.lhalf) t = fh_mod_sub(t, k.lpq, c.q);
@@ -1055,7 +1060,7 @@ __device__ __forceinline__ void conv_fill_n(uint64_t *sm, const uint64_t *base, 
           const uint64_t ys = y[m][0] & ~KS_FLAG;
           uint64_t cv = fh_mod_mul(ys, k.l0mat, &k.l0bar);
           if (center && (y[m][0] & KS_FLAG)) cv = fh_mod_sub(cv, k.l0smt, k.l0q);
-          y0[m] = rescale_y0(y0[m], cv, vv[m], k.l0w, k.l0ws, k.l0q);
+          y0[m] = fh_ckks_rescale_y0(y0[m], cv, vv[m], k.l0w, k.l0ws, k.l0q);
         }
       }
 #pragma unroll
@@ -1556,7 +1561,9 @@ fh_status k_ks_core(const void *argp, void *stream) {
   t.primes = u->primes;
   t.ntt = a->ntt;
   memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
-  pdl(ntt_chunk_kernel<true>, dim3(tiles, u->nrows, grid_z(t.ngroups)), NTT_THREADS, 0, h, t, own);
+  const dim3 cg(tiles, u->nrows, grid_z(t.ngroups));
+  if (own.in_ntt) pdl(ntt_chunk_kernel<true, NTT_THREADS, own_rows>, cg, NTT_THREADS, 0, h, t, own);
+  else pdl(ntt_chunk_kernel<true>, cg, NTT_THREADS, 0, h, t, no_own_rows{});
   fh_status st = launched("kernel 'ckks_ks_core'");
   return st == FH_OK && a->key != NULL ? ks_inner_of_core(a, own, stream) : st;
 }
@@ -1612,7 +1619,7 @@ __global__ void __launch_bounds__(EW_THREADS) md0r_kernel(const __grid_constant_
       }
       if (b.center && cnt) conv = fh_mod_sub(conv, fh_mod_mul(cnt, smt, &p0.bar), q0);
       const uint64_t u0 = w[(int64_t)ns * n + j];
-      w[(int64_t)(ns + 1) * n + j] = rescale_y0(u0, conv, v0 ? v0[j] : 0, w0, ws0, q0);
+      w[(int64_t)(ns + 1) * n + j] = fh_ckks_rescale_y0(u0, conv, v0 ? v0[j] : 0, w0, ws0, q0);
     }
   }
 }
@@ -1787,12 +1794,13 @@ fh_status k_moddown(const void *argp, void *stream) {
   }
   cudaStream_t h = (cudaStream_t)stream;
   const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(b->ngroups);
+  /* one P row (or the dropped row of a rescale): md1 scales it on load, md0 and md0r do not run */
+  const bool raw = b->nsrc == 1 && raw_sources() && conv_loads() == CONV_LOADS_DEFAULT;
   if (a->rescale) {
     /* md0r: the P rows scaled, y0; md1 and md2 over rows 1.. */
     if (b->ndst < 2 || (a->add[0] == NULL) != (a->v0 == NULL) || (a->add[1] == NULL) != (a->v0 == NULL))
       return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a fused rescale needs two Q rows, and add with v0 or neither");
-    /* one P row: md1 scales it and computes y0 on load, md0r does not run */
-    const bool raw = b->nsrc == 1 && raw_sources() && conv_loads() == CONV_LOADS_DEFAULT;
+    /* raw: md1 also computes y0 on load */
     if (!raw) pdl(md0r_kernel, dim3(blocks_for(n, EW_THREADS), 1, gz), EW_THREADS, 0, h, *a);
     const dim3 rg(tiles, b->ndst - 1, gz);
     if (md_wide(b->log_n)) {
@@ -1806,8 +1814,6 @@ fh_status k_moddown(const void *argp, void *stream) {
     }
     return launched("kernel 'ckks_moddown'");
   }
-  /* one P row (or the dropped row of a rescale): md1 scales it on load, md0 does not run */
-  const int raw = b->nsrc == 1 && raw_sources() && conv_loads() == CONV_LOADS_DEFAULT;
   if (b->nsrc > 0 && !raw) pdl(md0_kernel, dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h, *a);
   const dim3 grid(tiles, b->ndst, gz);
   const int loads = conv_loads();
@@ -1833,19 +1839,20 @@ fh_status k_moddown(const void *argp, void *stream) {
  * digits). The same sums mod q, so the same words. */
 constexpr int KS_WIDE_DIGITS = 9;
 /* own (in_ntt not NULL): digit own.digit[l]'s row l is read from the input's NTT rows */
+template <class OWN>
 __global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant__ fh_ckks_ks_args a,
-                                                           const __grid_constant__ own_rows own) {
+                                                           const __grid_constant__ OWN own) {
   pdl_begin();
   const int l = blockIdx.y;
   const int64_t n = (int64_t)1 << a.log_n;
   const fh_ckks_prime &pr = a.primes[a.prime[l]];
   const uint64_t q = pr.q, qi = pr.qinv;
   const uint64_t *key = a.key + (int64_t)a.key_row[l] * n;
-  const int od = own.in_ntt ? own.digit[l] : -1;
+  const int od = own_digit_of(own, l);
   GROUPS(g, a.ngroups) {
     const uint64_t *dig = a.digits + g * a.digits_gs + (int64_t)l * n;
     /* digit od's row l: the input's NTT row */
-    const uint64_t *orow = od >= 0 ? own.in_ntt + g * own.in_ntt_gs + (int64_t)l * n : NULL;
+    const uint64_t *orow = od >= 0 ? own_row_of(own, g, l, n) : NULL;
     uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
     COEFFS(j, n) {
       uint64_t r0 = 0, r1 = 0;
@@ -1887,16 +1894,21 @@ __global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant
   }
 }
 
-fh_status ks_inner_own(const fh_ckks_ks_args *a, const own_rows &own, void *stream) {
+template <class OWN>
+fh_status ks_inner_with(const fh_ckks_ks_args *a, const OWN &own, void *stream) {
   if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
   const dim3 grid(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups));
-  pdl(ks_kernel, grid, threads, 0, (cudaStream_t)stream, *a, own);
+  pdl(ks_kernel<OWN>, grid, threads, 0, (cudaStream_t)stream, *a, own);
   return launched("kernel 'ckks_ks_inner'");
 }
+/* own.in_ntt NULL: nothing to skip, the generic kernel */
+fh_status ks_inner_own(const fh_ckks_ks_args *a, const own_rows &own, void *stream) {
+  return own.in_ntt ? ks_inner_with(a, own, stream) : ks_inner_with(a, no_own_rows{}, stream);
+}
 fh_status k_ks_inner(const void *argp, void *stream) {
-  return ks_inner_own((const fh_ckks_ks_args *)argp, own_rows{}, stream);
+  return ks_inner_with((const fh_ckks_ks_args *)argp, no_own_rows{}, stream);
 }
 
 /* ==== a linear transform's sum over QP (double hoisting) ==============================

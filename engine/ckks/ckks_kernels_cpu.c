@@ -933,7 +933,7 @@ static fh_status cpu_moddown(const void *argp) {
       const uint64_t *t0 = b->out + g * b->out_gs + (int64_t)b->dst_row[0] * n;
       uint64_t *y0 = (uint64_t *)b->in + g * b->in_gs + (int64_t)(b->nsrc + 1) * n;
       for (int64_t j = 0; j < n; ++j)
-        y0[j] = fh_mod_add(fh_shoup_mul(u0[j] + (q0 - t0[j]), w0, ws0, q0), v0 ? v0[j] : 0, q0);
+        y0[j] = fh_ckks_rescale_y0(u0[j], t0[j], v0 ? v0[j] : 0, w0, ws0, q0);
     }
     FH_FOR_ROWS(b->ngroups, b->ndst - 1, n) {
       const int r = l + 1;

@@ -337,6 +337,13 @@ typedef struct fh_ckks_moddown_args {
   uint64_t d_const[FH_CKKS_MAX_PRIMES], d_shoup[FH_CKKS_MAX_PRIMES];
 } fh_ckks_moddown_args;
 
+/* A fused rescale's y0 = (u0 - conv_0) c_const[0] + v0 mod q_0 (above; w0, ws0: c_const[0]
+ * and its Shoup companion), both back ends' code: the CPU twin and CUDA's md0r write it,
+ * CUDA's md1 computes it on load when md0r does not run. */
+FH_HD uint64_t fh_ckks_rescale_y0(uint64_t u0, uint64_t conv0, uint64_t v0, uint64_t w0, uint64_t ws0, uint64_t q0) {
+  return fh_mod_add(fh_shoup_mul(u0 + (q0 - conv0), w0, ws0, q0), v0, q0);
+}
+
 /* ---- the NTT-domain automorphism's permutation, both back ends' code ------------
  * X -> X^gal (gal odd, < 2N) permutes the evaluations: output slot s (the point
  * psi^(2k+1), k = bitrev(s)) takes the input slot of psi^(gal (2k+1)). This is
