@@ -222,6 +222,36 @@ local function suite(Program, dev, it_)
     H.expect_error("ExecutionError", "closed", prog._read_back, prog)
   end)
 
+  it_("_push: a pipeline's copy in, replay and read-back in one call (CUDA programs only)", function()
+    local prog = capture(step, { seq(4, 0, dev), seq(4, 0, dev) })
+    if not is_cuda then
+      H.expect_error("TypeError", { "HostGraphProgram:_push", "expected a CudaGraphProgram" }, prog._push, prog,
+        { seq(4, 1), seq(4, 2) })
+      prog:close()
+      return
+    end
+    local cin, cs, cout = fh.cuda.Stream(), fh.cuda.Stream(), fh.cuda.Stream()
+    local out, ev = prog:_push({ seq(4, 3):pin_memory(), seq(4, 4):pin_memory() }, cin, nil, cs, cout)
+    ev:synchronize()
+    assert.same(eager(seq(4, 3), seq(4, 4)), got(out))
+    assert.equal("cpu", out.y.device)
+    assert.is_true(out.y:is_pinned())
+    local out2, ev2 = prog:_push({ seq(4, 5), seq(4, 6) }, cin, ev, cs, cout) -- pageable sources are staged
+    ev2:synchronize()
+    assert.same(eager(seq(4, 5), seq(4, 6)), got(out2))
+    assert.same(eager(seq(4, 3), seq(4, 4)), got(out)) -- owned
+    H.expect_error("TypeError", { "_push", "inputs" }, prog._push, prog)
+    H.expect_error("TypeError", { "_push", "copy_in" }, prog._push, prog, { seq(4, 1), seq(4, 1) }, 5, nil, cs, cout)
+    H.expect_error("TypeError", { "_push", "wait" }, prog._push, prog, { seq(4, 1), seq(4, 1) }, cin, 5, cs, cout)
+    H.expect_error("TypeError", { "_push", "compute" }, prog._push, prog, { seq(4, 1), seq(4, 1) }, cin, nil, nil, cout)
+    H.expect_error("TypeError", { "_push", "copy_out" }, prog._push, prog, { seq(4, 1), seq(4, 1) }, cin, nil, cs)
+    local replays = prog.stats.replays
+    H.expect_error("CudaGraphInputError", "_push", prog._push, prog, { seq(5, 1), seq(4, 1) }, cin, nil, cs, cout)
+    assert.equal(replays, prog.stats.replays) -- nothing ran
+    prog:close()
+    H.expect_error("ExecutionError", "closed", prog._push, prog, { seq(4, 1), seq(4, 1) }, cin, nil, cs, cout)
+  end)
+
   it_("closes idempotently; every later use is an ExecutionError", function()
     local prog = capture(step, { seq(4, 0, dev), seq(4, 0, dev) })
     local h = prog:copy_inputs_from({ seq(4, 1, dev), seq(4, 1, dev) })
@@ -620,6 +650,29 @@ describe("CudaGraphProgram", function()
     compute:synchronize()
     assert.same(eager(seq(4096, 7), seq(4096, 2))[1], snapshot:tolist())
     h2:synchronize()
+    prog:close()
+  end)
+
+  H.gpu_it("_push orders the replay after its copy and the read-back after the replay", function()
+    local prog = ex.CudaGraphProgram.capture(step, { example_inputs = { seq(4096, 0, "cuda:0"), seq(4096, 0, "cuda:0") } })
+    local cin, cs, cout = fh.cuda.Stream(), fh.cuda.Stream(), fh.cuda.Stream()
+    -- the copy lands late: the replay must wait for it
+    spin(100, cin)
+    local out, ev = prog:_push({ seq(4096, 7):pin_memory(), seq(4096, 2):pin_memory() }, cin, nil, cs, cout)
+    ev:synchronize()
+    assert.same(eager(seq(4096, 7), seq(4096, 2)), got(out))
+    -- the replay runs late: the read-back must wait for it
+    spin(100, cs)
+    local out2, ev2 = prog:_push({ seq(4096, 1):pin_memory(), seq(4096, 3):pin_memory() }, cin, ev, cs, cout)
+    ev2:synchronize()
+    assert.same(eager(seq(4096, 1), seq(4096, 3)), got(out2))
+    -- the consumer event: the copy waits for it (a read-back held back on cout)
+    spin(100, cout)
+    local gate = cout:record_event()
+    local out3, ev3 = prog:_push({ seq(4096, 4):pin_memory(), seq(4096, 5):pin_memory() }, cin, gate, cs, cout)
+    assert.is_false(prog.replay_event:query())
+    ev3:synchronize()
+    assert.same(eager(seq(4096, 4), seq(4096, 5)), got(out3))
     prog:close()
   end)
 

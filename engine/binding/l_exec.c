@@ -853,6 +853,57 @@ static int p_read_back(lua_State *L) {
   return 1;
 }
 
+/* prog:_push(inputs, copy_in, wait, compute, copy_out) -> output, event: a pipeline's
+ * step in one call (lua/fhelium/pipeline.lua), a CUDA program's only. The inputs are
+ * copied on copy_in after `wait` (an Event or nil: the slot's consumer event) and after
+ * the program's previous replay, as copy_inputs_from does; the replay runs on compute
+ * after that copy, as replay_prepared{copy_handle = h, stream = compute} does; the
+ * output is read back on copy_out after the replay, as _read_back does (a new pinned
+ * host tree; nil when the program has no output); the returned event is recorded on
+ * copy_out after the read-back (the next copy into these inputs waits for it). No Lua
+ * CopyHandle is made: the engine's handle holds the sources until the copy has run. */
+static int p_push(lua_State *L) {
+  char fnbuf_[96];
+  const char *fn = PNAME("_push");
+  program_box *b = openprog(L, 1, fn);
+  if (lua_isnone(L, 2)) return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 1 (inputs) is missing", fn);
+  lua_settop(L, 6);
+  if (fh_program_device(b->p).type != FH_DEVICE_CUDA)
+    return fh__lua_raise(L, FH_ERR_TYPE, "%s: expected a CudaGraphProgram (a HostGraphProgram runs on the host, in "
+                                         "order: use copy_inputs_from and replay_prepared), got %s",
+                         fn, fh__lua_typename(L, 1));
+  fh_stream *cin = fh__lua_checkstream(L, 3, fn, "copy_in");
+  fh_event *wait = lua_isnil(L, 4) ? NULL : fh__lua_checkevent(L, 4, fn, "wait");
+  fh_stream *cs = fh__lua_checkstream(L, 5, fn, "compute");
+  fh_stream *cout = fh__lua_checkstream(L, 6, fn, "copy_out");
+  sweep(L);
+  fh_buffer *in = fh_program_inputs(b->p);
+  const fh_tree_sig *sig = fh_buffer_signature(in);
+  fh_tensor **leaves = scratch(L, sig->nleaves);
+  fh__lua_check(L, fh__lua_tree_validate(L, sig, 2, "inputs", FH_ERR_GRAPH_INPUT, leaves));
+  fh_copy_handle *h = NULL;
+  fh__lua_check(L, fh_program_copy_inputs(b->p, leaves, cin, true, &wait, wait != NULL, &h, fn));
+  fh_status st = fh_program_replay_prepared(b->p, h, cs, false, fn);
+  fh_copy_handle_release(h); /* the program and the buffer keep their own references */
+  fh__lua_check(L, st);
+  fh__lua_check(L, fh_stream_wait_event(cout, fh_program_replay_event(b->p)));
+  leaf_guard *g = b->out_sig != NULL ? push_guard(L, b->nout) : NULL;
+  if (g != NULL && fh_leaves_copy_to(b->out_leaves, b->nout, fh_cpu(), true, cout, g->t) != FH_OK) {
+    fh_error_prefix("%s", fn);
+    fh__lua_error(L);
+  }
+  fh_event *e = NULL;
+  fh__lua_check(L, fh_event_new(false, &e));
+  if ((st = fh_event_record(e, cout)) != FH_OK) fh_event_release(e);
+  fh__lua_check(L, st);
+  fh__lua_push_event(L, e);
+  fh_event_release(e);
+  if (g != NULL) push_tree_from_guard(L, b->out_sig, g);
+  else lua_pushnil(L);
+  lua_insert(L, -2); /* output, event */
+  return 2;
+}
+
 static const char *const replay_opts[] = {"copy_output", "synchronize", NULL};
 static const char *const prepared_opts[] = {"copy_handle", "copy_output", "synchronize", "stream", NULL};
 
@@ -1110,6 +1161,7 @@ void fh__lua_open_exec(lua_State *L) {
                                       {"copy_inputs_from", p_copy_inputs_from},
                                       {"replay_prepared", p_replay_prepared},
                                       {"_read_back", p_read_back},
+                                      {"_push", p_push},
                                       {"synchronize", p_synchronize},
                                       {"close", p_close},
                                       {"is_closed", p_is_closed},

@@ -388,6 +388,8 @@ local function new_request(self, i, slot, result, event)
 end
 
 -- the steps of one request; raises with the pipeline's name
+local function C_with_stream(...) return cuda().with_stream(...) end
+
 local function push_one(self, fname, inputs)
   local i = self._pushed + 1
   local slot = self.slots[(i - 1) % self.nslots + 1]
@@ -404,34 +406,27 @@ local function push_one(self, fname, inputs)
     local result = out ~= nil and core.tree_copy_to(out, { device = "cpu" }) or nil
     return new_request(self, i, slot, result, nil)
   end
-  local C = cuda()
   local cs = slot.stream
   -- copy in, after the slot's last reader (its previous read-back)
   local wait = not self._skip_consumer_wait and slot.released or nil
-  local h
+  local result, released
   if prog then
-    h = prog:copy_inputs_from(inputs, { stream = self.copy_in, wait_for = wait })
+    -- the three steps in one engine call (the same copies, waits and events as
+    -- copy_inputs_from, replay_prepared{stream = cs} and _read_back on copy_out, then
+    -- an event recorded on copy_out): the host's cost per request bounds the pipeline
+    result, released = prog:_push(inputs, self.copy_in, wait, cs, self.copy_out)
   else
-    h = buf:copy_from(inputs, { stream = self.copy_in, wait_for = wait })
-  end
-  -- compute, after the copy (replay_prepared waits for its handle)
-  local out
-  if prog then
-    out = prog:replay_prepared({ copy_handle = h, stream = cs })
-  else
+    local h = buf:copy_from(inputs, { stream = self.copy_in, wait_for = wait })
+    -- compute, after the copy
     h:wait_on(cs)
-    out = C.with_stream(cs, eager_output, self, fname, slot)
+    local out = C_with_stream(cs, eager_output, self, fname, slot)
+    -- read back, after the compute; the slot is free again after it
+    self.copy_out:wait_event(cs:record_event())
+    if out ~= nil then
+      result = core.tree_copy_to(out, { device = "cpu", pin_memory = true, stream = self.copy_out })
+    end
+    released = self.copy_out:record_event()
   end
-  -- read back, after the compute (a program's replay event, recorded after its launch on
-  -- cs); the slot is free again after it
-  self.copy_out:wait_event(prog and prog.replay_event or cs:record_event())
-  local result
-  if prog then
-    result = prog:_read_back(self.copy_out) -- the output's own leaves and signature: no tree walk
-  elseif out ~= nil then
-    result = core.tree_copy_to(out, { device = "cpu", pin_memory = true, stream = self.copy_out })
-  end
-  local released = self.copy_out:record_event()
   slot.released = released
   return new_request(self, i, slot, result, released)
 end
