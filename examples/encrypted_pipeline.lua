@@ -1,7 +1,7 @@
 --[[ examples/encrypted_pipeline.lua: a stream of encrypted requests through
 a ring of slots (fh.pipeline; docs/pipeline.md).
 
-    scripts/run examples/encrypted_pipeline.lua [--slots 2] [--streams 1] [--requests M] [--size 8]
+    scripts/run examples/encrypted_pipeline.lua [--slots 2S] [--streams S] [--requests M] [--size 8]
                                                 [--level L] [--device cuda|cuda:N|cpu] [--seed 1]
                                                 [--trace PREFIX]
 
@@ -34,7 +34,7 @@ local ex = fh.execution
 local matvec = dofile((arg and arg[0] and arg[0]:match("^(.*)/") or ".") .. "/matvec.lua")
 
 -- ---- options -----------------------------------------------------------------
-local defaults = { slots = 2, streams = 1, size = 8, seed = 1 }
+local defaults = { streams = 1, size = 8, seed = 1 } -- slots: 2 per compute stream
 local opts = { device = fh.cuda.is_available() and "cuda" or "cpu" }
 for k, v in pairs(defaults) do opts[k] = v end
 local USAGE = "usage: encrypted_pipeline.lua [--slots K] [--streams S] [--requests M] [--size N] [--level L] "
@@ -53,6 +53,7 @@ do
     i = i + 2
   end
 end
+opts.slots = opts.slots or 2 * math.max(1, math.floor(tonumber(opts.streams) or 1))
 local device = opts.device == "cuda" and ("cuda:" .. fh.cuda.current_device()) or opts.device
 local on_gpu = device ~= "cpu"
 local M = opts.requests or (on_gpu and 64 or 6)

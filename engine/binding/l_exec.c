@@ -880,7 +880,10 @@ static int p_push(lua_State *L) {
   fh_buffer *in = fh_program_inputs(b->p);
   const fh_tree_sig *sig = fh_buffer_signature(in);
   fh_tensor **leaves = scratch(L, sig->nleaves);
-  fh__lua_check(L, fh__lua_tree_validate(L, sig, 2, "inputs", FH_ERR_GRAPH_INPUT, leaves));
+  if (fh__lua_tree_validate(L, sig, 2, "inputs", FH_ERR_GRAPH_INPUT, leaves) != FH_OK) {
+    fh_error_prefix("%s", fn); /* internal methods have no public name to prefix */
+    fh__lua_error(L);
+  }
   fh_copy_handle *h = NULL;
   fh__lua_check(L, fh_program_copy_inputs(b->p, leaves, cin, true, &wait, wait != NULL, &h, fn));
   fh_status st = fh_program_replay_prepared(b->p, h, cs, false, fn);

@@ -466,8 +466,11 @@ function Pipeline:push(inputs)
   local slot = self.slots[req.slot]
   slot.pushes = slot.pushes + 1
   if req._event then
-    self._inflight[#self._inflight + 1] = req._event
-    poll(self) -- drops the completed ones (never blocks), so the list stays short
+    local q = self._inflight
+    q[#q + 1] = req._event
+    -- drop the completed ones (never blocks), so that the list stays short; an event
+    -- query costs about a microsecond, so only once more than a ring's worth is listed
+    if #q - self._head >= self.nslots then poll(self) end
   end
   self._push_seconds = self._push_seconds + (clock() - t0)
   return req

@@ -3,7 +3,7 @@
 -- program of examples/matrix_vector.lua (examples/matvec.lua) at N = 2^14,
 -- encrypted ahead on the host and held in pinned memory:
 --   serial      each request alone (push, then wait for its result);
---   per compute-stream count S (slots K = 2 S), in the same run:
+--   per compute-stream count S (slots K = 2 S; --depth D for K = D S), in the same run:
 --     copy in, compute, copy out   each stage alone over the M requests
 --                                  (Pipeline:measure; compute with S streams);
 --     bound                        max(copy in + copy out, compute);
@@ -43,9 +43,9 @@ do
   local i = 1
   while i <= #arg do
     local k, v = arg[i]:match("^%-%-(%w+)$"), arg[i + 1]
-    if not k or not v or not ({ device = 1, requests = 1, sizes = 1, streams = 1, levels = 1 })[k] then
+    if not k or not v or not ({ device = 1, requests = 1, sizes = 1, streams = 1, levels = 1, depth = 1 })[k] then
       io.stderr:write("usage: pipeline.lua [--device cuda|cpu] [--requests M] [--sizes 8,64] [--streams 1,2,4] "
-        .. "[--levels r,0]\n")
+        .. "[--levels r,0] [--depth 2]\n")
       os.exit(2)
     end
     opts[k] = v
@@ -58,6 +58,12 @@ if on_gpu then lib.require_cuda(fh) end
 local M = tonumber(opts.requests) or (on_gpu and 256 or 4)
 local sizes = opts.sizes and list(opts.sizes) or { 8, 64 }
 local streams = opts.streams and list(opts.streams) or (on_gpu and { 1, 2, 4 } or { 1 })
+-- slots per compute stream (K = depth S): one in compute while the next is copied in
+local depth = tonumber(opts.depth) or 2
+if depth < 1 or depth ~= math.floor(depth) then
+  io.stderr:write("pipeline.lua: --depth must be a positive integer (slots per compute stream)\n")
+  os.exit(2)
+end
 
 local PRESET = fh.Preset.slots8192_scale40_levels7_int64
 local host = fh.CkksEngine(PRESET, { device = "cpu", seed = 11 })
@@ -108,7 +114,7 @@ for _, size in ipairs(sizes) do
   pipe:close()
   local first, one_stream
   for _, S in ipairs(streams) do
-    local K = 2 * S
+    local K = depth * S
     pipe = fh.pipeline(program, { example_inputs = requests[1], slots = K, compute_streams = S, device = device,
       warmup = 1 })
     local m = pipe:measure(requests)
