@@ -102,10 +102,18 @@ __device__ __forceinline__ void pdl_begin() {
 #endif
 }
 
+/* FHELIUM_CUDA_PDL: 0 every launch plain, 1 or eager (the default) eager launches
+ * programmatic, all captured launches too */
 bool pdl_on() {
-  static const char *const kinds[] = {"0", "1", NULL};
+  static const char *const kinds[] = {"0", "1", "eager", "all", NULL};
   static const int m = env_switch("FHELIUM_CUDA_PDL", kinds);
   return m != 0;
+}
+
+bool pdl_in_captures() {
+  static const char *const kinds[] = {"0", "1", "eager", "all", NULL};
+  static const int m = env_switch("FHELIUM_CUDA_PDL", kinds);
+  return m == 3;
 }
 
 /* kernel<<<grid, block, smem, h>>>(args...), with the programmatic attribute unless
@@ -121,7 +129,7 @@ void pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t 
   c.dynamicSmemBytes = smem;
   c.stream = h;
   c.attrs = at;
-  c.numAttrs = pdl_on() && !fh__cuda_captures_active() ? 1 : 0;
+  c.numAttrs = pdl_on() && (pdl_in_captures() || !fh__cuda_captures_active()) ? 1 : 0;
   (void)cudaLaunchKernelEx(&c, kernel, std::forward<A>(args)...);
 }
 
