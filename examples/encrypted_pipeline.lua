@@ -1,7 +1,7 @@
 --[[ examples/encrypted_pipeline.lua: a stream of encrypted requests through
 a ring of slots (fh.pipeline; docs/pipeline.md).
 
-    scripts/run examples/encrypted_pipeline.lua [--slots 2S] [--streams S] [--requests M] [--size 8]
+    scripts/run examples/encrypted_pipeline.lua [--slots 2S] [--streams S (4; cpu 1)] [--requests M] [--size 8]
                                                 [--level L] [--device cuda|cuda:N|cpu] [--seed 1]
                                                 [--trace PREFIX]
 
@@ -27,14 +27,17 @@ as a picture) of the pipelined run.
 
 --device defaults to cuda when a GPU is present, else cpu, where the same
 script runs with HostGraphProgram slots (every step on the host, in order:
-no overlap to expect). --requests defaults to 64 on a GPU and 6 on the cpu.
+no overlap to expect). --requests defaults to 64 on a GPU and 6 on the cpu,
+--streams (compute streams: small-ring kernels do not fill a GPU, so several
+programs replay side by side) to 4 on a GPU and 1 on the cpu, --slots to 2
+per compute stream (one copied in while the other computes).
 ]]
 local fh = require "fhelium"
 local ex = fh.execution
 local matvec = dofile((arg and arg[0] and arg[0]:match("^(.*)/") or ".") .. "/matvec.lua")
 
 -- ---- options -----------------------------------------------------------------
-local defaults = { streams = 1, size = 8, seed = 1 } -- slots: 2 per compute stream
+local defaults = { size = 8, seed = 1 } -- streams: 4 on a GPU, 1 on the cpu; slots: 2 per stream
 local opts = { device = fh.cuda.is_available() and "cuda" or "cpu" }
 for k, v in pairs(defaults) do opts[k] = v end
 local USAGE = "usage: encrypted_pipeline.lua [--slots K] [--streams S] [--requests M] [--size N] [--level L] "
@@ -53,9 +56,10 @@ do
     i = i + 2
   end
 end
-opts.slots = opts.slots or 2 * math.max(1, math.floor(tonumber(opts.streams) or 1))
 local device = opts.device == "cuda" and ("cuda:" .. fh.cuda.current_device()) or opts.device
 local on_gpu = device ~= "cpu"
+opts.streams = opts.streams or (on_gpu and 4 or 1)
+opts.slots = opts.slots or 2 * math.max(1, math.floor(opts.streams))
 local M = opts.requests or (on_gpu and 64 or 6)
 local size = opts.size
 for _, k in ipairs { "slots", "streams", "size", "seed" } do

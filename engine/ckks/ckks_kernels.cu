@@ -85,16 +85,17 @@ unsigned blocks_for(int64_t n, int per_block) { return (unsigned)((n + per_block
  * Every kernel in this file begins with pdl_begin(): griddepcontrol.wait holds it until
  * the grids it depends on have completed and their memory is visible, before it reads or
  * writes anything; then griddepcontrol.launch_dependents lets the next kernel of the stream
- * start launching. pdl() launches eager work with
- * cudaLaunchAttributeProgrammaticStreamSerialization, so that the next kernel is scheduled
- * while this one drains (its blocks only wait) and the host's launch latency hides behind
- * the GPU: eager relinearize, rotate and hoisted rotations at N = 2^14 took 4-10% less on
- * the H200 (2026-12-04, seventh session). Inside a capture it launches plainly: in graph
- * replays the programmatic edges measured +-3% (relinearize and rotate faster, the fused
- * rescales and the linear transform slower), so graphs keep the plain edges. A kernel
- * launched without the attribute waits for nothing there (the instructions return at
- * once): the words are the same either way. FHELIUM_CUDA_PDL=0 launches everything
- * plainly (a benchmarking aid). */
+ * start launching. pdl() launches with cudaLaunchAttributeProgrammaticStreamSerialization,
+ * so that the next kernel is scheduled while this one drains (its blocks only wait): eager,
+ * the host's launch latency hides behind the GPU (relinearize, rotate and hoisted rotations
+ * at N = 2^14 took 4-10% less on the H200, seventh session); captured, the graph's edges
+ * are programmatic, and concurrent replays on several streams fill the GPU better (the
+ * pipeline's four compute streams: 4 / 1 streams 2.10-2.12x against 1.87x with plain
+ * edges, eighth session, two runs each) while one replay alone moves by +-3% (relinearize
+ * and rotate faster, the fused rescales and the linear transform slower). A kernel launched
+ * without the attribute waits for nothing there (the instructions return at once): the
+ * words are the same either way. FHELIUM_CUDA_PDL=eager keeps captures plain, 0 launches
+ * everything plainly (benchmarking aids). */
 __device__ __forceinline__ void pdl_begin() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -102,19 +103,17 @@ __device__ __forceinline__ void pdl_begin() {
 #endif
 }
 
-/* FHELIUM_CUDA_PDL: 0 every launch plain, 1 or eager (the default) eager launches
- * programmatic, all captured launches too */
-bool pdl_on() {
-  static const char *const kinds[] = {"0", "1", "eager", "all", NULL};
+/* FHELIUM_CUDA_PDL: 1 (the default) every launch programmatic, eager or captured; eager
+ * the eager launches only (captures plain); 0 every launch plain */
+static int pdl_mode() {
+  static const char *const kinds[] = {"0", "1", "eager", NULL};
   static const int m = env_switch("FHELIUM_CUDA_PDL", kinds);
-  return m != 0;
+  return m;
 }
 
-bool pdl_in_captures() {
-  static const char *const kinds[] = {"0", "1", "eager", "all", NULL};
-  static const int m = env_switch("FHELIUM_CUDA_PDL", kinds);
-  return m == 3;
-}
+bool pdl_on() { return pdl_mode() != 0; }
+
+bool pdl_in_captures() { return pdl_mode() != 2; }
 
 /* kernel<<<grid, block, smem, h>>>(args...), with the programmatic attribute unless
  * FHELIUM_CUDA_PDL=0; launch errors are the caller's launched() to report. */
