@@ -388,8 +388,6 @@ local function new_request(self, i, slot, result, event)
 end
 
 -- the steps of one request; raises with the pipeline's name
-local function C_with_stream(...) return cuda().with_stream(...) end
-
 local function push_one(self, fname, inputs)
   local i = self._pushed + 1
   local slot = self.slots[(i - 1) % self.nslots + 1]
@@ -419,7 +417,7 @@ local function push_one(self, fname, inputs)
     local h = buf:copy_from(inputs, { stream = self.copy_in, wait_for = wait })
     -- compute, after the copy
     h:wait_on(cs)
-    local out = C_with_stream(cs, eager_output, self, fname, slot)
+    local out = cuda().with_stream(cs, eager_output, self, fname, slot)
     -- read back, after the compute; the slot is free again after it
     self.copy_out:wait_event(cs:record_event())
     if out ~= nil then
