@@ -832,21 +832,30 @@ static int push_output(lua_State *L, program_box *b, bool copy) {
  * from the program's own output leaves and signature, so that nothing walks the Lua tree
  * (the pipelines' read-back). The caller orders the next replay after it (events); a
  * replay on `stream` itself is ordered here. */
+/* The read-back of _read_back and _push: a guard over new host copies of the output's
+ * leaves (pinned for a CUDA program), enqueued on s, pushed on the stack; NULL (nothing
+ * pushed) when the program has no output. */
+static leaf_guard *read_back(lua_State *L, program_box *b, fh_stream *s, const char *fn) {
+  if (b->out_sig == NULL) return NULL;
+  bool pin = fh_program_device(b->p).type == FH_DEVICE_CUDA;
+  leaf_guard *g = push_guard(L, b->nout);
+  if (fh_leaves_copy_to(b->out_leaves, b->nout, fh_cpu(), pin, s, g->t) != FH_OK) {
+    fh_error_prefix("%s", fn);
+    fh__lua_error(L);
+  }
+  return g;
+}
+
 static int p_read_back(lua_State *L) {
   char fnbuf_[96];
   const char *fn = PNAME("_read_back");
   program_box *b = openprog(L, 1, fn);
   fh_stream *s = lua_isnoneornil(L, 2) ? NULL : fh__lua_checkstream(L, 2, fn, "stream");
   sweep(L);
-  if (b->out_sig == NULL) {
+  leaf_guard *g = read_back(L, b, s, fn);
+  if (g == NULL) {
     lua_pushnil(L);
     return 1;
-  }
-  fh_device dev = fh_program_device(b->p);
-  leaf_guard *g = push_guard(L, b->nout);
-  if (fh_leaves_copy_to(b->out_leaves, b->nout, fh_cpu(), dev.type == FH_DEVICE_CUDA, s, g->t) != FH_OK) {
-    fh_error_prefix("%s", fn);
-    fh__lua_error(L);
   }
   if (s != NULL) fh__lua_check(L, fh_program_note_reads(b->p, s));
   push_tree_from_guard(L, b->out_sig, g);
@@ -890,11 +899,7 @@ static int p_push(lua_State *L) {
   fh_copy_handle_release(h); /* the program and the buffer keep their own references */
   fh__lua_check(L, st);
   fh__lua_check(L, fh_stream_wait_event(cout, fh_program_replay_event(b->p)));
-  leaf_guard *g = b->out_sig != NULL ? push_guard(L, b->nout) : NULL;
-  if (g != NULL && fh_leaves_copy_to(b->out_leaves, b->nout, fh_cpu(), true, cout, g->t) != FH_OK) {
-    fh_error_prefix("%s", fn);
-    fh__lua_error(L);
-  }
+  leaf_guard *g = read_back(L, b, cout, fn);
   fh_event *e = NULL;
   fh__lua_check(L, fh_event_new(false, &e));
   if ((st = fh_event_record(e, cout)) != FH_OK) fh_event_release(e);
