@@ -111,10 +111,6 @@ static int pdl_mode() {
   return m;
 }
 
-bool pdl_on() { return pdl_mode() != 0; }
-
-bool pdl_in_captures() { return pdl_mode() != 2; }
-
 /* kernel<<<grid, block, smem, h>>>(args...), with the programmatic attribute unless
  * FHELIUM_CUDA_PDL=0; launch errors are the caller's launched() to report. */
 template <typename... P, typename... A>
@@ -128,7 +124,8 @@ void pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t 
   c.dynamicSmemBytes = smem;
   c.stream = h;
   c.attrs = at;
-  c.numAttrs = pdl_on() && (pdl_in_captures() || !fh__cuda_captures_active()) ? 1 : 0;
+  int m = pdl_mode(); /* 0 plain, 1 programmatic, 2 (eager) programmatic outside captures */
+  c.numAttrs = m == 1 || (m == 2 && !fh__cuda_captures_active()) ? 1 : 0;
   (void)cudaLaunchKernelEx(&c, kernel, std::forward<A>(args)...);
 }
 

@@ -9,6 +9,10 @@
 --     bound                        max(copy in + copy out, compute);
 --     pipelined                    the M requests pushed, then every result
 --                                  waited for;
+--   each configuration runs --passes rounds (default 3 on a GPU, 1 on the
+--   cpu) of the stages alone and the pipelined pass; the table has their
+--   medians (bound from the stages' medians), and a line below it each
+--   round's pipelined and bound times;
 --   and prints requests/s, the host's time per push (pipe.stats.push_seconds:
 --   a pipeline cannot go faster than the host pushes), pipelined / bound
 --   (target <= 1.10), the speed-up
@@ -20,7 +24,7 @@
 -- prime (8: 2.7 times the limbs to copy and 6 times the key bytes to read).
 --
 --   source scripts/env.sh && luajit scripts/bench/pipeline.lua [--device cuda|cpu] [--requests M]
---                                   [--sizes 8,64] [--streams 1,2,4] [--levels r,0]
+--                                   [--sizes 8,64] [--streams 1,2,4] [--levels r,0] [--depth 2] [--passes 3]
 -- Defaults: on a GPU M = 256, sizes 8 and 64, streams 1, 2 and 4, levels r
 -- and 0; on the cpu (no overlap to find: every step runs on the host, in
 -- order) M = 4, sizes 8 and 64, one stream, level r. Numbers:
@@ -31,6 +35,7 @@ local here = (arg[0]:match("^(.*)/") or ".")
 local lib = dofile(here .. "/lib.lua")
 local matvec = dofile(here .. "/../../examples/matvec.lua")
 local now = lib.now
+local median = lib.median
 
 local function list(s)
   local r = {}
@@ -43,9 +48,9 @@ do
   local i = 1
   while i <= #arg do
     local k, v = arg[i]:match("^%-%-(%w+)$"), arg[i + 1]
-    if not k or not v or not ({ device = 1, requests = 1, sizes = 1, streams = 1, levels = 1, depth = 1 })[k] then
+    if not k or not v or not ({ device = 1, requests = 1, sizes = 1, streams = 1, levels = 1, depth = 1, passes = 1 })[k] then
       io.stderr:write("usage: pipeline.lua [--device cuda|cpu] [--requests M] [--sizes 8,64] [--streams 1,2,4] "
-        .. "[--levels r,0] [--depth 2]\n")
+        .. "[--levels r,0] [--depth 2] [--passes 3]\n")
       os.exit(2)
     end
     opts[k] = v
@@ -62,6 +67,12 @@ local streams = opts.streams and list(opts.streams) or (on_gpu and { 1, 2, 4 } o
 local depth = tonumber(opts.depth) or 2
 if depth < 1 or depth ~= math.floor(depth) then
   io.stderr:write("pipeline.lua: --depth must be a positive integer (slots per compute stream)\n")
+  os.exit(2)
+end
+-- rounds of (stages alone, pipelined) per configuration; the figures are their medians
+local passes = tonumber(opts.passes) or (on_gpu and 3 or 1)
+if passes < 1 or passes ~= math.floor(passes) then
+  io.stderr:write("pipeline.lua: --passes must be a positive integer (rounds per configuration)\n")
   os.exit(2)
 end
 
@@ -117,44 +128,66 @@ for _, size in ipairs(sizes) do
     local K = depth * S
     pipe = fh.pipeline(program, { example_inputs = requests[1], slots = K, compute_streams = S, device = device,
       warmup = 1 })
-    local m = pipe:measure(requests)
-    -- warm: one untimed pass, so that the pinned host memory of M results
-    -- exists (pinning new pages costs far more than the copies), then its
-    -- results are dropped and collected: the timed pass is the steady state
-    local warm = {}
-    for i = 1, M do warm[i] = pipe:push(requests[i]) end
-    for i = 1, M do warm[i]:wait() end
-    warm = nil
-    collectgarbage("collect")
-    t0 = now()
-    local pushed0 = pipe.stats.push_seconds
-    local pending = {}
-    for i = 1, M do pending[i] = pipe:push(requests[i]) end
-    local push_us = (pipe.stats.push_seconds - pushed0) / M * 1e6 -- the host's time in push, per request
-    local results = {}
-    for i = 1, M do results[i] = pending[i]:result() end
-    local t = now() - t0
-    pipe:close()
-    -- correctness: decrypted once, then bit for bit across stream counts
-    if not first then
-      for i = 1, M do
-        local err = matvec.max_error(host, sk, results[i], matvec.reference(matrix, vectors[i], size), size)
-        local bound = matvec.error_bound(engine.context, size, level)
-        assert(err <= bound, ("size %d request %d: error %g above the bound %g"):format(size, i, err, bound))
+    -- --passes P rounds, each: the stages alone (Pipeline:measure), an untimed pass
+    -- (the pinned host memory of M results, dropped and collected: the steady
+    -- state), then the timed pass; the figures are the medians of the rounds
+    local ms, times, pushes = {}, {}, {}
+    for pass = 1, passes do
+      local mp = pipe:measure(requests)
+      local warm = {}
+      for i = 1, M do warm[i] = pipe:push(requests[i]) end
+      for i = 1, M do warm[i]:wait() end
+      warm = nil
+      collectgarbage("collect")
+      t0 = now()
+      local pushed0 = pipe.stats.push_seconds
+      local pending = {}
+      for i = 1, M do pending[i] = pipe:push(requests[i]) end
+      pushes[pass] = (pipe.stats.push_seconds - pushed0) / M * 1e6 -- the host's time in push, per request
+      local results = {}
+      for i = 1, M do results[i] = pending[i]:result() end
+      times[pass] = now() - t0
+      ms[pass] = mp
+      if pass == 1 then
+        -- correctness: decrypted once, then bit for bit across stream counts
+        if not first then
+          for i = 1, M do
+            local err = matvec.max_error(host, sk, results[i], matvec.reference(matrix, vectors[i], size), size)
+            local bound = matvec.error_bound(engine.context, size, level)
+            assert(err <= bound, ("size %d request %d: error %g above the bound %g"):format(size, i, err, bound))
+          end
+          first = results
+        else
+          for i = 1, M do
+            assert(fh.equal(first[i].data, results[i].data), ("size %d, %d streams: request %d differs"):format(size,
+              S, i))
+          end
+        end
       end
-      first = results
-    else
-      for i = 1, M do
-        assert(fh.equal(first[i].data, results[i].data), ("size %d, %d streams: request %d differs"):format(size, S, i))
-      end
+      results, pending = nil, nil -- (first keeps the first run's)
+      collectgarbage("collect")
     end
-    results, pending = nil, nil -- (first keeps the first run's)
-    collectgarbage("collect")
+    pipe:close()
+    local t, push_us = median(times), median(pushes)
+    local function stage(k)
+      local v = {}
+      for pass = 1, passes do v[pass] = ms[pass][k] end
+      return median(v)
+    end
+    local m = { copy_in = stage("copy_in"), compute = stage("compute"), copy_out = stage("copy_out") }
+    m.bound = math.max(m.copy_in + m.copy_out, m.compute)
     one_stream = one_stream or t
     local ratio = t / m.bound
     print(("%-5d %-5d %-7d %-5d %9.1f %9.1f %9.1f %9.1f %10.1f %9.1f %7.1f %8.2f %8.2f %8.2f  %s"):format(size, level,
       S, K, m.copy_in * 1e3, m.compute * 1e3, m.copy_out * 1e3, m.bound * 1e3, t * 1e3, M / t, push_us, ratio, serial / t,
       one_stream / t, ratio <= 1.10 and "yes" or "no"))
+    if passes > 1 then
+      local each = {}
+      for pass = 1, passes do
+        each[pass] = ("%.2f / %.2f"):format(times[pass] * 1e3, ms[pass].bound * 1e3)
+      end
+      print(("%-5s %-5s %-7s each pass, pipelined / bound: %s"):format("", "", "", table.concat(each, ", ")))
+    end
     summary[#summary + 1] = { size = size, level = level, S = S, vs_one = one_stream / t }
   end
   print(("%-5d %-5d serial (each request alone): %.1f ms, %.1f requests/s (times in ms)"):format(size, level,
