@@ -60,21 +60,24 @@ end
 local device = opts.device == "cuda" and "cuda:" .. fh.cuda.current_device() or opts.device
 local on_gpu = device ~= "cpu"
 if on_gpu then lib.require_cuda(fh) end
-local M = tonumber(opts.requests) or (on_gpu and 256 or 4)
+-- a positive integer option, or its default when not given; anything else exits with usage
+local function count(name, what, default)
+  local v = opts[name]
+  if v == nil then return default end
+  local n = tonumber(v)
+  if n == nil or n < 1 or n ~= math.floor(n) then
+    io.stderr:write(("pipeline.lua: --%s must be a positive integer (%s), not %s\n"):format(name, what, v))
+    os.exit(2)
+  end
+  return n
+end
+local M = count("requests", "requests per run", on_gpu and 256 or 4)
 local sizes = opts.sizes and list(opts.sizes) or { 8, 64 }
 local streams = opts.streams and list(opts.streams) or (on_gpu and { 1, 2, 4 } or { 1 })
 -- slots per compute stream (K = depth S): one in compute while the next is copied in
-local depth = tonumber(opts.depth) or 2
-if depth < 1 or depth ~= math.floor(depth) then
-  io.stderr:write("pipeline.lua: --depth must be a positive integer (slots per compute stream)\n")
-  os.exit(2)
-end
+local depth = count("depth", "slots per compute stream", 2)
 -- rounds of (stages alone, pipelined) per configuration; the figures are their medians
-local passes = tonumber(opts.passes) or (on_gpu and 3 or 1)
-if passes < 1 or passes ~= math.floor(passes) then
-  io.stderr:write("pipeline.lua: --passes must be a positive integer (rounds per configuration)\n")
-  os.exit(2)
-end
+local passes = count("passes", "rounds per configuration", on_gpu and 3 or 1)
 
 local PRESET = fh.Preset.slots8192_scale40_levels7_int64
 local host = fh.CkksEngine(PRESET, { device = "cpu", seed = 11 })
