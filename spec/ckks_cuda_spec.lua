@@ -12,24 +12,9 @@ local C = fh.core._ckks
 local gpu_it = H.gpu_it
 local slow = os.getenv("FHELIUM_SLOW") == "1"
 
-local function u64(list) return fh.tensor(list, { dtype = "uint64" }):view(#list) end
+local u64 = H.u64
 
--- [*shape, #qs, N] uniform residues, row l modulo qs[l]
-local function residues(shape, qs, n, seed)
-  local full = {}
-  for _, s in ipairs(shape) do full[#full + 1] = s end
-  full[#full + 1] = #qs
-  full[#full + 1] = n
-  local t = fh.empty(full, { dtype = "uint64" })
-  local flat = t:view(-1, #qs, n)
-  for g = 1, flat.shape[1] do
-    for l = 1, #qs do
-      seed = seed + 1
-      flat:select(1, g):select(1, l):copy_(C.sample("uniform", n, { q = qs[l], seed = seed }))
-    end
-  end
-  return t
-end
+local residues = H.residues
 
 local function same(cpu, gpu, what)
   local g = gpu:cpu()

@@ -17,7 +17,7 @@ local TWO45 = 2ULL ^ 45
 local function plain(s) return (s:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0")) end
 local function refuses(kind, message, fn) return H.expect_error(kind, plain(message), fn) end
 
-local function u64(list) return fh.tensor(list, { dtype = "uint64" }):view(#list) end
+local u64 = H.u64
 
 local mulmod, powmod = H.mulmod, H.powmod
 

@@ -6,23 +6,9 @@ local fh = require "fhelium"
 local H = require "spec.helpers"
 local C = fh.core._ckks
 
-local function u64(list) return fh.tensor(list, { dtype = "uint64" }):view(#list) end
+local u64 = H.u64
 
-local function residues(shape, qs, n, seed)
-  local full = {}
-  for _, s in ipairs(shape) do full[#full + 1] = s end
-  full[#full + 1] = #qs
-  full[#full + 1] = n
-  local t = fh.empty(full, { dtype = "uint64" })
-  local flat = t:view(-1, #qs, n)
-  for g = 1, flat.shape[1] do
-    for l = 1, #qs do
-      seed = seed + 1
-      flat:select(1, g):select(1, l):copy_(C.sample("uniform", n, { q = qs[l], seed = seed }))
-    end
-  end
-  return t
-end
+local residues = H.residues
 
 describe("ckks polynomial entries (CPU)", function()
   local seed = H.seed("ckks poly")

@@ -7,7 +7,7 @@ local fh = require "fhelium"
 local H = require "spec.helpers"
 local C = fh.core._ckks
 
-local function u64(list) return fh.tensor(list, { dtype = "uint64" }):view(#list) end
+local u64 = H.u64
 
 local have = fh.cpu_simd() ~= "none"
 local simd_it = have and it or function(name) H.skip_it(name, "the CPU has no AVX-512 IFMA (fh.cpu_simd() is \"none\")") end

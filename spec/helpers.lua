@@ -3,7 +3,8 @@
 -- (docs/testing.md): H.skip_it, H.gpu_it, H.gpus_it, H.seed and H.has_gpu
 -- are its functions; H.expect_error is assert.raises_kind with Lua patterns;
 -- H.gpu_window_it is the project's own (compute-sanitizer, scripts/gpu-check);
--- H.mulmod and H.powmod are the specs' reference modular arithmetic.
+-- H.mulmod and H.powmod are the specs' reference modular arithmetic;
+-- H.u64 and H.residues build the CKKS specs' uint64 rows.
 local testing = require "fhelium.testing"
 local luassert = require "luassert"
 local bit = require "bit"
@@ -84,6 +85,29 @@ function H.powmod(a, e, q)
     e = bit.rshift(e, 1)
   end
   return r
+end
+
+--- u64(list): a uint64 tensor of the numbers or cdata in list, shape {#list}.
+function H.u64(list) return require("fhelium").tensor(list, { dtype = "uint64" }):view(#list) end
+
+--- residues(shape, qs, n, seed): a uint64 tensor of shape [*shape, #qs, n] whose row l
+--- (in every group) holds uniform residues modulo qs[l], each row from its own seed
+--- (seed + 1, seed + 2, ... in group-major order).
+function H.residues(shape, qs, n, seed)
+  local fh = require "fhelium"
+  local full = {}
+  for _, s in ipairs(shape) do full[#full + 1] = s end
+  full[#full + 1] = #qs
+  full[#full + 1] = n
+  local t = fh.empty(full, { dtype = "uint64" })
+  local flat = t:view(-1, #qs, n)
+  for g = 1, flat.shape[1] do
+    for l = 1, #qs do
+      seed = seed + 1
+      flat:select(1, g):select(1, l):copy_(fh.core._ckks.sample("uniform", n, { q = qs[l], seed = seed }))
+    end
+  end
+  return t
 end
 
 return H
