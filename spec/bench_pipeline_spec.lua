@@ -47,6 +47,11 @@ describe("scripts/bench/pipeline.lua", function()
       end
       assert(head and row and each and serial, what)
       assert(each == row + 1, "each pass's line follows its row: " .. what)
+      -- the row's pipelined time is the median of the passes' (two: their mean)
+      local p1, p2 = lines[each]:match("(" .. NUM .. ") / " .. NUM .. ", (" .. NUM .. ") / " .. NUM .. "$")
+      local cells = {}
+      for c in lines[row]:gmatch("%S+") do cells[#cells + 1] = c end
+      assert(math.abs(tonumber(cells[9]) - (tonumber(p1) + tonumber(p2)) / 2) <= 0.06, what)
       assert(serial > each, what)
     end)
 

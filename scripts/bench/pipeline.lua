@@ -171,7 +171,9 @@ for _, size in ipairs(sizes) do
       collectgarbage("collect")
     end
     pipe:close()
-    local t, push_us = median(times), median(pushes)
+    -- (lib.median sorts its list: medians of copies, so that each pass's line stays in order)
+    local function med(list) return median({ unpack(list) }) end
+    local t, push_us = med(times), med(pushes)
     local function stage(k)
       local v = {}
       for pass = 1, passes do v[pass] = ms[pass][k] end
