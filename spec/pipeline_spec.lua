@@ -185,6 +185,51 @@ describe("fh.pipeline on the cpu (the CPU twin)", function()
     H.expect_error("ExecutionError", "Pipeline:measure: the pipeline is closed", pipe.measure, pipe, reqs)
   end)
 
+  it("raises clear errors for its methods' misuse, and run checks every request before pushing any", function()
+    local reqs = tensor_requests(3, 13)
+    local pipe = fh.pipeline(tensor_fn, { example_inputs = reqs[1], slots = 2 })
+    -- methods called without the pipeline or the request
+    H.expect_error("TypeError", "Pipeline:push: expected a pipeline %(call it as pipe:push%(...%)%), got number",
+      pipe.push, 42, reqs[1])
+    H.expect_error("TypeError", "Pipeline:close: expected a pipeline, got number", pipe.close, 42)
+    H.expect_error("TypeError", "Pipeline:measure: argument 1 %(requests%) expected a non%-empty list of input lists, "
+      .. "got table", pipe.measure, pipe, {})
+    H.expect_error("TypeError", "Pipeline:measure: argument 1 %(requests%) expected a non%-empty list of input lists, "
+      .. "got string", pipe.measure, pipe, "x")
+    H.expect_error("TypeError", "Pipeline:run: argument 1 %(requests%) expected a list of input lists, got string",
+      pipe.run, pipe, "x")
+    local req = pipe:push(reqs[1])
+    for _, m in ipairs { "result", "wait", "done" } do
+      H.expect_error("TypeError", ("Request:%s: expected a pipeline request %%(call it as req:%s%%(%%)%%), got number")
+        :format(m, m), req[m], 42)
+    end
+    assert.equal(1, pipe.stats.requests)
+    -- run: a bad request anywhere raises, naming it, before anything is pushed
+    local bad = { reqs[2][1], fh.zeros({ 2, 2 }, { dtype = "float64" }) }
+    local err = H.expect_error("CudaGraphInputError", "^Pipeline:run: requests%[3%]%[2%]: tensor shape mismatch",
+      pipe.run, pipe, { reqs[2], reqs[3], bad })
+    assert.equal("requests[3][2]", err.path)
+    H.expect_error("TypeError", "^Pipeline:run: requests%[2%]: unsupported leaf: a number", pipe.run, pipe,
+      { reqs[2], 5 })
+    assert.equal(1, pipe.stats.requests)
+    local results = pipe:run({ reqs[2], reqs[3] })
+    same_tree(tensor_fn(reqs[3][1], reqs[3][2]), results[2], "run after the refused runs")
+    assert.equal(3, pipe.stats.requests)
+    pipe:close()
+    -- eager slots (capture = false): the buffers' errors name the caller's inputs, and
+    -- fn must return one tree
+    local pe = fh.pipeline(tensor_fn, { example_inputs = reqs[1], capture = false })
+    err = H.expect_error("ExecutionInputError", "^Pipeline:push: inputs%[2%]: tensor shape mismatch", pe.push, pe, bad)
+    assert.equal("inputs[2]", err.path)
+    H.expect_error("ExecutionInputError", "^Pipeline:run: requests%[1%]%[2%]: tensor shape mismatch", pe.run, pe,
+      { bad })
+    pe:close()
+    local two = fh.pipeline(function(x, w) return x + w, x - w end, { example_inputs = reqs[1], capture = false })
+    H.expect_error("ValueError", "^Pipeline:push: fn returned 2 values; return one output tree", two.push, two, reqs[1])
+    assert.equal(0, two.stats.requests)
+    two:close()
+  end)
+
   it("refuses to run inside a captured function", function()
     local reqs = tensor_requests(2, 11)
     local pipe = fh.pipeline(tensor_fn, { example_inputs = reqs[1], slots = 2 })

@@ -459,7 +459,14 @@ function Pipeline:push(inputs)
   if inputs == nil then raise("TypeError", "Pipeline:push: argument 1 (inputs) is missing", 2) end
   local t0 = clock()
   local ok, req = pcall(push_one, self, "Pipeline:push", inputs)
-  if not ok then reraise("Pipeline:push", req) end
+  if not ok then
+    -- an eager slot's buffer names its argument `source`: the caller passed `inputs`
+    if errors.is_error(req) and type(req.path) == "string" and req.path:find("^source") then
+      req = errors.new(req.kind, (req.message:gsub(": source", ": inputs", 1)), { path = req.path:gsub("^source",
+        "inputs"), stage = req.stage })
+    end
+    reraise("Pipeline:push", req)
+  end
   self._pushed = self._pushed + 1
   local slot = self.slots[req.slot]
   slot.pushes = slot.pushes + 1
@@ -475,12 +482,26 @@ function Pipeline:push(inputs)
 end
 
 --- pipe:run(requests) -> results: pushes every request (a list of input
---- lists), then waits for each result in order.
+--- lists), then waits for each result in order. Every request is checked
+--- against the slots' inputs first: a bad one raises (naming requests[i])
+--- before anything is pushed.
 function Pipeline:run(requests)
   check_open(self, "Pipeline:run")
   if type(requests) ~= "table" then
     raise("TypeError", ("Pipeline:run: argument 1 (requests) expected a list of input lists, got %s"):format(
       type(requests)), 2)
+  end
+  local s1 = self.slots[1]
+  local sig = s1.program and s1.program.input_signature or s1.buffer.signature
+  for i = 1, #requests do
+    local ok, err = pcall(sig.validate, sig, requests[i], { path = ("requests[%d]"):format(i) })
+    if not ok then
+      if not errors.is_error(err) then error(err, 0) end
+      -- the kind push raises: a program's input error, or a buffer's
+      local kind = err.kind
+      if kind == "ExecutionInputError" and s1.program then kind = "CudaGraphInputError" end
+      raise(kind, "Pipeline:run: " .. err.message:gsub("^[%w%.]+[:%.][%w_]+: ", ""), 2, { path = err.path })
+    end
   end
   local reqs = {}
   for i = 1, #requests do reqs[i] = self:push(requests[i]) end
@@ -641,14 +662,23 @@ function PipelineMT.__tostring(self)
 end
 
 -- ---- requests ------------------------------------------------------------------------------
+local function check_request(self, fn)
+  if getmetatable(self) ~= Request then
+    raise("TypeError", ("Request:%s: expected a pipeline request (call it as req:%s()), got %s"):format(fn, fn,
+      type(self)), 3)
+  end
+end
+
 --- req:done(): true once the result is on the host (never blocks).
 function Request:done()
+  check_request(self, "done")
   if self._event == nil then return true end
   return self._event:query()
 end
 
 --- req:wait(): block until the result is on the host; returns req.
 function Request:wait()
+  check_request(self, "wait")
   if self._event ~= nil then
     self._event:synchronize()
     self._event = nil
@@ -660,10 +690,7 @@ end
 --- CUDA pipeline), owned by the caller; blocks until it has arrived. The
 --- same tree on every call.
 function Request:result()
-  if getmetatable(self) ~= Request then
-    raise("TypeError", ("Request:result: expected a pipeline request (call it as req:result()), got %s"):format(
-      type(self)), 2)
-  end
+  check_request(self, "result")
   local first = not self._taken
   self:wait()
   if first then
