@@ -245,6 +245,11 @@ describe("ckks encoding", function()
     H.expect_error("StateError", "level 3 is outside", e.encode, e, { 1 }, { level = 3 })
     H.expect_error("ValueError", "scale must be positive", e.encode, e, { 1 }, { scale = -1 })
     H.expect_error("ValueError", "unknown option 'lvl'", e.encode, e, { 1 }, { lvl = 1 })
+    H.expect_error("TypeError", "^CkksEngine:encode: options expected a table, got string", e.encode, e, { 1 }, "x")
+    H.expect_error("TypeError", "^CkksEngine:encode: option 'level' expected an integer, got string", e.encode, e,
+      { 1 }, { level = "1" })
+    H.expect_error("TypeError", "^CkksEngine:encode: option 'scale' expected a number, got boolean", e.encode, e,
+      { 1 }, { scale = true })
     H.expect_error("ValueError", "513 slots", e.encode, e, fh.zeros({ 513 }, { dtype = "float64" }))
   end)
 end)

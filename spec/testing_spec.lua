@@ -426,6 +426,8 @@ describe("testing.engine", function()
       "testing.engine: unknown option 'rotation' (expected device, seed, relin, rotations, conjugation)")
     assert.raises_kind("TypeError", function() testing.engine(nil, { seed = "1" }) end,
       "testing.engine: option 'seed' expected an integer, got string")
+    assert.raises_kind("TypeError", function() testing.engine(nil, { rotations = 3 }) end,
+      "testing.engine: option 'rotations' expected a list of steps, got number")
     assert.raises_kind("TypeError", function() testing.engine(nil, { rotations = { 0.5 } }) end,
       "testing.engine: option 'rotations'[1] expected an integer step, got 0.5")
     assert.raises_kind("TypeError", function() testing.engine(nil, { relin = 1 }) end,

@@ -242,6 +242,14 @@ describe("fh.trace on the cpu", function()
     H.expect_error("TypeError", "trace:svg: argument 1 %(path%) expected a string, got nil", tr.svg, tr)
     H.expect_error("TypeError", "trace:save: expected a Trace", tr.save, {}, "x.json")
     H.expect_error("ValueError", "trace:svg: unknown option 'colour'", tr.svg, tr, tmpname(".svg"), { colour = 1 })
+    H.expect_error("TypeError", "trace:svg: argument 2 %(options%) expected a table, got number", tr.svg, tr,
+      tmpname(".svg"), 800)
+    -- a file that opens but cannot take the bytes (Linux's /dev/full: every write is ENOSPC)
+    local full = io.open("/dev/full", "w")
+    if full then
+      full:close()
+      H.expect_error("IOError", "trace:svg: cannot write '/dev/full': No space left on device", tr.svg, tr, "/dev/full")
+    end
     H.expect_error("ValueError", "trace:svg: width must be a number in %[400, 100000%], got 10", tr.svg, tr,
       tmpname(".svg"), { width = 10 })
   end)
