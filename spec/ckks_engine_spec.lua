@@ -741,3 +741,38 @@ describe("ckks determinism and keys in files", function()
     assert.is_true(math.abs(r:tolist()[2] - 0.01) < TOL)
   end)
 end)
+
+describe("ckks engine argument errors", function()
+  it("name the method and the argument", function()
+    local e = small_engine()
+    local sk = e:create_secret_key()
+    local ct = e:encrypt(e:encode({ 1 }), e:create_public_key(sk))
+    H.expect_error("TypeError", "^CkksEngine:add: expected a CkksEngine as self %(call it with ':'%), got number", e.add,
+      5, ct, ct)
+    H.expect_error("TypeError", "^CkksEngine:rotate_many: argument 2 %(steps%) expected a list of integers, got number",
+      e.rotate_many, e, ct, 5)
+    H.expect_error("ValueError", "^CkksEngine:rotate_many: steps is empty", e.rotate_many, e, ct, {})
+    H.expect_error("ValueError", "^CkksEngine:rotate_many: argument 3 %(keys%) expected a list of 1 rotation keys",
+      e.rotate_many, e, ct, { 1 }, {})
+    H.expect_error("TypeError", "^CkksEngine:linear_transform: argument 2 %(steps%) expected a list of integers, got "
+      .. "number", e.linear_transform, e, ct, 5)
+    H.expect_error("ValueError", "^CkksEngine:linear_transform: steps is empty", e.linear_transform, e, ct, {}, {}, {})
+    H.expect_error("TypeError", "^CkksEngine:stack_batch: argument 1 expected a list of ciphertexts, got number",
+      e.stack_batch, e, 5)
+    H.expect_error("ValueError", "^CkksEngine:stack_batch: the list is empty", e.stack_batch, e, {})
+  end)
+
+  it("of the constructor name the parameter", function()
+    H.expect_error("TypeError", "fh.CkksEngine: argument 1 expected a preset name %(fh.Preset.%*%), a CkksContext or a "
+      .. "parameter table, got boolean", fh.CkksEngine, true)
+    H.expect_error("ValueError", "fh.CkksEngine: log_n is required", fh.CkksEngine, { q_bits = { 40 }, p_bits = { 60 } })
+    H.expect_error("TypeError", "fh.CkksEngine: q_bits expected a list of prime bit sizes, got number", fh.CkksEngine,
+      { log_n = 10, q_bits = 5, p_bits = { 60 } })
+    local many = {}
+    for i = 1, 200 do many[i] = 40 end
+    H.expect_error("ValueError", "fh.CkksEngine: q_bits lists more than 128 sizes", fh.CkksEngine,
+      { log_n = 10, q_bits = many, p_bits = { 60 }, allow_insecure = true })
+    H.expect_error("TypeError", "fh.CkksEngine: scale expected a number, got string", fh.CkksEngine,
+      { log_n = 10, q_bits = { 40, 40 }, p_bits = { 60 }, scale = "x", allow_insecure = true })
+  end)
+end)

@@ -121,4 +121,31 @@ describe("tensor errors", function()
     H.expect_error("TypeError", "allclose: dtype mismatch", fh.allclose, t, t:to("float64"))
     H.expect_error("ValueError", "view: shape of 5 elements is invalid for a tensor of 6 elements", t.view, t, 5)
   end)
+
+  it("reject malformed nested data, generators, 0-d indexing and bad view arguments", function()
+    local deep = { 1 }
+    for _ = 1, 20 do deep = { deep } end
+    H.expect_error("ValueError", "fh.tensor: data is nested deeper than 16 dimensions", fh.tensor, deep)
+    H.expect_error("ValueError", "fh.tensor: data%[2%] is not a table but the data has 2 nested dimensions %(ragged "
+      .. "nested tables", fh.tensor, { { 1, 2 }, 3 })
+    H.expect_error("TypeError", "fh.tensor: data%[2%] is not a list %(it has keys other than 1..2%)", fh.tensor,
+      { { 1, 2 }, { 1, 2, x = 3 } })
+    H.expect_error("TypeError", "fh.tensor: argument 1 %(data%) is missing", fh.tensor)
+    H.expect_error("TypeError", "fh.Generator: seed expected an integer, got string", fh.Generator, "x")
+    H.expect_error("TypeError", "Generator:seed: expected a Generator", fh.Generator(1).seed, 5)
+    H.expect_error("TypeError", "fh.randn: option 'generator' expected a Generator, got number", fh.randn, { 2 },
+      { generator = 5 })
+    local z = fh.tensor(3.0)
+    H.expect_error("ValueError", "a 0%-dimensional tensor cannot be indexed", function() return z[1] end)
+    local v = fh.ones({ 2 })
+    H.expect_error("ValueError", "Tensor:expand: %-1 is not allowed for new leading dimension 1", v.expand, v, -1, 2)
+    local many = {}
+    for i = 1, 20 do many[i] = i end
+    H.expect_error("ValueError", "Tensor:permute: too many dimensions", function() return v:permute(unpack(many)) end)
+    H.expect_error("TypeError", "fh.add: option 'out' expected a Tensor, got number", fh.add, v, v, { out = 5 })
+    H.expect_error("ValueError", 'fh.ones: pin_memory=true requires device "cpu"', fh.ones, { 2 },
+      { pin_memory = true, device = "cuda:0" })
+    H.expect_error("ValueError", "fh.empty: shape%[1%] = 10000000000000000 is too large %(sizes must be below 9e15%)",
+      fh.empty, { 1e16 })
+  end)
 end)

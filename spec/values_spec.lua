@@ -351,6 +351,27 @@ describe("values", function()
       H.expect_error("ValueError", "p_primes%[1%]: value %-97 is out of range for uint64", fh.CkksContext,
         { ring_degree = 16, default_scale = 1, q_primes = ctx.q_primes, p_primes = { -97 }, enforce_security_budget = false })
     end)
+
+    it("of contexts, constructors and value files", function()
+      H.expect_error("TypeError", "fh.CkksContext: expected a preset name or a parameter table, got number",
+        fh.CkksContext, 5)
+      H.expect_error("ValueError", "fh.CkksContext: ring_degree is required", fh.CkksContext, { q_primes = {} })
+      H.expect_error("TypeError", "a CkksContext is immutable %(cannot assign field 'ring_degree'%)",
+        function() ctx.ring_degree = 5 end)
+      H.expect_error("TypeError", "fh.Ciphertext: context expected a CkksContext, got number", fh.Ciphertext,
+        { data = u64 { 2, 3, N }, context = 5 })
+      local ct = fh.Ciphertext { data = u64 { 2, 3, N }, context = ctx }
+      local path = os.tmpname()
+      H.expect_error("ValueError", 'fh.save: option \'format\' must be "fhelium" or "fhelium%-0.30", got "x"', fh.save,
+        { ct }, path, { format = "x" })
+      H.expect_error("TypeError", "fh.save: option 'format' expected a string, got number", fh.save, { ct }, path,
+        { format = 5 })
+      H.expect_error("ValueError", "fh.save: argument 2 %(path%) must not contain a NUL byte %(at byte 5 of 9%)", fh.save,
+        { ct }, "/tmp\0x.fh")
+      H.expect_error("TypeError", "fh.load: option 'context' expected a CkksContext or a preset name, got number",
+        fh.load, path, { context = 5 })
+      os.remove(path)
+    end)
   end)
 
   describe("envelopes", function()
