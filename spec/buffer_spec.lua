@@ -321,6 +321,28 @@ describe("ReusableValueBuffer", function()
       assert.equal(2 * 3 * N * 8, ex.value_tree_nbytes(fh.Ciphertext { data = u64({ 2, 3, N }), context = ctx }))
       assert.equal(0, ex.value_tree_nbytes({}))
       H.expect_error("TypeError", "unsupported leaf", ex.value_tree_nbytes, { 1 })
+      H.expect_error("TypeError", "ex.value_tree_nbytes: argument 1 %(tree%) is missing", ex.value_tree_nbytes)
+      H.expect_error("TypeError", "ex.pin_value_tree: argument 1 %(tree%) is missing", ex.pin_value_tree)
+    end)
+  end)
+
+  describe("argument errors", function()
+    it("name the method, the argument and what came", function()
+      local buf = ex.ReusableValueBuffer.like({ seq(4) })
+      H.expect_error("TypeError", "ex.ReusableValueBuffer.like: argument 1 %(example%) is missing",
+        ex.ReusableValueBuffer.like)
+      H.expect_error("TypeError", "ReusableValueBuffer:copy_from: expected a ReusableValueBuffer, got number",
+        buf.copy_from, 5, { seq(4) })
+      H.expect_error("TypeError", "ReusableValueBuffer:copy_from: argument 1 %(source%) is missing", buf.copy_from, buf)
+      H.expect_error("TypeError", "ReusableValueBuffer:copy_from: option 'wait_for' expected an Event or a list of "
+        .. "Events, got number", buf.copy_from, buf, { seq(4) }, { wait_for = 5 })
+      H.expect_error("TypeError", "ReusableValueBuffer:copy_from: wait_for%[1%] expected an Event, got number",
+        buf.copy_from, buf, { seq(4) }, { wait_for = { 5 } })
+      H.expect_error("TypeError", "ReusableValueBuffer:wait_for: argument 1 %(handle%) expected a CopyHandle, got "
+        .. "number", buf.wait_for, buf, 5)
+      H.expect_error("TypeError", "ReusableValueBuffer: cannot set field 'value' %(buffers are read%-only%)",
+        function() buf.value = 5 end)
+      buf:close()
     end)
   end)
 

@@ -452,6 +452,11 @@ local function suite(Program, dev, it_)
       { example_inputs = x })
     H.expect_error("ValueError", "no tensor leaves", Program.capture, function() end, { example_inputs = {} })
     H.expect_error("ValueError", "share one storage", Program.capture, step, { example_inputs = { x, x } })
+    local prog = Program.capture(step, { example_inputs = { x, seq(4, 1, dev) }, warmup = 0 })
+    H.expect_error("TypeError", "programs are read%-only %(cannot set field 'output'%)", function() prog.output = 5 end)
+    H.expect_error("TypeError", "replay_prepared: option 'copy_handle' expected a CopyHandle, got number",
+      prog.replay_prepared, prog, { copy_handle = 5 })
+    prog:close()
   end)
 
   it_("takes static state from upvalues, callable tables and fh.partial", function()

@@ -84,6 +84,16 @@ describe("signatures", function()
     end)
   end)
 
+  it("name the call and the argument in their errors", function()
+    local sig = ex.ValueTreeSignature.from_value({ fh.ones(2) })
+    H.expect_error("TypeError", "ValueTreeSignature:validate: option 'path' expected a string, got number", sig.validate,
+      sig, { fh.ones(2) }, { path = 5 })
+    H.expect_error("TypeError", "ValueTreeSignature:validate: expected a signature, got number", sig.validate, 5,
+      { fh.ones(2) })
+    H.expect_error("TypeError", "ex.ValueSignature.from_value: expected a CKKS value, got Tensor",
+      ex.ValueSignature.from_value, fh.ones(2))
+  end)
+
   describe("ValueSignature", function()
     it("records type, schema version, context id, sorted metadata and tensor signatures", function()
       local v = ct { level = 1, data = u64 { 2, 2, N }, polynomial_domain = "ntt" }
@@ -349,13 +359,14 @@ describe("signatures", function()
   end)
 
   describe("ex.tuple", function()
-    it("makes immutable tuples without nil", function()
+    it("makes fixed-length tuples without nil", function()
       local t = ex.tuple(1, "a")
       assert.is_true(ex.is_tuple(t))
       assert.is_false(ex.is_tuple({ 1 }))
       assert.equal(2, #t)
       assert.equal("tuple(1, a)", tostring(t))
-      H.expect_error("TypeError", "tuples are immutable", function() t[3] = 1 end)
+      H.expect_error("TypeError", "tuples are immutable %(cannot set element 3%)", function() t[3] = 1 end)
+      H.expect_error("TypeError", "tuples are immutable %(cannot set element x%)", function() t.x = 1 end)
       H.expect_error("ValueError", "ex.tuple: element 2 is nil", ex.tuple, 1, nil, 3)
       assert.equal(0, #ex.tuple())
       H.expect_error("TypeError", "a tuple holds only positional elements", ex.ValueTreeSignature.from_value,

@@ -22,7 +22,11 @@ ex.ValueTreeSignature = {
 }
 
 --- ex.tuple(a, b, ...): a tuple container (a table with the tuple
---- metatable; elements at 1..n, immutable, no nil).
+--- metatable; elements at 1..n, no nil). Its length is fixed: adding an
+--- element is a TypeError. It stays a plain table so that # and ipairs
+--- work, so Lua cannot refuse the reassignment of an existing element;
+--- trees are validated whenever they are used, so a bad element is caught
+--- there.
 ex.tuple = core.tuple
 ex.is_tuple = core.is_tuple
 
