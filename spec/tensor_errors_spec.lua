@@ -131,6 +131,11 @@ describe("tensor errors", function()
     H.expect_error("TypeError", "fh.tensor: data%[2%] is not a list %(it has keys other than 1..2%)", fh.tensor,
       { { 1, 2 }, { 1, 2, x = 3 } })
     H.expect_error("TypeError", "fh.tensor: argument 1 %(data%) is missing", fh.tensor)
+    H.expect_error("TypeError", "fh.tensor: data%[2%]%[1%] expected a number, boolean or int64/uint64 cdata, got string",
+      fh.tensor, { { 1 }, { "a" } })
+    local dims = {}
+    for i = 1, 17 do dims[i] = 1 end
+    H.expect_error("ValueError", "fh.empty: at most 16 dimensions, got 17", fh.empty, dims)
     H.expect_error("TypeError", "fh.Generator: seed expected an integer, got string", fh.Generator, "x")
     H.expect_error("TypeError", "Generator:seed: expected a Generator", fh.Generator(1).seed, 5)
     H.expect_error("TypeError", "fh.randn: option 'generator' expected a Generator, got number", fh.randn, { 2 },

@@ -353,6 +353,22 @@ describe("values", function()
     end)
 
     it("of contexts, constructors and value files", function()
+      local data = u64 { 2, 3, N }
+      local fields = { data = data, context = ctx }
+      for i = 1, 40 do fields["f" .. i] = 1 end
+      H.expect_error("ValueError", "fh.Ciphertext: too many fields %(unknown field 'f%d+'%?%)", fh.Ciphertext, fields)
+      local ids = {}
+      for i = 1, 200 do ids[i] = 0 end
+      H.expect_error("StateError", "fh.Ciphertext: field 'prime_ids' lists 200 entries, more than the 128 primes a "
+        .. "context can have", fh.Ciphertext, { data = data, context = ctx, prime_ids = ids })
+      H.expect_error("ValueError", "fh.Ciphertext: context and context_id disagree %(" .. ctx.id:sub(1, 16)
+        .. "%.%.%. vs abc%.%.%.%)", fh.Ciphertext, { data = data, context = ctx, context_id = "abc" })
+      local env = fh.envelope(fh.Ciphertext { data = data, context = ctx })
+      env.tensors = {}
+      for i = 1, 40 do env.tensors["t" .. i] = fh.ones(1) end
+      H.expect_error("ValueError", "fh.from_envelope: more than 4 tensors", fh.from_envelope, env)
+      H.expect_error("TypeError", "fh.value_equal: argument 1 %(a%) expected a CKKS value %(Plaintext, Ciphertext or a "
+        .. "key%), got number", fh.value_equal, 5, 5)
       H.expect_error("TypeError", "fh.CkksContext: expected a preset name or a parameter table, got number",
         fh.CkksContext, 5)
       H.expect_error("ValueError", "fh.CkksContext: ring_degree is required", fh.CkksContext, { q_primes = {} })
