@@ -321,6 +321,8 @@ describe("fh.pipeline on the cpu (the CPU twin)", function()
         { slots = 3 })
       H.expect_error("ValueError", "fh.pipeline: warmup applies when fn is captured", fh.pipeline, { p1, p2 },
         { warmup = 1 })
+      H.expect_error("ValueError", "fh.pipeline: capture = false runs fn eagerly; programs were given", fh.pipeline,
+        { p1, p2 }, { capture = false })
       p2:close()
       H.expect_error("ExecutionError", "fh.pipeline: programs%[2%] %(slot 2%) is closed", fh.pipeline, { p1, p2 })
       p1:close()
@@ -471,6 +473,12 @@ describe("fh.pipeline on cuda:0", function()
         streams = { copy_in = s, compute = { fh.cuda.Stream {}, s } } })
     H.expect_error("TypeError", "fh.pipeline: streams.copy_out expected a fh.cuda.Stream, got number", fh.pipeline,
       f, { example_inputs = { x }, device = "cuda:0", streams = { copy_out = 3 } })
+    H.expect_error("TypeError", "fh.pipeline: streams expected a table {copy_in=, compute=, copy_out=}, got number",
+      fh.pipeline, f, { example_inputs = { x }, device = "cuda:0", streams = 3 })
+    H.expect_error("ValueError", "fh.pipeline: unknown stream role 'copyin' %(expected copy_in, compute, copy_out%)",
+      fh.pipeline, f, { example_inputs = { x }, device = "cuda:0", streams = { copyin = s } })
+    H.expect_error("TypeError", "fh.pipeline: streams.compute expected a stream or a non%-empty list of streams, got "
+      .. "table", fh.pipeline, f, { example_inputs = { x }, device = "cuda:0", streams = { compute = {} } })
     H.expect_error("ValueError", "fh.pipeline: compute_streams is 1 but streams.compute holds 2 streams",
       fh.pipeline, f, { example_inputs = { x }, device = "cuda:0", slots = 2, compute_streams = 1,
         streams = { compute = { fh.cuda.Stream {}, fh.cuda.Stream {} } } })
