@@ -191,6 +191,11 @@ describe("fh.rns", function()
       H.expect_error("ValueError", "3 moduli given for 2 limb rows", fh.rns.add, a, a, { 7, 11, 13 })
       H.expect_error("ValueError", "0 moduli given", fh.rns.neg, a, {})
       H.expect_error("ValueError", "at most 64 moduli", fh.rns.neg, a, fh.ones({ 65 }, { dtype = "uint64" }))
+      local many = {}
+      for i = 1, 65 do many[i] = 7 end
+      H.expect_error("ValueError", "fh.rns.add: at most 64 moduli are supported, got 65", fh.rns.add, a, a, many)
+      H.expect_error("TypeError", "fh.rns.add: moduli tensor must be a 1%-dimensional uint64 tensor", fh.rns.add, a, a,
+        fh.ones({ 2, 2 }, { dtype = "uint64" }))
     end)
 
     it("requires 2 <= q < 2^62", function()
