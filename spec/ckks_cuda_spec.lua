@@ -154,6 +154,10 @@ describe("CKKS kernels on CUDA", function()
             same(kc, kg, ("ks_inner with %d digits, galois %d"):format(D, gal))
           end
         end
+        -- several steps in one launch (rotate_many's hoisted steps)
+        local gals = { 5 % (2 * n), 1, 2 * n - 1 }
+        kc, kg = both("ks_inner", digits, key, ids, rows, gals)
+        same(kc, kg, ("ks_inner with %d digits, %d steps"):format(D, #gals))
       end
       -- the mod-up of every digit at every level (one P prime per digit's worth of Q primes)
       for level = 0, nq - 1 do

@@ -58,6 +58,25 @@ describe("ckks polynomial entries (CPU)", function()
     H.expect_error("ValueError", "ckks ks_inner: the Galois element must be odd and below 2N = " .. 2 * n .. ", got 4",
       C.ks_inner, tb, digits, key, ids, { 0, 1, 2, 3, 4 }, 4)
     H.expect_error("ValueError", "got " .. 2 * n + 1, C.ks_inner, tb, digits, key, ids, { 0, 1, 2, 3, 4 }, 2 * n + 1)
+    -- steps (a list of Galois elements): one launch, slice s the product of element s
+    local gals = { 5, 1, 2 * n - 1, 3 }
+    local steps = C.ks_inner(tb, digits, key, ids, { 0, 1, 2, 3, 4 }, gals)
+    assert.are.same({ 4, 2, 2, 5, n }, steps.shape)
+    for s, gal in ipairs(gals) do
+      assert.is_true(fh.equal(steps:select(1, s), C.ks_inner(tb, digits, key, ids, { 0, 1, 2, 3, 4 }, gal)),
+        "step " .. s)
+    end
+    local eight = {}
+    for _, g in ipairs { 5, 25, 125, 3, 9, 27, 81, 2 * n - 1 } do eight[#eight + 1] = g % (2 * n) end
+    assert.are.same({ 8, 2, 2, 5, n }, C.ks_inner(tb, digits, key, ids, { 0, 1, 2, 3, 4 }, eight).shape)
+    H.expect_error("ValueError", "_ckks.ks_inner: galois expected a list of 1 to 8 elements, got 0", C.ks_inner, tb,
+      digits, key, ids, { 0, 1, 2, 3, 4 }, {})
+    H.expect_error("ValueError", "_ckks.ks_inner: galois expected a list of 1 to 8 elements, got 9", C.ks_inner, tb,
+      digits, key, ids, { 0, 1, 2, 3, 4 }, { 5, 25, 125, 3, 9, 27, 81, 1, 1 })
+    H.expect_error("ValueError", "ckks ks_inner: the Galois element must be odd and below 2N = " .. 2 * n .. ", got 6",
+      C.ks_inner, tb, digits, key, ids, { 0, 1, 2, 3, 4 }, { 5, 6 })
+    H.expect_error("TypeError", "_ckks.ks_inner: galois%[i%] expected an integer or uint64 cdata, got string",
+      C.ks_inner, tb, digits, key, ids, { 0, 1, 2, 3, 4 }, { 5, "x" })
     H.expect_error("ValueError", "key row 5 is out of range", C.ks_inner, tb, digits, key, ids, { 0, 1, 2, 3, 5 })
     H.expect_error("ValueError", "key expected shape", C.ks_inner, tb, digits, key:narrow(1, 1, 2), ids,
       { 0, 1, 2, 3, 4 })

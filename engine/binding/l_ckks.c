@@ -401,7 +401,8 @@ static int l_bconv(lua_State *L) {
   return 1;
 }
 
-/* _ckks.ks_inner(tables, digits, key, ids, key_rows [, galois]) */
+/* _ckks.ks_inner(tables, digits, key, ids, key_rows [, galois | {galois, ...}]): a list of
+ * Galois elements runs the kernel's steps (one launch, result [steps, ...]) */
 static int l_ks_inner(lua_State *L) {
   const char *fn = "_ckks.ks_inner";
   fh_ckks_tables *tb = check_tables(L, 1, fn);
@@ -410,6 +411,21 @@ static int l_ks_inner(lua_State *L) {
   int ids[FH_CKKS_MAX_PRIMES], rows[FH_CKKS_MAX_PRIMES];
   int n = check_ids(L, 4, ids, fn), nr = check_ids(L, 5, rows, fn);
   if (nr != n) return fh__lua_raise(L, FH_ERR_VALUE, "%s: %d prime ids but %d key rows", fn, n, nr);
+  if (lua_istable(L, 6)) {
+    uint64_t gs[FH_CKKS_KS_MAX_STEPS];
+    int ns = (int)lua_objlen(L, 6);
+    if (ns < 1 || ns > FH_CKKS_KS_MAX_STEPS)
+      return fh__lua_raise(L, FH_ERR_VALUE, "%s: galois expected a list of 1 to %d elements, got %d", fn,
+                           FH_CKKS_KS_MAX_STEPS, ns);
+    for (int s = 0; s < ns; ++s) {
+      lua_rawgeti(L, 6, s + 1);
+      gs[s] = check_u64(L, -1, fn, "galois[i]");
+      lua_pop(L, 1);
+    }
+    fh_tensor_box *box = fh__lua_new_tensor_box(L);
+    fh__lua_check(L, fh_ckks_poly_ks_inner_steps(tb, d, k, ids, rows, n, gs, ns, &box->t));
+    return 1;
+  }
   uint64_t g = lua_isnoneornil(L, 6) ? 1 : check_u64(L, 6, fn, "galois");
   fh_tensor_box *box = fh__lua_new_tensor_box(L);
   fh__lua_check(L, fh_ckks_poly_ks_inner(tb, d, k, ids, rows, n, g, &box->t));

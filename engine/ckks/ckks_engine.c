@@ -1173,7 +1173,8 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
   h->in_place = tb->device.type == FH_DEVICE_CUDA;
   if ((st = fh__ckks_temp(L, 4, dshape, &h->D)) ||
       (steps && !h->in_place && (st = fh__ckks_temp(L, 4, dshape, &h->Dr))) ||
-      (st = fh__ckks_temp(L, 4, ashape, &h->acc)) || (st = ks_temps(L, k, G, steps ? 0 : 2, &h->W, &h->T))) {
+      (!steps && (st = fh__ckks_temp(L, 4, ashape, &h->acc))) ||
+      (st = ks_temps(L, k, G, steps ? 0 : 2, &h->W, &h->T))) {
     fh__ckks_hoist_end(h);
     return st;
   }
@@ -1187,30 +1188,20 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
   return st;
 }
 
-fh_status fh__ckks_hoist_step(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t galois,
-                              const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs,
-                              const uint64_t *add0, int64_t add_gs) {
+fh_status fh__ckks_hoist_inner_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, int nsteps,
+                                     const uint64_t *galois, const fh_tensor *const *key, uint64_t *const *acc) {
   const fh_ckks_tables *tb = e->tb;
   const fh__ckks_ks_geo *k = &h->k;
   const int64_t rs = (int64_t)k->lk * k->n;
-  /* the automorphism of the extended digits: it commutes with the centred conversion and with
-   * the NTT, so these are the digits of the rotated polynomial, word for word (read in place
-   * by the inner product on CUDA, a permuted copy on the CPU: the same words) */
-  fh_status st = FH_OK;
-  if (!h->in_place &&
-      (st = fh__ckks_automorph(L, true, galois, fh__ckks_ptr(h->Dr), rs, fh__ckks_ptr(h->D), rs,
-                               h->G * k->ndig, k->qp, k->lk)) != FH_OK)
-    return st;
+  if (nsteps < 1 || nsteps > FH_CKKS_KS_MAX_STEPS)
+    return fh_error_set(FH_ERR_EXECUTION, "internal error: %d hoisted steps in one launch (1 to %d)", nsteps,
+                        FH_CKKS_KS_MAX_STEPS);
   fh_ckks_ks_args ip;
   memset(&ip, 0, sizeof ip);
-  ip.out = fh__ckks_ptr(h->acc);
   ip.out_gs = 2 * rs;
   ip.out_cs = rs;
-  ip.digits = fh__ckks_ptr(h->in_place ? h->D : h->Dr);
-  ip.galois = h->in_place ? galois : 0;
   ip.digits_gs = (int64_t)k->ndig * rs;
   ip.digit_stride = rs;
-  ip.key = fh__ckks_key_digits(k, key, &ip.key_ds, &ip.key_cs);
   ip.ngroups = h->G;
   ip.ndigits = k->ndig;
   ip.nlimbs = k->lk;
@@ -1218,9 +1209,41 @@ fh_status fh__ckks_hoist_step(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_
   ip.primes = tb->primes_dev;
   memcpy(ip.prime, k->qp, sizeof(int32_t) * (size_t)k->lk);
   memcpy(ip.key_row, k->qp, sizeof(int32_t) * (size_t)k->lk);
-  if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_INNER, &ip, sizeof ip)) != FH_OK) return st;
-  return ks_moddown(e, L, h->level, k, h->G, fh__ckks_ptr(h->acc), fh__ckks_ptr(h->W), fh__ckks_ptr(h->T), ntt_out,
-                    out0, out1, out_gs, add0, NULL, add_gs);
+  fh_status st = FH_OK;
+  if (h->in_place) {
+    /* CUDA: every step in one launch, the automorphisms read in place */
+    ip.digits = fh__ckks_ptr(h->D);
+    ip.nsteps = nsteps;
+    for (int s = 0; s < nsteps; ++s) {
+      ip.step_out[s] = acc[s];
+      ip.step_galois[s] = galois[s];
+      int64_t kd, kc;
+      ip.step_key[s] = fh__ckks_key_digits(k, key[s], &kd, &kc);
+      ip.key_ds = kd; /* the same geometry for every key of this level */
+      ip.key_cs = kc;
+    }
+    return fh__ckks_submit(L, FH_K_CKKS_KS_INNER, &ip, sizeof ip);
+  }
+  /* the CPU: the automorphism of the extended digits into a permuted copy, then its
+   * contiguous (SIMD) rows, a step at a time: it commutes with the centred conversion and
+   * with the NTT, so these are the digits of the rotated polynomial, word for word */
+  ip.digits = fh__ckks_ptr(h->Dr);
+  for (int s = 0; s < nsteps && st == FH_OK; ++s) {
+    if ((st = fh__ckks_automorph(L, true, galois[s], fh__ckks_ptr(h->Dr), rs, fh__ckks_ptr(h->D), rs,
+                                 h->G * k->ndig, k->qp, k->lk)) != FH_OK)
+      break;
+    ip.out = acc[s];
+    ip.key = fh__ckks_key_digits(k, key[s], &ip.key_ds, &ip.key_cs);
+    st = fh__ckks_submit(L, FH_K_CKKS_KS_INNER, &ip, sizeof ip);
+  }
+  return st;
+}
+
+fh_status fh__ckks_hoist_moddown_of(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *acc,
+                                    bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs,
+                                    const uint64_t *add0, int64_t add_gs) {
+  return ks_moddown(e, L, h->level, &h->k, h->G, acc, fh__ckks_ptr(h->W), fh__ckks_ptr(h->T), ntt_out, out0, out1,
+                    out_gs, add0, NULL, add_gs);
 }
 
 fh_status fh__ckks_hoist_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *out0,

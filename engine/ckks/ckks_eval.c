@@ -690,16 +690,38 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
     }
     if (st == FH_OK) st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &a0);
     if (st == FH_OK && (st = fh__ckks_hoist_begin(e, &L, g.level, g.B, d, gs, true, &h)) == FH_OK) hoisted = true;
-    for (int r = 0; r < nsteps && st == FH_OK; ++r) {
-      if (canon[r] == 0) continue;
+    /* the steps in batches of up to FH_CKKS_KS_MAX_STEPS: their inner products (one launch on
+     * CUDA, each digit row read once for the batch), then each step's mod-down */
+    int64_t ashape[4] = {g.B, 2, h.k.lk, n};
+    for (int r0 = 0; r0 < nsteps && st == FH_OK;) {
+      int idx[FH_CKKS_KS_MAX_STEPS], cnt = 0;
+      uint64_t gal[FH_CKKS_KS_MAX_STEPS];
+      const fh_tensor *kt[FH_CKKS_KS_MAX_STEPS];
+      fh_tensor *acc[FH_CKKS_KS_MAX_STEPS] = {NULL};
+      uint64_t *accp[FH_CKKS_KS_MAX_STEPS];
       int saved = L.nuses;
-      fh__ckks_use(&L, fh_value_data(rk[r]));
-      fh__ckks_use(&L, data[r]);
-      uint64_t gal = fh__ckks_galois_of_step(e, canon[r]), *out = fh__ckks_ptr(data[r]);
-      /* the first component's automorphism, added after the mod-down */
-      if ((st = fh__ckks_automorph(&L, ntt, gal, fh__ckks_ptr(a0), gs, c, gs, g.B, p, g.la)) == FH_OK)
-        st = fh__ckks_hoist_step(e, &L, &h, gal, fh_value_data(rk[r]), ntt, out, out + cs, gs, fh__ckks_ptr(a0), gs);
+      for (; r0 < nsteps && cnt < FH_CKKS_KS_MAX_STEPS; ++r0) {
+        if (canon[r0] == 0) continue;
+        idx[cnt] = r0;
+        gal[cnt] = fh__ckks_galois_of_step(e, canon[r0]);
+        kt[cnt] = fh_value_data(rk[r0]);
+        fh__ckks_use(&L, kt[cnt]);
+        fh__ckks_use(&L, data[r0]);
+        ++cnt;
+      }
+      for (int i = 0; i < cnt && st == FH_OK; ++i)
+        if ((st = fh__ckks_temp(&L, 4, ashape, &acc[i])) == FH_OK) accp[i] = fh__ckks_ptr(acc[i]);
+      if (st == FH_OK && cnt > 0) st = fh__ckks_hoist_inner_steps(e, &L, &h, cnt, gal, kt, accp);
+      for (int i = 0; i < cnt && st == FH_OK; ++i) {
+        uint64_t *out = fh__ckks_ptr(data[idx[i]]);
+        /* the first component's automorphism, added after the mod-down */
+        if ((st = fh__ckks_automorph(&L, ntt, gal[i], fh__ckks_ptr(a0), gs, c, gs, g.B, p, g.la)) == FH_OK)
+          st = fh__ckks_hoist_moddown_of(e, &L, &h, accp[i], ntt, out, out + cs, gs, fh__ckks_ptr(a0), gs);
+      }
       L.nuses = saved;
+      /* (released after their last launch: the device's allocator orders their reuse after it) */
+      for (int i = 0; i < cnt; ++i)
+        if (acc[i]) fh_tensor_release(acc[i]);
     }
   }
   for (int r = 0; r < nsteps && st == FH_OK; ++r)

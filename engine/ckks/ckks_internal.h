@@ -81,11 +81,13 @@ fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, in
 
 /* Hoisted key switches of automorphisms of one polynomial d (as above): begin runs the
  * mod-up and the NTT of the extended digits once and keeps them (h->D, [G][ndig][lk][N])
- * with the scratch of a mod-down (h->acc [G][2][lk][N], h->W, h->T) and, with `steps`, of
- * the steps (h->Dr) in h (new references, in L's uses); each step switches the automorphism
- * X -> X^galois of d with `key` into out0, out1 (+ add0 on the first component), the
- * same words as fh__ckks_keyswitch of that automorphism of d; end releases h. A caller
- * adds the step's own tensors (key, outputs, add0) to L's uses around each step. */
+ * with the scratch of a mod-down (h->W, h->T), without `steps` an accumulator (h->acc
+ * [G][2][lk][N], for a caller's own inner products), with `steps` the CPU's permuted copy
+ * (h->Dr) in h (new references, in L's uses); steps (fh__ckks_hoist_inner_steps into the
+ * caller's accumulators, then fh__ckks_hoist_moddown_of each) switch the automorphism
+ * X -> X^galois of d with a key into out0, out1 (+ add0 on the first component), the same
+ * words as fh__ckks_keyswitch of that automorphism of d; end releases h. A caller adds
+ * the steps' own tensors (keys, accumulators, outputs, add0) to L's uses around them. */
 typedef struct fh__ckks_ks_geo {
   int nq, np, dnum, la, lk, j0, ndig;
   int64_t n;
@@ -95,7 +97,7 @@ typedef struct fh__ckks_hoist {
   fh__ckks_ks_geo k;
   int level;
   int64_t G;
-  fh_tensor *D, *Dr, *acc, *W, *T; /* Dr: the CPU's permuted copy of D (NULL on CUDA) */
+  fh_tensor *D, *Dr, *acc, *W, *T; /* Dr: the CPU's permuted copy of D (NULL on CUDA); acc: NULL with steps */
   fh_tensor *S;                     /* the mod-up's scaled sources (CUDA, N > 2^11), else NULL */
   bool in_place;                    /* steps read D through their automorphism (CUDA) */
 } fh__ckks_hoist;
@@ -110,9 +112,19 @@ fh_status fh__ckks_hoist_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ck
  * next level, word for word the rescale of fh__ckks_hoist_moddown's result. */
 fh_status fh__ckks_hoist_moddown_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *out0,
                                          uint64_t *out1, int64_t out_gs);
-fh_status fh__ckks_hoist_step(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t galois,
-                              const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs,
-                              const uint64_t *add0, int64_t add_gs);
+/* The inner products of nsteps (1 to FH_CKKS_KS_MAX_STEPS) hoisted steps of a hoist begun with
+ * steps: step s's automorphism (galois[s]) of the extended digits with key[s] (a rotation key's
+ * data) into acc[s] (NTT domain, [G][2][lk][N], the caller's; in L's uses, as the keys): on
+ * CUDA one launch (FH_K_CKKS_KS_INNER's steps: each digit row read from memory once for all
+ * steps), on the CPU a permuted copy and a launch a step. The same words either way. */
+fh_status fh__ckks_hoist_inner_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, int nsteps,
+                                     const uint64_t *galois, const fh_tensor *const *key, uint64_t *const *acc);
+/* The mod-down of one step's inner product acc (fh__ckks_hoist_inner_steps) into out0, out1
+ * (NTT domain when ntt_out, else coefficients; group stride out_gs), add0 (same domain, group
+ * stride add_gs; NULL: none) added to the first component. */
+fh_status fh__ckks_hoist_moddown_of(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *acc,
+                                    bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs,
+                                    const uint64_t *add0, int64_t add_gs);
 void fh__ckks_hoist_end(fh__ckks_hoist *h);
 
 /* The arguments of a mod-down (fh_ckks_moddown_args) from the nsrc coefficient-domain rows of

@@ -1851,18 +1851,23 @@ __global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant
   const int64_t n = (int64_t)1 << a.log_n;
   const fh_ckks_prime &pr = a.primes[a.prime[l]];
   const uint64_t q = pr.q, qi = pr.qinv;
-  const uint64_t *key = a.key + (int64_t)a.key_row[l] * n;
   const int od = own_digit_of(own, l);
+  /* steps (a.nsteps > 0): every step of a coefficient by its thread in turn, so that the
+   * steps' gathers of this row's digits (each an aligned run of the row) meet in L2 while
+   * the row's blocks run: the row is read from memory once, not once a step */
+  const int nst = a.nsteps > 0 ? a.nsteps : 1;
   GROUPS(g, a.ngroups) {
     const uint64_t *dig = a.digits + g * a.digits_gs + (int64_t)l * n;
     /* digit od's row l: the input's NTT row */
     const uint64_t *orow = od >= 0 ? own_row_of(own, g, l, n) : NULL;
-    uint64_t *o0 = a.out + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
-    COEFFS(j, n) {
+    COEFFS(j, n) for (int st = 0; st < nst; ++st) {
+      const uint64_t gal = a.nsteps > 0 ? a.step_galois[st] : a.galois;
+      const uint64_t *key = (a.nsteps > 0 ? a.step_key[st] : a.key) + (int64_t)a.key_row[l] * n;
+      uint64_t *o0 = (a.nsteps > 0 ? a.step_out[st] : a.out) + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
       uint64_t r0 = 0, r1 = 0;
       /* the digits' slot (a rotation's automorphism read in place: the gathers of a warp stay
        * in one aligned 256-byte run, see the linear transform) */
-      const int64_t src = a.galois > 1 ? (int64_t)fh_ckks_automorph_src((uint32_t)j, a.galois, a.log_n) : j;
+      const int64_t src = gal > 1 ? (int64_t)fh_ckks_automorph_src((uint32_t)j, gal, a.log_n) : j;
       if (a.ndigits <= KS_WIDE_DIGITS) {
         /* padded to whole groups of 4 with zeros the compiler folds away */
         constexpr int PAD = (KS_WIDE_DIGITS + 3) / 4 * 4;

@@ -499,6 +499,18 @@ static inline void ks_inner_row(uint64_t *restrict o, const uint64_t *const *dig
 
 static fh_status cpu_ks_inner(const void *argp) {
   const fh_ckks_ks_args *a = argp;
+  if (a->nsteps > 0) { /* the steps one by one: the words of one launch each */
+    fh_status st = FH_OK;
+    for (int s = 0; s < a->nsteps && s < FH_CKKS_KS_MAX_STEPS && st == FH_OK; ++s) {
+      fh_ckks_ks_args one = *a;
+      one.nsteps = 0;
+      one.out = a->step_out[s];
+      one.key = a->step_key[s];
+      one.galois = a->step_galois[s];
+      st = cpu_ks_inner(&one);
+    }
+    return st;
+  }
   const int64_t n = (int64_t)1 << a->log_n;
   const int nd = a->ndigits;
   const bool ifma = fh_cpu_simd()[0] == 'a'; /* "avx512ifma" */

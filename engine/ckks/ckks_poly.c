@@ -702,14 +702,21 @@ fh_status fh_ckks_poly_bconv(fh_ckks_tables *tb, fh_tensor *t, const int *src, i
   return fh__deliver(st, out, result);
 }
 
-fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
-                                const int *key_rows, int nids, uint64_t galois, fh_tensor **result) {
+/* steps 0: one product with galois[0]; else `steps` products in one launch, result
+ * [steps, ...] */
+static fh_status ks_inner_impl(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
+                               const int *key_rows, int nids, const uint64_t *galois, int steps,
+                               fh_tensor **result) {
   const char *what = "ckks ks_inner";
   int64_t ng, nk;
   fh_status st;
-  if ((galois & 1) == 0 || galois >= 2 * (uint64_t)tb->n)
-    return fh_error_set(FH_ERR_VALUE, "%s: the Galois element must be odd and below 2N = %lld, got %llu", what,
-                        (long long)(2 * tb->n), (unsigned long long)galois);
+  if (steps < 0 || steps > FH_CKKS_KS_MAX_STEPS)
+    return fh_error_set(FH_ERR_VALUE, "%s: between 1 and %d steps are needed, got %d", what, FH_CKKS_KS_MAX_STEPS,
+                        steps);
+  for (int s = 0; s < (steps > 0 ? steps : 1); ++s)
+    if ((galois[s] & 1) == 0 || galois[s] >= 2 * (uint64_t)tb->n)
+      return fh_error_set(FH_ERR_VALUE, "%s: the Galois element must be odd and below 2N = %lld, got %llu", what,
+                          (long long)(2 * tb->n), (unsigned long long)galois[s]);
   if ((st = check_ids(what, tb, ids, nids)) || (st = check_rows(what, tb, digits, nids, FH_UINT64, &ng)))
     return st;
   if (digits->ndim < 3)
@@ -726,12 +733,17 @@ fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor
   fh__ckks_launcher L;
   if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
   fh_tensor *x = NULL, *k = NULL, *out = NULL;
-  int64_t shape[FH_MAX_DIMS];
-  memcpy(shape, digits->shape, sizeof(int64_t) * (size_t)digits->ndim);
-  shape[digits->ndim - 3] = 2;
+  int64_t shape[FH_MAX_DIMS + 1];
+  const int lead = steps > 0 ? 1 : 0;
+  if (lead && digits->ndim + 1 > FH_MAX_DIMS)
+    return fh_error_set(FH_ERR_VALUE, "%s: digits have %d dimensions; the steps' result needs one more (at most %d)",
+                        what, digits->ndim, FH_MAX_DIMS);
+  shape[0] = steps;
+  memcpy(shape + lead, digits->shape, sizeof(int64_t) * (size_t)digits->ndim);
+  shape[lead + digits->ndim - 3] = 2;
   fh_tensor_options o = {FH_UINT64, tb->device, false, false};
   if ((st = fh_tensor_contiguous(digits, &x)) == FH_OK && (st = fh_tensor_contiguous(key, &k)) == FH_OK)
-    st = fh_tensor_empty(digits->ndim, shape, &o, &out);
+    st = fh_tensor_empty(digits->ndim + lead, shape, &o, &out);
   if (st == FH_OK && groups > 0 && nd > 0) {
     fh__ckks_use(&L, x);
     fh__ckks_use(&L, k);
@@ -752,7 +764,13 @@ fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor
     a.ndigits = nd;
     a.nlimbs = nids;
     a.log_n = tb->log_n;
-    a.galois = galois;
+    a.galois = galois[0];
+    a.nsteps = steps;
+    for (int s = 0; s < steps; ++s) {
+      a.step_out[s] = fh__ckks_ptr(out) + (int64_t)s * groups * 2 * rows;
+      a.step_key[s] = a.key;
+      a.step_galois[s] = galois[s];
+    }
     a.primes = tb->primes_dev;
     for (int i = 0; i < nids; ++i) {
       a.prime[i] = ids[i];
@@ -763,6 +781,20 @@ fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor
   if (x) fh_tensor_release(x);
   if (k) fh_tensor_release(k);
   return fh__deliver(st, out, result);
+}
+
+fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
+                                const int *key_rows, int nids, uint64_t galois, fh_tensor **result) {
+  return ks_inner_impl(tb, digits, key, ids, key_rows, nids, &galois, 0, result);
+}
+
+fh_status fh_ckks_poly_ks_inner_steps(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
+                                      const int *key_rows, int nids, const uint64_t *galois, int nsteps,
+                                      fh_tensor **result) {
+  if (nsteps < 1)
+    return fh_error_set(FH_ERR_VALUE, "ckks ks_inner: between 1 and %d steps are needed, got %d", FH_CKKS_KS_MAX_STEPS,
+                        nsteps);
+  return ks_inner_impl(tb, digits, key, ids, key_rows, nids, galois, nsteps, result);
 }
 
 fh_status fh_ckks_poly_modup(fh_ckks_tables *tb, fh_tensor *t, int level, fh_tensor **result) {

@@ -374,7 +374,13 @@ FH_HD uint32_t fh_ckks_automorph_src(uint32_t s, uint64_t gal, int log_n) {
  * shared digits so, instead of permuting a copy for each step). digits: row (g, j, l) at
  * digits + g * digits_gs + j * digit_stride + l * N; key row (j, c, r) at
  * key + j * key_ds + c * key_cs + r * N (shared by every group); out row
- * (g, c, l) at out + g * out_gs + c * out_cs + l * N. out must not alias digits. */
+ * (g, c, l) at out + g * out_gs + c * out_cs + l * N. out must not alias digits.
+ * Steps (nsteps > 0, at most FH_CKKS_KS_MAX_STEPS): nsteps such products of the same digits,
+ * product s with sigma of step_galois[s] and key step_key[s] into step_out[s] (the strides
+ * above apply to each; out, key and galois are unused): rotate_many's hoisted steps in one
+ * launch, so that on CUDA the steps' gathers of a digit row meet in L2 and each row comes
+ * from memory once, not once a step. The words are those of nsteps launches of one product. */
+#define FH_CKKS_KS_MAX_STEPS 8
 typedef struct fh_ckks_ks_args {
   uint64_t *out;
   const uint64_t *digits;
@@ -388,6 +394,10 @@ typedef struct fh_ckks_ks_args {
   const fh_ckks_prime *primes;
   int32_t prime[FH_CKKS_MAX_PRIMES];
   int32_t key_row[FH_CKKS_MAX_PRIMES];
+  int32_t nsteps; /* 0: the one product above */
+  uint64_t *step_out[FH_CKKS_KS_MAX_STEPS];
+  const uint64_t *step_key[FH_CKKS_KS_MAX_STEPS];
+  uint64_t step_galois[FH_CKKS_KS_MAX_STEPS];
 } fh_ckks_ks_args;
 /* The inner product a key-switch core runs last (fh_ckks_ks_core_args): its transformed digits
  * (a->up.out) with its key, into a->out; both back ends fill k with it. */

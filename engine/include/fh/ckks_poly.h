@@ -81,6 +81,12 @@ fh_status fh_ckks_poly_bconv(fh_ckks_tables *tb, fh_tensor *t, const int *src, i
  * X -> X^galois (odd, below 2N; 1: none) read in place (FH_K_CKKS_KS_INNER). */
 fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
                                 const int *key_rows, int nids, uint64_t galois, fh_tensor **result);
+/* The same for nsteps (1 to FH_CKKS_KS_MAX_STEPS) automorphisms galois[s] in one launch (the
+ * kernel's steps, as rotate_many's hoisted steps), each with `key`: result [nsteps, *, 2,
+ * nids, N], slice s the product of galois[s]. A new tensor, the caller's to release. */
+fh_status fh_ckks_poly_ks_inner_steps(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
+                                      const int *key_rows, int nids, const uint64_t *galois, int nsteps,
+                                      fh_tensor **result);
 
 /* Key-switching mod-up of t [*, la, N], the la = nq - level active Q rows of
  * `level` (coefficient domain): result [*, ndigits, la + np, N], digit j's rows
