@@ -143,7 +143,8 @@ end)
 
 describe("examples/encrypted_pipeline.lua", function()
   it("pushes encrypted requests through the ring and checks every result (on the cpu here)", function()
-    local args = { cli.root .. "/examples/encrypted_pipeline.lua", "--requests", "5", "--size", "4", "--slots", "3" }
+    local args = { cli.root .. "/examples/encrypted_pipeline.lua", "--requests", "5", "--size", "4", "--slots", "3",
+      "--streams", "1" }
     if not fh.cuda.is_available() then
       args[#args + 1] = "--device"
       args[#args + 1] = "cpu"
