@@ -10,7 +10,9 @@
 --     pipelined                    the M requests pushed, then every result
 --                                  waited for;
 --   each configuration runs --passes rounds (default 3 on a GPU, 1 on the
---   cpu) of the stages alone and the pipelined pass; the table has their
+--   cpu) of the stages alone and the pipelined pass (after an untimed pass,
+--   a collection and 2 K untimed requests that bring the idle GPU back to
+--   speed, as the stages alone follow their own work); the table has their
 --   medians (bound from the stages' medians), and a line below it each
 --   round's pipelined and bound times;
 --   and prints requests/s, the host's time per push (pipe.stats.push_seconds:
@@ -142,6 +144,14 @@ for _, size in ipairs(sizes) do
       for i = 1, M do warm[i]:wait() end
       warm = nil
       collectgarbage("collect")
+      -- the collection leaves the GPU idle, and a pass after an idle GPU measured
+      -- 0.2-0.6 ms slower (scripts/bench/README.md, eleventh session): 2 K requests,
+      -- untimed, right before the timed pass, as the stages alone follow their own work
+      if on_gpu then
+        local ramp = {}
+        for i = 1, math.min(M, 2 * K) do ramp[i] = pipe:push(requests[i]) end
+        ramp[#ramp]:wait()
+      end
       t0 = now()
       local pushed0 = pipe.stats.push_seconds
       local pending = {}
