@@ -5,17 +5,13 @@
 -- its size not in --matvec) says "not run" and is counted apart from the met and missed
 -- ones. Bad options exit 2 with the usage. Its figures run on the GPU machine; this
 -- keeps the script runnable in CI.
-local fh = require "fhelium"
 local cli = require "spec.support.cli"
 local H = require "spec.helpers"
 
 local BENCH = cli.root .. "/scripts/bench/ckks.lua"
 
-local function bench(args)
-  local words = { "timeout 600", cli.quote(cli.bin), cli.quote(BENCH) }
-  for _, a in ipairs(args) do words[#words + 1] = cli.quote(a) end
-  return cli.sh(table.concat(words, " "))
-end
+-- fhelium BENCH args...
+local function bench(args) return cli.run { BENCH, unpack(args) } end
 
 local function report(r) return ("exit %s\nstdout:\n%s\nstderr:\n%s"):format(tostring(r.code), r.stdout, r.stderr) end
 
