@@ -702,17 +702,14 @@ fh_status fh_ckks_poly_bconv(fh_ckks_tables *tb, fh_tensor *t, const int *src, i
   return fh__deliver(st, out, result);
 }
 
-/* steps 0: one product with galois[0]; else `steps` products in one launch, result
- * [steps, ...] */
+/* steps 0: one product with galois[0]; else `steps` (1 to FH_CKKS_KS_MAX_STEPS, the caller's
+ * check) products in one launch, result [steps, ...] */
 static fh_status ks_inner_impl(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
                                const int *key_rows, int nids, const uint64_t *galois, int steps,
                                fh_tensor **result) {
   const char *what = "ckks ks_inner";
   int64_t ng, nk;
   fh_status st;
-  if (steps < 0 || steps > FH_CKKS_KS_MAX_STEPS)
-    return fh_error_set(FH_ERR_VALUE, "%s: between 1 and %d steps are needed, got %d", what, FH_CKKS_KS_MAX_STEPS,
-                        steps);
   for (int s = 0; s < (steps > 0 ? steps : 1); ++s)
     if ((galois[s] & 1) == 0 || galois[s] >= 2 * (uint64_t)tb->n)
       return fh_error_set(FH_ERR_VALUE, "%s: the Galois element must be odd and below 2N = %lld, got %llu", what,
@@ -791,7 +788,7 @@ fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor
 fh_status fh_ckks_poly_ks_inner_steps(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
                                       const int *key_rows, int nids, const uint64_t *galois, int nsteps,
                                       fh_tensor **result) {
-  if (nsteps < 1)
+  if (nsteps < 1 || nsteps > FH_CKKS_KS_MAX_STEPS)
     return fh_error_set(FH_ERR_VALUE, "ckks ks_inner: between 1 and %d steps are needed, got %d", FH_CKKS_KS_MAX_STEPS,
                         nsteps);
   return ks_inner_impl(tb, digits, key, ids, key_rows, nids, galois, nsteps, result);
