@@ -237,6 +237,8 @@ struct int_arith {
   __device__ __forceinline__ T load(uint64_t bits, bool) const { return bits; }
   __device__ __forceinline__ uint64_t store(T v, bool, bool reduce, bool) const { return reduce ? reduce4(v, P) : v; }
   __device__ __forceinline__ TW twiddle(uint32_t gi) const { return TW{__ldg(P.w + gi), __ldg(P.ws + gi)}; }
+  /* the chunk stages' twiddles (fp_arith::twiddle_formed): a Shoup companion is not formed */
+  __device__ __forceinline__ TW twiddle_formed(uint32_t gi) const { return twiddle(gi); }
   __device__ __forceinline__ void fwd(T &x, T &y, const TW &t) const { ct_bfly(x, y, t.w, t.ws, P); }
   __device__ __forceinline__ void fwd_first(T &x, T &y) const { ct_first(x, y, c, P); }
   __device__ __forceinline__ void inv(T &x, T &y, const TW &t) const { gs_bfly(x, y, t.w, t.ws, P); }
@@ -259,6 +261,13 @@ struct fp_arith {
     return (uint64_t)__double_as_longlong(forward ? v : fh_fp_centre(v, q, qinv));
   }
   __device__ __forceinline__ TW twiddle(uint32_t gi) const { return TW{__ldg(w + gi), __ldg(wq + gi)}; }
+  /* the chunk stages' twiddles, whose rows (N of each prime) come from DRAM: the quotient
+   * formed as w qinv (within 2^-52 of w / q, fh_fp_mul_w), so that only the w row is read
+   * (half the twiddle bytes); the products stay exact and within q (1/2 + |x| 2^-52) */
+  __device__ __forceinline__ TW twiddle_formed(uint32_t gi) const {
+    const double tw = __ldg(w + gi);
+    return TW{tw, __dmul_rn(tw, qinv)};
+  }
   __device__ __forceinline__ void fwd(T &x, T &y, const TW &t) const {
     const double r = fh_fp_mul(y, t.w, t.wq, q);
     y = __dsub_rn(x, r);
@@ -319,7 +328,8 @@ __host__ __device__ constexpr int pass_tw_offset(int si) {
  * multiplies by R or scales. Compile-time flags: a runtime choice would issue both kinds
  * of butterfly, predicated, at every stage. PRE: the pass's twiddles are loaded before
  * its words, all at once, for passes whose twiddle rows are too large to stay in L1 (the
- * chunk stages): their latency then passes under the words' loads. */
+ * chunk stages): their latency then passes under the words' loads, and their FP64
+ * quotients are formed from the twiddles (twiddle_formed: half the bytes). */
 template <int R, bool FORWARD, bool FIRST, bool LAST, bool FUSE, bool PRE, class A>
 __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst, int narr, int M, int log_tlo,
                                          const ntt_geom g, bool reduce, const A &ar) {
@@ -352,7 +362,7 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
         const uint32_t g0 = (total >> (log_t + 1)) + (base >> (log_t + 1));
         const int ng = FORWARD ? (1 << si) : (R >> (si + 1));
 #pragma unroll
-        for (int k = 0; k < ng; ++k) tws[pass_tw_offset<R, FORWARD>(si) + k] = ar.twiddle(g0 + (uint32_t)k);
+        for (int k = 0; k < ng; ++k) tws[pass_tw_offset<R, FORWARD>(si) + k] = ar.twiddle_formed(g0 + (uint32_t)k);
       }
     }
     typename A::T v[R];
@@ -464,6 +474,33 @@ __host__ __device__ __forceinline__ ntt_split ntt_split_of(int log_n) {
   return s;
 }
 
+/* Chunk grids. The chunk stages read their twiddle rows from DRAM (N per prime, too many
+ * for L1), and the blocks of one tile and row in different groups (a ciphertext's two
+ * components, a key switch's digits) read the same ones. Launched with the groups in z they
+ * ran a whole grid apart, and each read the twiddles from DRAM again (ncu, N = 2^16: the
+ * twiddles were half the bytes of the ciphertext NTT's chunk kernel and of the digits'
+ * chunk stages). A chunk grid folds up to CHUNK_FOLD groups into blockIdx.x, group-minor
+ * (x = tile * fold + the group's place), so that those blocks run side by side and the
+ * twiddles come from DRAM once per fold; z walks the folds. */
+constexpr int CHUNK_FOLD = 32;
+dim3 chunk_grid(int64_t n, int rows, int64_t ngroups) {
+  const int64_t fold = ngroups < CHUNK_FOLD ? ngroups : CHUNK_FOLD;
+  return dim3((unsigned)(n / NTT_TILE * fold), (unsigned)rows, grid_z((ngroups + fold - 1) / fold));
+}
+/* a chunk-grid block's tile (its first word) and place in the fold */
+struct chunk_place {
+  int64_t base;
+  int fold, slot;
+};
+__device__ __forceinline__ chunk_place chunk_place_of(int log_n) {
+  const int fold = (int)(gridDim.x >> (log_n - NTT_TILE_LOG));
+  const int tile = (int)(blockIdx.x / (unsigned)fold);
+  return chunk_place{(int64_t)tile * NTT_TILE, fold, (int)blockIdx.x - tile * fold};
+}
+/* the groups of a chunk-grid block: its slot of every fold that z gives it */
+#define CHUNK_GROUPS(g, ngroups, cp)                                                                                   \
+  for (int64_t g = (int64_t)blockIdx.z * (cp).fold + (cp).slot; g < (ngroups); g += (int64_t)gridDim.z * (cp).fold)
+
 /* A whole row (N <= NTT_TILE): every stage, global to global through shared memory. */
 template <bool FORWARD>
 __global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
@@ -541,12 +578,13 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_c
   const ntt_split sp = ntt_split_of(a.log_n);
   const int64_t n = (int64_t)1 << a.log_n;
   const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
-  const int64_t base = (int64_t)blockIdx.x * NTT_TILE;
+  const chunk_place cp = chunk_place_of(a.log_n); /* a chunk grid (chunk_grid) */
+  const int64_t base = cp.base;
   const fh_ckks_prime c = a.primes[a.prime[l]];
   const ntt_prime P = ntt_prime_of(a, l, FORWARD);
   const ntt_geom geo = {n, base, n2, a.log_n};
   const int own_digit = own_digit_of(own, l);
-  GROUPS(g, a.ngroups) {
+  CHUNK_GROUPS(g, a.ngroups, cp) {
     if constexpr (!std::is_same<OWN, no_own_rows>::value)
       if (own_digit >= 0 && g % own.ndigits == own_digit) continue;
     const uint64_t *in = FORWARD ? a.out + g * a.out_gs : a.in + g * a.in_gs;
@@ -580,21 +618,21 @@ fh_status run_ntt(const void *argp, void *stream) {
     const int threads = (int)(n / 8 < 32 ? 32 : n / 8);
     pdl(ntt_row_kernel<FORWARD>, dim3(1, a->nlimbs, gz), threads, 0, h, *a);
   } else {
-    const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz);
+    const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz), cg = chunk_grid(n, a->nlimbs, a->ngroups);
     if (ntt_wide(grid.x * grid.y * grid.z)) {
       constexpr int W = 2 * NTT_THREADS;
       if (FORWARD) {
         pdl(ntt_col_kernel<true, W>, grid, W, 0, h, *a);
-        pdl(ntt_chunk_kernel<true, W>, grid, W, 0, h, *a, no_own_rows{});
+        pdl(ntt_chunk_kernel<true, W>, cg, W, 0, h, *a, no_own_rows{});
       } else {
-        pdl(ntt_chunk_kernel<false, W>, grid, W, 0, h, *a, no_own_rows{});
+        pdl(ntt_chunk_kernel<false, W>, cg, W, 0, h, *a, no_own_rows{});
         pdl(ntt_col_kernel<false, W>, grid, W, 0, h, *a);
       }
     } else if (FORWARD) {
       pdl(ntt_col_kernel<true>, grid, NTT_THREADS, 0, h, *a);
-      pdl(ntt_chunk_kernel<true>, grid, NTT_THREADS, 0, h, *a, no_own_rows{});
+      pdl(ntt_chunk_kernel<true>, cg, NTT_THREADS, 0, h, *a, no_own_rows{});
     } else {
-      pdl(ntt_chunk_kernel<false>, grid, NTT_THREADS, 0, h, *a, no_own_rows{});
+      pdl(ntt_chunk_kernel<false>, cg, NTT_THREADS, 0, h, *a, no_own_rows{});
       pdl(ntt_col_kernel<false>, grid, NTT_THREADS, 0, h, *a);
     }
   }
@@ -1565,7 +1603,7 @@ fh_status k_ks_core(const void *argp, void *stream) {
   t.primes = u->primes;
   t.ntt = a->ntt;
   memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
-  const dim3 cg(tiles, u->nrows, grid_z(t.ngroups));
+  const dim3 cg = chunk_grid(n, u->nrows, t.ngroups);
   if (own.in_ntt) pdl(ntt_chunk_kernel<true, NTT_THREADS, own_rows>, cg, NTT_THREADS, 0, h, t, own);
   else pdl(ntt_chunk_kernel<true>, cg, NTT_THREADS, 0, h, t, no_own_rows{});
   fh_status st = launched("kernel 'ckks_ks_core'");
@@ -1703,14 +1741,15 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md2_k
   const ntt_split sp = ntt_split_of(b.log_n);
   const int64_t n = (int64_t)1 << b.log_n;
   const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
-  const int64_t base = (int64_t)blockIdx.x * NTT_TILE;
+  const chunk_place cp = chunk_place_of(b.log_n); /* a chunk grid: the components side by side */
+  const int64_t base = cp.base;
   const int p = b.dst_prime[l];
   const fh_ckks_prime c = b.primes[p];
   const ntt_prime P = ntt_prime_at(b.primes, a.ntt, p, b.log_n, true);
   const ntt_geom geo = {n, base, n2, b.log_n};
   const ntt_view sv = {sm, 1, n2};
   const uint64_t w = a.c_const[l], ws = a.c_shoup[l];
-  GROUPS(gg, b.ngroups) {
+  CHUNK_GROUPS(gg, b.ngroups, cp) {
     const int64_t g = gg / 2;
     const int comp = (int)(gg % 2);
     const uint64_t *x = a.a + gg * a.a_gs + (int64_t)l * n + base;
@@ -1806,15 +1845,15 @@ fh_status k_moddown(const void *argp, void *stream) {
       return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a fused rescale needs two Q rows, and add with v0 or neither");
     /* raw: md1 also computes y0 on load */
     if (!raw) pdl(md0r_kernel, dim3(blocks_for(n, EW_THREADS), 1, gz), EW_THREADS, 0, h, *a);
-    const dim3 rg(tiles, b->ndst - 1, gz);
+    const dim3 rg(tiles, b->ndst - 1, gz), rcg = chunk_grid(n, b->ndst - 1, b->ngroups);
     if (md_wide(b->log_n)) {
       if (raw) pdl(md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, true, true>, rg, 2 * NTT_THREADS, 0, h, *a);
       else pdl(md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, false, true>, rg, 2 * NTT_THREADS, 0, h, *a);
-      pdl(md2_kernel<2 * NTT_THREADS, true>, rg, 2 * NTT_THREADS, 0, h, *a);
+      pdl(md2_kernel<2 * NTT_THREADS, true>, rcg, 2 * NTT_THREADS, 0, h, *a);
     } else {
       if (raw) pdl(md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, true, true>, rg, NTT_THREADS, 0, h, *a);
       else pdl(md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, false, true>, rg, NTT_THREADS, 0, h, *a);
-      pdl(md2_kernel<NTT_THREADS, true>, rg, NTT_THREADS, 0, h, *a);
+      pdl(md2_kernel<NTT_THREADS, true>, rcg, NTT_THREADS, 0, h, *a);
     }
     return launched("kernel 'ckks_moddown'");
   }
@@ -1824,14 +1863,14 @@ fh_status k_moddown(const void *argp, void *stream) {
   if (md_wide(b->log_n)) {
     if (raw) pdl(md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, true>, grid, 2 * NTT_THREADS, 0, h, *a);
     else pdl(md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS>, grid, 2 * NTT_THREADS, 0, h, *a);
-    pdl(md2_kernel<2 * NTT_THREADS>, dim3(tiles, b->ndst, gz), 2 * NTT_THREADS, 0, h, *a);
+    pdl(md2_kernel<2 * NTT_THREADS>, chunk_grid(n, b->ndst, b->ngroups), 2 * NTT_THREADS, 0, h, *a);
     return launched("kernel 'ckks_moddown'");
   }
   if (raw) pdl(md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, true>, grid, NTT_THREADS, 0, h, *a);
   else if (loads == 1) pdl(md1_kernel<1>, grid, NTT_THREADS, 0, h, *a);
   else if (loads == 16) pdl(md1_kernel<16>, grid, NTT_THREADS, 0, h, *a);
   else pdl(md1_kernel<8>, grid, NTT_THREADS, 0, h, *a);
-  pdl(md2_kernel<>, dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h, *a);
+  pdl(md2_kernel<>, chunk_grid(n, b->ndst, b->ngroups), NTT_THREADS, 0, h, *a);
   return launched("kernel 'ckks_moddown'");
 }
 
