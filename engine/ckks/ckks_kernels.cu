@@ -544,8 +544,10 @@ __device__ __forceinline__ const uint64_t *own_row_of(const no_own_rows &, int64
 /* THREADS: NTT_THREADS (8 words a thread, passes of up to 3 stages, three blocks per SM) or
  * twice that (wide: 4 words a thread, passes of 2 stages, two blocks per SM: for small grids,
  * ntt_wide) */
-template <bool FORWARD, int THREADS = NTT_THREADS>
-__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
+/* MINB: blocks per SM that the registers allow at NTT_THREADS (3: 80 registers, 4: 64;
+ * ntt_blocks) */
+template <bool FORWARD, int THREADS = NTT_THREADS, int MINB = 3>
+__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
   pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
@@ -569,8 +571,8 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_c
  * in place on out and reduces, inverse reads in. */
 /* own (in_ntt not NULL: the key switch's split path, a.ngroups = G x ndigits digits): the
  * digits' own rows are skipped */
-template <bool FORWARD, int THREADS = NTT_THREADS, class OWN = no_own_rows>
-__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_chunk_kernel(const __grid_constant__ fh_ckks_ntt_args a,
+template <bool FORWARD, int THREADS = NTT_THREADS, class OWN = no_own_rows, int MINB = 3>
+__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) ntt_chunk_kernel(const __grid_constant__ fh_ckks_ntt_args a,
                                                                                        const __grid_constant__ OWN own) {
   pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
@@ -607,6 +609,14 @@ bool ntt_wide(unsigned blocks) {
   return blocks < 2u * sms_here();
 }
 
+/* Blocks per SM of the NTT's column and chunk kernels at NTT_THREADS: FHELIUM_CUDA_NTTB=4
+ * (64 registers) or 3 (80, the default) */
+int ntt_blocks() {
+  static const char *const kinds[] = {"3", "4", NULL};
+  static const int m = env_switch("FHELIUM_CUDA_NTTB", kinds);
+  return m == 1 ? 4 : 3;
+}
+
 template <bool FORWARD>
 fh_status run_ntt(const void *argp, void *stream) {
   const fh_ckks_ntt_args *a = (const fh_ckks_ntt_args *)argp;
@@ -627,6 +637,14 @@ fh_status run_ntt(const void *argp, void *stream) {
       } else {
         pdl(ntt_chunk_kernel<false, W>, cg, W, 0, h, *a, no_own_rows{});
         pdl(ntt_col_kernel<false, W>, grid, W, 0, h, *a);
+      }
+    } else if (ntt_blocks() == 4) {
+      if (FORWARD) {
+        pdl(ntt_col_kernel<true, NTT_THREADS, 4>, grid, NTT_THREADS, 0, h, *a);
+        pdl(ntt_chunk_kernel<true, NTT_THREADS, no_own_rows, 4>, cg, NTT_THREADS, 0, h, *a, no_own_rows{});
+      } else {
+        pdl(ntt_chunk_kernel<false, NTT_THREADS, no_own_rows, 4>, cg, NTT_THREADS, 0, h, *a, no_own_rows{});
+        pdl(ntt_col_kernel<false, NTT_THREADS, 4>, grid, NTT_THREADS, 0, h, *a);
       }
     } else if (FORWARD) {
       pdl(ntt_col_kernel<true>, grid, NTT_THREADS, 0, h, *a);
@@ -1605,6 +1623,7 @@ fh_status k_ks_core(const void *argp, void *stream) {
   memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
   const dim3 cg = chunk_grid(n, u->nrows, t.ngroups);
   if (own.in_ntt) pdl(ntt_chunk_kernel<true, NTT_THREADS, own_rows>, cg, NTT_THREADS, 0, h, t, own);
+  else if (ntt_blocks() == 4) pdl(ntt_chunk_kernel<true, NTT_THREADS, no_own_rows, 4>, cg, NTT_THREADS, 0, h, t, no_own_rows{});
   else pdl(ntt_chunk_kernel<true>, cg, NTT_THREADS, 0, h, t, no_own_rows{});
   fh_status st = launched("kernel 'ckks_ks_core'");
   return st == FH_OK && a->key != NULL ? ks_inner_of_core(a, own, stream) : st;
