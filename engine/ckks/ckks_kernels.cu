@@ -609,8 +609,8 @@ bool ntt_wide(unsigned blocks) {
   return blocks < 2u * sms_here();
 }
 
-/* Blocks per SM of the NTT's column and chunk kernels at NTT_THREADS: FHELIUM_CUDA_NTTB=4
- * (64 registers) or 3 (80, the default) */
+/* Blocks per SM of the NTT's column and chunk kernels and of md2 at NTT_THREADS:
+ * FHELIUM_CUDA_NTTB=4 (64 registers) or 3 (80, the default) */
 int ntt_blocks() {
   static const char *const kinds[] = {"3", "4", NULL};
   static const int m = env_switch("FHELIUM_CUDA_NTTB", kinds);
@@ -1746,8 +1746,9 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 /* THREADS, RESC as md1's (RESC: out row l - 1, times q_0^-1) */
-template <int THREADS = NTT_THREADS, bool RESC = false>
-__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md2_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+/* MINB: blocks per SM at NTT_THREADS (3: 80 registers; 4: 64, FHELIUM_CUDA_NTTB=4) */
+template <int THREADS = NTT_THREADS, bool RESC = false, int MINB = 3>
+__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) md2_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
   pdl_begin();
   constexpr int MD2_PER_THREAD = NTT_TILE / THREADS;
   constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
@@ -1872,7 +1873,8 @@ fh_status k_moddown(const void *argp, void *stream) {
     } else {
       if (raw) pdl(md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, true, true>, rg, NTT_THREADS, 0, h, *a);
       else pdl(md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, false, true>, rg, NTT_THREADS, 0, h, *a);
-      pdl(md2_kernel<NTT_THREADS, true>, rcg, NTT_THREADS, 0, h, *a);
+      if (ntt_blocks() == 4) pdl(md2_kernel<NTT_THREADS, true, 4>, rcg, NTT_THREADS, 0, h, *a);
+      else pdl(md2_kernel<NTT_THREADS, true>, rcg, NTT_THREADS, 0, h, *a);
     }
     return launched("kernel 'ckks_moddown'");
   }
@@ -1889,7 +1891,8 @@ fh_status k_moddown(const void *argp, void *stream) {
   else if (loads == 1) pdl(md1_kernel<1>, grid, NTT_THREADS, 0, h, *a);
   else if (loads == 16) pdl(md1_kernel<16>, grid, NTT_THREADS, 0, h, *a);
   else pdl(md1_kernel<8>, grid, NTT_THREADS, 0, h, *a);
-  pdl(md2_kernel<>, chunk_grid(n, b->ndst, b->ngroups), NTT_THREADS, 0, h, *a);
+  if (ntt_blocks() == 4) pdl(md2_kernel<NTT_THREADS, false, 4>, chunk_grid(n, b->ndst, b->ngroups), NTT_THREADS, 0, h, *a);
+  else pdl(md2_kernel<>, chunk_grid(n, b->ndst, b->ngroups), NTT_THREADS, 0, h, *a);
   return launched("kernel 'ckks_moddown'");
 }
 
