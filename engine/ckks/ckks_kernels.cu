@@ -16,7 +16,9 @@
  *
  * Launch shapes. Rows are (group, limb): blockIdx.y is the limb (at most
  * FH_CKKS_MAX_PRIMES), blockIdx.z walks the groups (a grid-stride loop
- * beyond 65535), blockIdx.x the coefficients or tiles of a row. One launch
+ * beyond 65535), blockIdx.x the coefficients or tiles of a row; the chunk
+ * stages' grids fold up to 32 groups into blockIdx.x too (chunk_grid), so
+ * that the blocks sharing a tile's twiddles run side by side. One launch
  * covers every row of an operation. The NTT of a row of N = 2^log_n words
  * is one kernel when N <= NTT_TILE (the whole row through shared memory),
  * else two over N = N1 x N2 (N2 = 2^ceil(log_n / 2) contiguous words): a
@@ -541,11 +543,10 @@ __device__ __forceinline__ const uint64_t *own_row_of(const no_own_rows &, int64
 
 /* The column kernel: NTT_TILE / N1 adjacent columns of the N1 x N2 matrix of a
  * row; forward reads in, inverse works in place on out. */
-/* THREADS: NTT_THREADS (8 words a thread, passes of up to 3 stages, three blocks per SM) or
+/* THREADS: NTT_THREADS (8 words a thread, passes of up to 3 stages, MINB blocks per SM) or
  * twice that (wide: 4 words a thread, passes of 2 stages, two blocks per SM: for small grids,
- * ntt_wide) */
-/* MINB: blocks per SM that the registers allow at NTT_THREADS (3: 80 registers, 4: 64;
- * ntt_blocks) */
+ * ntt_wide). MINB: blocks per SM that the registers allow at NTT_THREADS (3: 80 registers,
+ * 4: 64; ntt_blocks chooses) */
 template <bool FORWARD, int THREADS = NTT_THREADS, int MINB = 3>
 __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
   pdl_begin();
@@ -609,12 +610,18 @@ bool ntt_wide(unsigned blocks) {
   return blocks < 2u * sms_here();
 }
 
-/* Blocks per SM of the NTT's column and chunk kernels and of md2 at NTT_THREADS:
- * FHELIUM_CUDA_NTTB=4 (64 registers) or 3 (80, the default) */
+/* Blocks per SM of the NTT's column and chunk kernels and of md2 at NTT_THREADS: four (64
+ * registers, at most 60 bytes of spills in the inverse column kernel), or three (80) with
+ * FHELIUM_CUDA_NTTB=3 (a benchmarking aid). These kernels wait on their loads and barriers
+ * (ncu at N = 2^16: 40-50% of the DRAM bandwidth at three): on an H100 (twelfth session,
+ * 2026-12-07) four took the chunk stages of a ciphertext 49.8 -> 46.4 us, its column stages
+ * 46.3 -> 43.5, md2 70.8 -> 66.7 and the hoisted digits' chunk stages 200 -> 185; in one run
+ * the NTT of a ciphertext at 32768 slots 0.098 -> 0.093 ms, relinearize 0.786 -> 0.778, 8
+ * hoisted rotations 3.312 -> 3.271, and nothing moved at 8192 slots (wide kernels there). */
 int ntt_blocks() {
   static const char *const kinds[] = {"3", "4", NULL};
   static const int m = env_switch("FHELIUM_CUDA_NTTB", kinds);
-  return m == 1 ? 4 : 3;
+  return m == 0 ? 3 : 4;
 }
 
 template <bool FORWARD>
@@ -1746,7 +1753,7 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 /* THREADS, RESC as md1's (RESC: out row l - 1, times q_0^-1) */
-/* MINB: blocks per SM at NTT_THREADS (3: 80 registers; 4: 64, FHELIUM_CUDA_NTTB=4) */
+/* MINB: blocks per SM at NTT_THREADS (3: 80 registers; 4: 64; ntt_blocks chooses) */
 template <int THREADS = NTT_THREADS, bool RESC = false, int MINB = 3>
 __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) md2_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
   pdl_begin();
@@ -1799,7 +1806,8 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) md
 fh_status k_ew(const void *argp, void *stream);
 
 /* md1 and md2 wide (blocks of twice NTT_THREADS threads): for N <= 2^WIDE_MAX_LOG_N, or as
- * FHELIUM_CUDA_MD says (3: three blocks per SM of NTT_THREADS, w: wide; benchmarking aids) */
+ * FHELIUM_CUDA_MD says (3: blocks of NTT_THREADS, md1 at three per SM and md2 at ntt_blocks;
+ * w: wide; benchmarking aids) */
 bool md_wide(int log_n) {
   static const char *const kinds[] = {"3", "w", NULL};
   static const int m = env_switch("FHELIUM_CUDA_MD", kinds);
