@@ -18,6 +18,9 @@ local function plain(s) return (s:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0")) en
 local function refuses(kind, message, fn) return H.expect_error(kind, plain(message), fn) end
 
 local u64 = H.u64
+-- the twiddle quotients of the CUDA passes: the tables' w / q rounded (column stages) and
+-- w qinv formed on load (chunk stages, whose twiddle rows come from memory)
+local QUOTIENTS = { "stored", "formed" }
 
 local mulmod, powmod = H.mulmod, H.powmod
 
@@ -257,10 +260,14 @@ describe("FP64 NTT (the CUDA butterflies' CPU twin)", function()
         local sub = {}
         for i = 1, #qs do sub[i] = ids[k * #qs + i] end
         local f = C.ntt(tb, part, sub)
-        assert.is_true(fh.equal(C.ntt_fp(tb, part, sub, true), f), "forward, row kind " .. k)
-        assert.is_true(fh.equal(C.ntt_fp(tb, f, sub, false), C.intt(tb, f, sub)),
-          "inverse, row kind " .. k)
-        assert.is_true(fh.equal(C.ntt_fp(tb, part, sub, false), C.intt(tb, part, sub)), "inverse of the raw rows")
+        -- the tables' quotients (column stages) and the formed ones (w qinv: chunk stages)
+        for _, qf in ipairs(QUOTIENTS) do
+          assert.is_true(fh.equal(C.ntt_fp(tb, part, sub, true, qf), f), "forward, row kind " .. k .. ", " .. qf)
+          assert.is_true(fh.equal(C.ntt_fp(tb, f, sub, false, qf), C.intt(tb, f, sub)),
+            "inverse, row kind " .. k .. ", " .. qf)
+          assert.is_true(fh.equal(C.ntt_fp(tb, part, sub, false, qf), C.intt(tb, part, sub)),
+            "inverse of the raw rows, " .. qf)
+        end
       end
     end
   end)
@@ -273,8 +280,10 @@ describe("FP64 NTT (the CUDA butterflies' CPU twin)", function()
       local tb = C.tables(log_n, u64(qs), #qs)
       local t, ids = rows(qs, n, seed + 100 * log_n)
       local f = C.ntt(tb, t, ids)
-      assert.is_true(fh.equal(C.ntt_fp(tb, t, ids, true), f), "forward N=2^" .. log_n)
-      assert.is_true(fh.equal(C.ntt_fp(tb, f, ids, false), t), "inverse N=2^" .. log_n)
+      for _, qf in ipairs(QUOTIENTS) do
+        assert.is_true(fh.equal(C.ntt_fp(tb, t, ids, true, qf), f), "forward N=2^" .. log_n .. ", " .. qf)
+        assert.is_true(fh.equal(C.ntt_fp(tb, f, ids, false, qf), t), "inverse N=2^" .. log_n .. ", " .. qf)
+      end
     end
   end)
 
@@ -306,7 +315,9 @@ describe("FP64 NTT (the CUDA butterflies' CPU twin)", function()
         words:select(1, #qs + i):copy_(u64(wb))
         ids[i], ids[#qs + i] = i - 1, i - 1
       end
-      assert.is_true(fh.equal(C.ntt_fp(tb, d, ids, true), C.ntt(tb, words, ids)), "N=2^" .. log_n)
+      for _, qf in ipairs(QUOTIENTS) do
+        assert.is_true(fh.equal(C.ntt_fp(tb, d, ids, true, qf), C.ntt(tb, words, ids)), "N=2^" .. log_n .. ", " .. qf)
+      end
     end
   end)
 
@@ -327,6 +338,10 @@ describe("FP64 NTT (the CUDA butterflies' CPU twin)", function()
     end
     refuses("ValueError", "_ckks.ntt_fp: argument 2 (t) expected integers below 4q in size, got 0.5 (row 1)", function() C.ntt_fp(tb, row_with(0.5), { 0 }, true) end)
     refuses("ValueError", "expected integers below 4q in size, got -" .. ("%.0f"):format(q4), function() C.ntt_fp(tb, row_with(-q4), { 0 }, true) end)
+    refuses("ValueError", '_ckks.ntt_fp: argument 5 (quotients) expected "stored" or "formed", got "rounded"',
+      function() C.ntt_fp(tb, ok, { 0 }, true, "rounded") end)
+    refuses("TypeError", '_ckks.ntt_fp: argument 5 (quotients) expected "stored" or "formed", got number',
+      function() C.ntt_fp(tb, ok, { 0 }, true, 1) end)
   end)
 
   gpu_it("runs on CUDA with the CPU's words on the extreme rows (row, column and chunk kernels)", function()

@@ -177,11 +177,12 @@ static int ntt_common(lua_State *L, bool forward) {
 static int l_ntt(lua_State *L) { return ntt_common(L, true); }
 static int l_intt(lua_State *L) { return ntt_common(L, false); }
 
-/* _ckks.ntt_fp(tables, t, ids, forward): the CUDA NTT's FP64 arithmetic run on the CPU
- * (fh_ckks_ntt_row_fp, the twin the specs compare with the integer NTT); tables and t on
- * the CPU, t a contiguous uint64 [#ids, N] of standard residues (forward: or a float64
- * [#ids, N] of integers below 4q in size, as a conversion in doubles gives), every prime
- * FP64-eligible */
+/* _ckks.ntt_fp(tables, t, ids, forward[, quotients]): the CUDA NTT's FP64 arithmetic run
+ * on the CPU (fh_ckks_ntt_row_fp, the twin the specs compare with the integer NTT); tables
+ * and t on the CPU, t a contiguous uint64 [#ids, N] of standard residues (forward: or a
+ * float64 [#ids, N] of integers below 4q in size, as a conversion in doubles gives), every
+ * prime FP64-eligible; quotients "stored" (the default: the tables' w / q) or "formed"
+ * (w qinv at every stage, as the CUDA chunk stages form them) */
 static int l_ntt_fp(lua_State *L) {
   const char *fn = "_ckks.ntt_fp";
   fh_ckks_tables *tb = check_tables(L, 1, fn);
@@ -189,6 +190,14 @@ static int l_ntt_fp(lua_State *L) {
   int ids[FH_CKKS_MAX_PRIMES];
   int nids = check_ids(L, 3, ids, fn);
   bool forward = lua_toboolean(L, 4);
+  if (lua_type(L, 5) != LUA_TSTRING && !lua_isnoneornil(L, 5))
+    return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 5 (quotients) expected \"stored\" or \"formed\", got %s", fn,
+                         fh__lua_typename(L, 5));
+  const char *quot = lua_isnoneornil(L, 5) ? "stored" : lua_tostring(L, 5);
+  if (strcmp(quot, "stored") != 0 && strcmp(quot, "formed") != 0)
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 5 (quotients) expected \"stored\" or \"formed\", got \"%s\"",
+                         fn, quot);
+  const bool formed = quot[0] == 'f';
   if (tb->device.type != FH_DEVICE_CPU)
     return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 1 (tables) expected tables on the CPU, got tables on a GPU", fn);
   /* words, or (forward) integer-valued doubles below 4q in size */
@@ -226,7 +235,7 @@ static int l_ntt_fp(lua_State *L) {
   const double *din = doubles ? (const double *)fh_tensor_data(t) : NULL;
   for (int i = 0; i < nids; ++i)
     fh_ckks_ntt_row_fp(w + i * n, in ? in + i * n : NULL, din ? din + i * n : NULL, tb->log_n, &tb->host[ids[i]],
-                       tb->ntt + (int64_t)ids[i] * 4 * n, forward, v);
+                       tb->ntt + (int64_t)ids[i] * 4 * n, forward, formed, v);
   fh_free(v);
   fh_tensor_box *b = fh__lua_new_tensor_box(L);
   fh_tensor_options o = {FH_UINT64, fh_cpu(), false, false};

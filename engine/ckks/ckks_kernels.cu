@@ -16,7 +16,9 @@
  *
  * Launch shapes. Rows are (group, limb): blockIdx.y is the limb (at most
  * FH_CKKS_MAX_PRIMES), blockIdx.z walks the groups (a grid-stride loop
- * beyond 65535), blockIdx.x the coefficients or tiles of a row. One launch
+ * beyond 65535), blockIdx.x the coefficients or tiles of a row; the chunk
+ * stages' grids fold up to 32 groups into blockIdx.x too (chunk_grid), so
+ * that the blocks sharing a tile's twiddles run side by side. One launch
  * covers every row of an operation. The NTT of a row of N = 2^log_n words
  * is one kernel when N <= NTT_TILE (the whole row through shared memory),
  * else two over N = N1 x N2 (N2 = 2^ceil(log_n / 2) contiguous words): a
@@ -237,6 +239,8 @@ struct int_arith {
   __device__ __forceinline__ T load(uint64_t bits, bool) const { return bits; }
   __device__ __forceinline__ uint64_t store(T v, bool, bool reduce, bool) const { return reduce ? reduce4(v, P) : v; }
   __device__ __forceinline__ TW twiddle(uint32_t gi) const { return TW{__ldg(P.w + gi), __ldg(P.ws + gi)}; }
+  /* the chunk stages' twiddles (fp_arith::twiddle_formed): a Shoup companion is not formed */
+  __device__ __forceinline__ TW twiddle_formed(uint32_t gi) const { return twiddle(gi); }
   __device__ __forceinline__ void fwd(T &x, T &y, const TW &t) const { ct_bfly(x, y, t.w, t.ws, P); }
   __device__ __forceinline__ void fwd_first(T &x, T &y) const { ct_first(x, y, c, P); }
   __device__ __forceinline__ void inv(T &x, T &y, const TW &t) const { gs_bfly(x, y, t.w, t.ws, P); }
@@ -259,6 +263,13 @@ struct fp_arith {
     return (uint64_t)__double_as_longlong(forward ? v : fh_fp_centre(v, q, qinv));
   }
   __device__ __forceinline__ TW twiddle(uint32_t gi) const { return TW{__ldg(w + gi), __ldg(wq + gi)}; }
+  /* the chunk stages' twiddles, whose rows (N of each prime) come from DRAM: the quotient
+   * formed as w qinv (within 2^-52 of w / q, fh_fp_mul_w), so that only the w row is read
+   * (half the twiddle bytes); the products stay exact and within q (1/2 + |x| 2^-52) */
+  __device__ __forceinline__ TW twiddle_formed(uint32_t gi) const {
+    const double tw = __ldg(w + gi);
+    return TW{tw, __dmul_rn(tw, qinv)};
+  }
   __device__ __forceinline__ void fwd(T &x, T &y, const TW &t) const {
     const double r = fh_fp_mul(y, t.w, t.wq, q);
     y = __dsub_rn(x, r);
@@ -319,7 +330,8 @@ __host__ __device__ constexpr int pass_tw_offset(int si) {
  * multiplies by R or scales. Compile-time flags: a runtime choice would issue both kinds
  * of butterfly, predicated, at every stage. PRE: the pass's twiddles are loaded before
  * its words, all at once, for passes whose twiddle rows are too large to stay in L1 (the
- * chunk stages): their latency then passes under the words' loads. */
+ * chunk stages): their latency then passes under the words' loads, and their FP64
+ * quotients are formed from the twiddles (twiddle_formed: half the bytes). */
 template <int R, bool FORWARD, bool FIRST, bool LAST, bool FUSE, bool PRE, class A>
 __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst, int narr, int M, int log_tlo,
                                          const ntt_geom g, bool reduce, const A &ar) {
@@ -352,7 +364,7 @@ __device__ __forceinline__ void ntt_pass(const ntt_view src, const ntt_view dst,
         const uint32_t g0 = (total >> (log_t + 1)) + (base >> (log_t + 1));
         const int ng = FORWARD ? (1 << si) : (R >> (si + 1));
 #pragma unroll
-        for (int k = 0; k < ng; ++k) tws[pass_tw_offset<R, FORWARD>(si) + k] = ar.twiddle(g0 + (uint32_t)k);
+        for (int k = 0; k < ng; ++k) tws[pass_tw_offset<R, FORWARD>(si) + k] = ar.twiddle_formed(g0 + (uint32_t)k);
       }
     }
     typename A::T v[R];
@@ -464,6 +476,33 @@ __host__ __device__ __forceinline__ ntt_split ntt_split_of(int log_n) {
   return s;
 }
 
+/* Chunk grids. The chunk stages read their twiddle rows from DRAM (N per prime, too many
+ * for L1), and the blocks of one tile and row in different groups (a ciphertext's two
+ * components, a key switch's digits) read the same ones. Launched with the groups in z they
+ * ran a whole grid apart, and each read the twiddles from DRAM again (ncu, N = 2^16: the
+ * twiddles were half the bytes of the ciphertext NTT's chunk kernel and of the digits'
+ * chunk stages). A chunk grid folds up to CHUNK_FOLD groups into blockIdx.x, group-minor
+ * (x = tile * fold + the group's place), so that those blocks run side by side and the
+ * twiddles come from DRAM once per fold; z walks the folds. */
+constexpr int CHUNK_FOLD = 32;
+dim3 chunk_grid(int64_t n, int rows, int64_t ngroups) {
+  const int64_t fold = ngroups < CHUNK_FOLD ? ngroups : CHUNK_FOLD;
+  return dim3((unsigned)(n / NTT_TILE * fold), (unsigned)rows, grid_z((ngroups + fold - 1) / fold));
+}
+/* a chunk-grid block's tile (its first word) and place in the fold */
+struct chunk_place {
+  int64_t base;
+  int fold, slot;
+};
+__device__ __forceinline__ chunk_place chunk_place_of(int log_n) {
+  const int fold = (int)(gridDim.x >> (log_n - NTT_TILE_LOG));
+  const int tile = (int)(blockIdx.x / (unsigned)fold);
+  return chunk_place{(int64_t)tile * NTT_TILE, fold, (int)blockIdx.x - tile * fold};
+}
+/* the groups of a chunk-grid block: its slot of every fold that z gives it */
+#define CHUNK_GROUPS(g, ngroups, cp)                                                                                   \
+  for (int64_t g = (int64_t)blockIdx.z * (cp).fold + (cp).slot; g < (ngroups); g += (int64_t)gridDim.z * (cp).fold)
+
 /* A whole row (N <= NTT_TILE): every stage, global to global through shared memory. */
 template <bool FORWARD>
 __global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
@@ -504,11 +543,12 @@ __device__ __forceinline__ const uint64_t *own_row_of(const no_own_rows &, int64
 
 /* The column kernel: NTT_TILE / N1 adjacent columns of the N1 x N2 matrix of a
  * row; forward reads in, inverse works in place on out. */
-/* THREADS: NTT_THREADS (8 words a thread, passes of up to 3 stages, three blocks per SM) or
+/* THREADS: NTT_THREADS (8 words a thread, passes of up to 3 stages, MINB blocks per SM) or
  * twice that (wide: 4 words a thread, passes of 2 stages, two blocks per SM: for small grids,
- * ntt_wide) */
-template <bool FORWARD, int THREADS = NTT_THREADS>
-__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
+ * ntt_wide). MINB: blocks per SM that the registers allow at NTT_THREADS (3: 80 registers,
+ * 4: 64; ntt_blocks chooses) */
+template <bool FORWARD, int THREADS = NTT_THREADS, int MINB = 3>
+__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
   pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   const int l = blockIdx.y;
@@ -532,8 +572,8 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_c
  * in place on out and reduces, inverse reads in. */
 /* own (in_ntt not NULL: the key switch's split path, a.ngroups = G x ndigits digits): the
  * digits' own rows are skipped */
-template <bool FORWARD, int THREADS = NTT_THREADS, class OWN = no_own_rows>
-__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_chunk_kernel(const __grid_constant__ fh_ckks_ntt_args a,
+template <bool FORWARD, int THREADS = NTT_THREADS, class OWN = no_own_rows, int MINB = 3>
+__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) ntt_chunk_kernel(const __grid_constant__ fh_ckks_ntt_args a,
                                                                                        const __grid_constant__ OWN own) {
   pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
@@ -541,12 +581,13 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) ntt_c
   const ntt_split sp = ntt_split_of(a.log_n);
   const int64_t n = (int64_t)1 << a.log_n;
   const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
-  const int64_t base = (int64_t)blockIdx.x * NTT_TILE;
+  const chunk_place cp = chunk_place_of(a.log_n); /* a chunk grid (chunk_grid) */
+  const int64_t base = cp.base;
   const fh_ckks_prime c = a.primes[a.prime[l]];
   const ntt_prime P = ntt_prime_of(a, l, FORWARD);
   const ntt_geom geo = {n, base, n2, a.log_n};
   const int own_digit = own_digit_of(own, l);
-  GROUPS(g, a.ngroups) {
+  CHUNK_GROUPS(g, a.ngroups, cp) {
     if constexpr (!std::is_same<OWN, no_own_rows>::value)
       if (own_digit >= 0 && g % own.ndigits == own_digit) continue;
     const uint64_t *in = FORWARD ? a.out + g * a.out_gs : a.in + g * a.in_gs;
@@ -569,6 +610,20 @@ bool ntt_wide(unsigned blocks) {
   return blocks < 2u * sms_here();
 }
 
+/* Blocks per SM of the NTT's column and chunk kernels and of md2 at NTT_THREADS: four (64
+ * registers, at most 60 bytes of spills in the inverse column kernel), or three (80) with
+ * FHELIUM_CUDA_NTTB=3 (a benchmarking aid). These kernels wait on their loads and barriers
+ * (ncu at N = 2^16: 40-50% of the DRAM bandwidth at three): on an H100 (twelfth session,
+ * 2026-12-07) four took the chunk stages of a ciphertext 49.8 -> 46.4 us, its column stages
+ * 46.3 -> 43.5, md2 70.8 -> 66.7 and the hoisted digits' chunk stages 200 -> 185; in one run
+ * the NTT of a ciphertext at 32768 slots 0.098 -> 0.093 ms, relinearize 0.786 -> 0.778, 8
+ * hoisted rotations 3.312 -> 3.271, and nothing moved at 8192 slots (wide kernels there). */
+int ntt_blocks() {
+  static const char *const kinds[] = {"3", "4", NULL};
+  static const int m = env_switch("FHELIUM_CUDA_NTTB", kinds);
+  return m == 0 ? 3 : 4;
+}
+
 template <bool FORWARD>
 fh_status run_ntt(const void *argp, void *stream) {
   const fh_ckks_ntt_args *a = (const fh_ckks_ntt_args *)argp;
@@ -580,21 +635,29 @@ fh_status run_ntt(const void *argp, void *stream) {
     const int threads = (int)(n / 8 < 32 ? 32 : n / 8);
     pdl(ntt_row_kernel<FORWARD>, dim3(1, a->nlimbs, gz), threads, 0, h, *a);
   } else {
-    const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz);
+    const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz), cg = chunk_grid(n, a->nlimbs, a->ngroups);
     if (ntt_wide(grid.x * grid.y * grid.z)) {
       constexpr int W = 2 * NTT_THREADS;
       if (FORWARD) {
         pdl(ntt_col_kernel<true, W>, grid, W, 0, h, *a);
-        pdl(ntt_chunk_kernel<true, W>, grid, W, 0, h, *a, no_own_rows{});
+        pdl(ntt_chunk_kernel<true, W>, cg, W, 0, h, *a, no_own_rows{});
       } else {
-        pdl(ntt_chunk_kernel<false, W>, grid, W, 0, h, *a, no_own_rows{});
+        pdl(ntt_chunk_kernel<false, W>, cg, W, 0, h, *a, no_own_rows{});
         pdl(ntt_col_kernel<false, W>, grid, W, 0, h, *a);
+      }
+    } else if (ntt_blocks() == 4) {
+      if (FORWARD) {
+        pdl(ntt_col_kernel<true, NTT_THREADS, 4>, grid, NTT_THREADS, 0, h, *a);
+        pdl(ntt_chunk_kernel<true, NTT_THREADS, no_own_rows, 4>, cg, NTT_THREADS, 0, h, *a, no_own_rows{});
+      } else {
+        pdl(ntt_chunk_kernel<false, NTT_THREADS, no_own_rows, 4>, cg, NTT_THREADS, 0, h, *a, no_own_rows{});
+        pdl(ntt_col_kernel<false, NTT_THREADS, 4>, grid, NTT_THREADS, 0, h, *a);
       }
     } else if (FORWARD) {
       pdl(ntt_col_kernel<true>, grid, NTT_THREADS, 0, h, *a);
-      pdl(ntt_chunk_kernel<true>, grid, NTT_THREADS, 0, h, *a, no_own_rows{});
+      pdl(ntt_chunk_kernel<true>, cg, NTT_THREADS, 0, h, *a, no_own_rows{});
     } else {
-      pdl(ntt_chunk_kernel<false>, grid, NTT_THREADS, 0, h, *a, no_own_rows{});
+      pdl(ntt_chunk_kernel<false>, cg, NTT_THREADS, 0, h, *a, no_own_rows{});
       pdl(ntt_col_kernel<false>, grid, NTT_THREADS, 0, h, *a);
     }
   }
@@ -1565,8 +1628,9 @@ fh_status k_ks_core(const void *argp, void *stream) {
   t.primes = u->primes;
   t.ntt = a->ntt;
   memcpy(t.prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
-  const dim3 cg(tiles, u->nrows, grid_z(t.ngroups));
+  const dim3 cg = chunk_grid(n, u->nrows, t.ngroups);
   if (own.in_ntt) pdl(ntt_chunk_kernel<true, NTT_THREADS, own_rows>, cg, NTT_THREADS, 0, h, t, own);
+  else if (ntt_blocks() == 4) pdl(ntt_chunk_kernel<true, NTT_THREADS, no_own_rows, 4>, cg, NTT_THREADS, 0, h, t, no_own_rows{});
   else pdl(ntt_chunk_kernel<true>, cg, NTT_THREADS, 0, h, t, no_own_rows{});
   fh_status st = launched("kernel 'ckks_ks_core'");
   return st == FH_OK && a->key != NULL ? ks_inner_of_core(a, own, stream) : st;
@@ -1689,8 +1753,9 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 /* THREADS, RESC as md1's (RESC: out row l - 1, times q_0^-1) */
-template <int THREADS = NTT_THREADS, bool RESC = false>
-__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md2_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
+/* MINB: blocks per SM at NTT_THREADS (3: 80 registers; 4: 64; ntt_blocks chooses) */
+template <int THREADS = NTT_THREADS, bool RESC = false, int MINB = 3>
+__global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) md2_kernel(const __grid_constant__ fh_ckks_moddown_args a) {
   pdl_begin();
   constexpr int MD2_PER_THREAD = NTT_TILE / THREADS;
   constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
@@ -1703,14 +1768,15 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md2_k
   const ntt_split sp = ntt_split_of(b.log_n);
   const int64_t n = (int64_t)1 << b.log_n;
   const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
-  const int64_t base = (int64_t)blockIdx.x * NTT_TILE;
+  const chunk_place cp = chunk_place_of(b.log_n); /* a chunk grid: the components side by side */
+  const int64_t base = cp.base;
   const int p = b.dst_prime[l];
   const fh_ckks_prime c = b.primes[p];
   const ntt_prime P = ntt_prime_at(b.primes, a.ntt, p, b.log_n, true);
   const ntt_geom geo = {n, base, n2, b.log_n};
   const ntt_view sv = {sm, 1, n2};
   const uint64_t w = a.c_const[l], ws = a.c_shoup[l];
-  GROUPS(gg, b.ngroups) {
+  CHUNK_GROUPS(gg, b.ngroups, cp) {
     const int64_t g = gg / 2;
     const int comp = (int)(gg % 2);
     const uint64_t *x = a.a + gg * a.a_gs + (int64_t)l * n + base;
@@ -1740,7 +1806,8 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md2_k
 fh_status k_ew(const void *argp, void *stream);
 
 /* md1 and md2 wide (blocks of twice NTT_THREADS threads): for N <= 2^WIDE_MAX_LOG_N, or as
- * FHELIUM_CUDA_MD says (3: three blocks per SM of NTT_THREADS, w: wide; benchmarking aids) */
+ * FHELIUM_CUDA_MD says (3: blocks of NTT_THREADS, md1 at three per SM and md2 at ntt_blocks;
+ * w: wide; benchmarking aids) */
 bool md_wide(int log_n) {
   static const char *const kinds[] = {"3", "w", NULL};
   static const int m = env_switch("FHELIUM_CUDA_MD", kinds);
@@ -1806,15 +1873,16 @@ fh_status k_moddown(const void *argp, void *stream) {
       return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a fused rescale needs two Q rows, and add with v0 or neither");
     /* raw: md1 also computes y0 on load */
     if (!raw) pdl(md0r_kernel, dim3(blocks_for(n, EW_THREADS), 1, gz), EW_THREADS, 0, h, *a);
-    const dim3 rg(tiles, b->ndst - 1, gz);
+    const dim3 rg(tiles, b->ndst - 1, gz), rcg = chunk_grid(n, b->ndst - 1, b->ngroups);
     if (md_wide(b->log_n)) {
       if (raw) pdl(md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, true, true>, rg, 2 * NTT_THREADS, 0, h, *a);
       else pdl(md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, false, true>, rg, 2 * NTT_THREADS, 0, h, *a);
-      pdl(md2_kernel<2 * NTT_THREADS, true>, rg, 2 * NTT_THREADS, 0, h, *a);
+      pdl(md2_kernel<2 * NTT_THREADS, true>, rcg, 2 * NTT_THREADS, 0, h, *a);
     } else {
       if (raw) pdl(md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, true, true>, rg, NTT_THREADS, 0, h, *a);
       else pdl(md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, false, true>, rg, NTT_THREADS, 0, h, *a);
-      pdl(md2_kernel<NTT_THREADS, true>, rg, NTT_THREADS, 0, h, *a);
+      if (ntt_blocks() == 4) pdl(md2_kernel<NTT_THREADS, true, 4>, rcg, NTT_THREADS, 0, h, *a);
+      else pdl(md2_kernel<NTT_THREADS, true>, rcg, NTT_THREADS, 0, h, *a);
     }
     return launched("kernel 'ckks_moddown'");
   }
@@ -1824,14 +1892,15 @@ fh_status k_moddown(const void *argp, void *stream) {
   if (md_wide(b->log_n)) {
     if (raw) pdl(md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS, true>, grid, 2 * NTT_THREADS, 0, h, *a);
     else pdl(md1_kernel<CONV_LOADS_DEFAULT, 2 * NTT_THREADS>, grid, 2 * NTT_THREADS, 0, h, *a);
-    pdl(md2_kernel<2 * NTT_THREADS>, dim3(tiles, b->ndst, gz), 2 * NTT_THREADS, 0, h, *a);
+    pdl(md2_kernel<2 * NTT_THREADS>, chunk_grid(n, b->ndst, b->ngroups), 2 * NTT_THREADS, 0, h, *a);
     return launched("kernel 'ckks_moddown'");
   }
   if (raw) pdl(md1_kernel<CONV_LOADS_DEFAULT, NTT_THREADS, true>, grid, NTT_THREADS, 0, h, *a);
   else if (loads == 1) pdl(md1_kernel<1>, grid, NTT_THREADS, 0, h, *a);
   else if (loads == 16) pdl(md1_kernel<16>, grid, NTT_THREADS, 0, h, *a);
   else pdl(md1_kernel<8>, grid, NTT_THREADS, 0, h, *a);
-  pdl(md2_kernel<>, dim3(tiles, b->ndst, gz), NTT_THREADS, 0, h, *a);
+  if (ntt_blocks() == 4) pdl(md2_kernel<NTT_THREADS, false, 4>, chunk_grid(n, b->ndst, b->ngroups), NTT_THREADS, 0, h, *a);
+  else pdl(md2_kernel<>, chunk_grid(n, b->ndst, b->ngroups), NTT_THREADS, 0, h, *a);
   return launched("kernel 'ckks_moddown'");
 }
 

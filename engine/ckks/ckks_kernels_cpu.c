@@ -193,14 +193,21 @@ static void ntt_inverse_row(uint64_t *a, const uint64_t *in, int log_n, const fh
   }
 }
 
+/* a twiddle's quotient by q for fh_fp_mul: the table's (w / q rounded), or formed as
+ * w qinv (within 2^-52 of w / q: fh_fp_mul_w's bound) */
+static double tw_quotient(uint64_t w, const fh_ckks_prime *p, bool formed) {
+  return formed ? FH_DMUL((double)w, p->fp_qinv) : fh_fp_twiddle(w, p->q);
+}
+
 /* The CUDA NTT's FP64 butterflies on one row (primes below 2^FH_FP_MAX_BITS): the CPU
  * twin of that arithmetic (spec/ckks_fp_spec.lua), not a path of the CPU back end. The
- * same fh_fp_mul, twiddles (fh_fp_twiddle of the table's words) and fused constants as
- * the GPU, with ranges at least as wide: forward, no reduction between stages (the GPU
- * reduces at least every 11); inverse, the centred reduction after every three stages
+ * same fh_fp_mul, twiddles (fh_fp_twiddle of the table's words, or with formed the
+ * quotients w qinv of the GPU's chunk stages) and fused constants as the GPU, with ranges
+ * at least as wide: forward, no reduction between stages (the GPU reduces at least every
+ * 11); inverse, the centred reduction after every three stages
  * (the GPU's passes). Standard residues in, canonical words out, like the integer rows. */
 void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, const double *din, int log_n, const fh_ckks_prime *p,
-                        const uint64_t *tw, bool forward, double *v) {
+                        const uint64_t *tw, bool forward, bool formed, double *v) {
   const int64_t n = (int64_t)1 << log_n;
   const double q = p->fp_q, qi = p->fp_qinv;
   for (int64_t j = 0; j < n; ++j) v[j] = din ? din[j] : fh_fp_of_word(in[j]);
@@ -208,7 +215,7 @@ void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, const double *din, int 
     const uint64_t *w = tw;
     for (int64_t m = 1, t = n >> 1; m < n; m <<= 1, t >>= 1)
       for (int64_t i = 0; i < m; ++i) {
-        const double W = (double)w[m + i], Wq = fh_fp_twiddle(w[m + i], p->q);
+        const double W = (double)w[m + i], Wq = tw_quotient(w[m + i], p, formed);
         for (int64_t j = 2 * i * t; j < 2 * i * t + t; ++j) {
           if (m == 1) { /* the first stage times R */
             const double x = fh_fp_mul(v[j], p->fp_c[0], p->fp_c[1], q);
@@ -230,7 +237,7 @@ void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, const double *din, int 
         for (int64_t j = 0; j < n; ++j) v[j] = fh_fp_centre(v[j], q, qi);
       const int64_t groups = n / (2 * t);
       for (int64_t i = 0; i < groups; ++i) {
-        const double W = (double)w[groups + i], Wq = fh_fp_twiddle(w[groups + i], p->q);
+        const double W = (double)w[groups + i], Wq = tw_quotient(w[groups + i], p, formed);
         for (int64_t j = 2 * i * t; j < 2 * i * t + t; ++j) {
           const double s = v[j] + v[j + t], d = v[j] - v[j + t];
           if (groups == 1) { /* the last stage times N^-1 R^-1 */

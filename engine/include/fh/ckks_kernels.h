@@ -112,9 +112,11 @@ typedef struct fh_ckks_prime {
 /* The CUDA NTT's FP64 arithmetic on one row on the CPU (a test twin; the prime must
  * satisfy fh_fp_eligible): in -> a (may alias), v scratch of N doubles owned by the caller.
  * din, when not NULL, replaces in: integer-valued doubles below 4q in size (forward only:
- * the inputs a CUDA transform takes from a conversion in doubles). */
+ * the inputs a CUDA transform takes from a conversion in doubles). formed: every stage's
+ * twiddle quotient is formed as w qinv (qinv = 1/q rounded), as the CUDA chunk stages form
+ * it, instead of the table's w / q rounded. */
 void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, const double *din, int log_n, const fh_ckks_prime *p,
-                        const uint64_t *tw, bool forward, double *v);
+                        const uint64_t *tw, bool forward, bool formed, double *v);
 
 /* ---- NTT / INTT ------------------------------------------------------------
  * Limb l of group g reads in + g * in_gs + row * N and writes out + g * out_gs + row * N
