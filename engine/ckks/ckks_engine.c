@@ -1248,8 +1248,7 @@ fh_status fh__ckks_hoist_moddown_of(fh_ckks_engine *e, fh__ckks_launcher *L, fh_
 
 fh_status fh__ckks_hoist_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *out0,
                                  uint64_t *out1, int64_t out_gs) {
-  return ks_moddown(e, L, h->level, &h->k, h->G, fh__ckks_ptr(h->acc), fh__ckks_ptr(h->W), fh__ckks_ptr(h->T), true,
-                    out0, out1, out_gs, NULL, NULL, 0);
+  return fh__ckks_hoist_moddown_of(e, L, h, fh__ckks_ptr(h->acc), true, out0, out1, out_gs, NULL, 0);
 }
 
 /* (without steps, h->W has the two extra rows of a fused rescale: fh__ckks_hoist_begin) */
