@@ -82,6 +82,92 @@ describe("ckks polynomial entries (CPU)", function()
       { 0, 1, 2, 3, 4 })
   end)
 
+  -- narrow keys (FH_K_CKKS_NARROW): rows of primes below 2^41 in a 32-bit, an 8-bit and a
+  -- 1-bit plane, other rows as they are; key switches read them instead of the key's data
+  it("a narrow key holds its data's words and gives the same inner products", function()
+    for _, lg in ipairs { 5, 8 } do
+      local nn = 2 ^ lg
+      local q41, q40 = C.find_primes(41, lg, 2):tolist(), C.find_primes(40, lg, 1):tolist()
+      local q30, p60 = C.find_primes(30, lg, 1):tolist(), C.find_primes(60, lg, 2):tolist()
+      -- 4 Q primes (two above 2^40: bit 40 set in about half their words), 2 P primes
+      local pr = { q41[1], q40[1], q30[1], q41[2], p60[1], p60[2] }
+      assert.is_true(q41[1] > 2 ^ 40 and q41[2] > 2 ^ 40)
+      local t = C.tables(lg, u64(pr), 4)
+      local all = { 0, 1, 2, 3, 4, 5 }
+      local D = 2
+      local key = residues({ D, 2 }, pr, nn, seed + 500 + lg)
+      local nk = C.narrow(t, key)
+      -- each plane padded to 16 bytes: the 1-bit plane of 32 words is 4 bytes, so 16
+      local pad = function(b) return math.ceil(b / 16) * 16 end
+      local nrow = pad(4 * nn) + pad(nn) + pad(4 * math.ceil(nn / 32))
+      local slab = 4 * nrow + 2 * 8 * nn
+      assert.are.equal("uint8", nk.dtype)
+      assert.are.same({ D, 2, slab }, nk.shape)
+      -- every word, from its bytes (little-endian), as the layout says
+      local bytes, words = nk:tolist(), key:tolist()
+      local ones = 0
+      for d = 1, D do
+        for c = 1, 2 do
+          local b, at = bytes[d][c], 0
+          for r = 1, #pr do
+            local narrow = pr[r] < 2 ^ 41
+            for j = 0, nn - 1 do
+              local w = words[d][c][r][j + 1]
+              local function u32(o) return b[o + 1] + b[o + 2] * 2 ^ 8 + b[o + 3] * 2 ^ 16 + b[o + 4] * 2 ^ 24 end
+              if narrow then
+                local bits = u32(at + pad(4 * nn) + pad(nn) + 4 * math.floor(j / 32))
+                local bit = math.floor(bits / 2 ^ (j % 32)) % 2
+                ones = ones + bit
+                local got = u32(at + 4 * j) + b[at + pad(4 * nn) + j + 1] * 2 ^ 32 + bit * 2 ^ 40
+                assert.are.equal(tonumber(w), got, ("digit %d component %d row %d word %d"):format(d, c, r, j))
+              else
+                local got = 0ULL + u32(at + 8 * j) + u32(at + 8 * j + 4) * 4294967296ULL
+                assert.is_true(w == got, ("digit %d component %d wide row %d word %d"):format(d, c, r, j))
+              end
+            end
+            at = at + (narrow and nrow or 8 * nn)
+          end
+          -- the planes' padding is zero
+          for r = 1, 4 do
+            local base = (r - 1) * nrow
+            for o = pad(4 * nn) + nn, pad(4 * nn) + pad(nn) - 1 do assert.are.equal(0, b[base + o + 1]) end
+            for o = pad(4 * nn) + pad(nn) + 4 * math.ceil(nn / 32), nrow - 1 do
+              assert.are.equal(0, b[base + o + 1], ("padding byte %d of row %d"):format(o, r))
+            end
+          end
+        end
+      end
+      assert.is_true(ones > 0, "some words of the primes above 2^40 have bit 40 set")
+      -- the inner product reads the same words: rows of any limbs, one product or steps
+      local digits = residues({ 2, D }, pr, nn, seed + 600 + lg)
+      assert.is_true(fh.equal(C.ks_inner(t, digits, nk, all, all), C.ks_inner(t, digits, key, all, all)))
+      local some, rows = { 1, 3, 4, 5 }, { 1, 3, 4, 5 }
+      local sd = residues({ 2, D }, { pr[2], pr[4], pr[5], pr[6] }, nn, seed + 700 + lg)
+      assert.is_true(fh.equal(C.ks_inner(t, sd, nk, some, rows, 5), C.ks_inner(t, sd, key, some, rows, 5)))
+      local gals = { 5, 1, 2 * nn - 1 }
+      assert.is_true(fh.equal(C.ks_inner(t, digits, nk, all, all, gals), C.ks_inner(t, digits, key, all, all, gals)))
+    end
+  end)
+
+  it("narrow keys reject what does not fit the tables", function()
+    local key = residues({ 2, 2 }, primes, n, seed + 800)
+    local nk = C.narrow(tb, key)
+    local digits = residues({ 1, 2 }, primes, n, seed + 900)
+    H.expect_error("TypeError", "ckks narrow: expected a uint64 tensor, got uint8", C.narrow, tb, nk)
+    H.expect_error("ValueError", "ckks narrow: expected shape %[%*, 5, " .. n .. "%]", C.narrow, tb,
+      key:narrow(3, 1, 4))
+    H.expect_error("ValueError", "ckks narrow: key expected shape %[digits, 2, 5, " .. n .. "%], got a 3%-dimensional",
+      C.narrow, tb, key:select(2, 1))
+    H.expect_error("ValueError", "ckks narrow: key expected shape %[digits, 2, 5, " .. n .. "%], got a 4%-dimensional",
+      C.narrow, tb, key:narrow(2, 1, 1))
+    H.expect_error("ValueError", "ckks ks_inner: a narrow key expected shape %[2, 2, " .. nk.shape[3] .. "%]",
+      C.ks_inner, tb, digits, nk:narrow(3, 1, 16), ids, ids)
+    H.expect_error("ValueError", "ckks ks_inner: a narrow key expected shape", C.ks_inner, tb,
+      residues({ 1, 3 }, primes, n, seed + 901), nk, ids, ids)
+    H.expect_error("ValueError", "ckks ks_inner: key row 5 is out of range %[0, 5%)", C.ks_inner, tb, digits, nk, ids,
+      { 0, 1, 2, 3, 5 })
+  end)
+
   it("a centered conversion from one prime is the centred residue", function()
     local x = residues({ 2 }, { qs[1] }, n, seed + 400)
     local y = C.bconv(tb, x, { 0 }, { 1, 3 }, true)
