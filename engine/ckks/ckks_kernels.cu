@@ -1823,11 +1823,14 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) md
     const uint64_t *x = a.a + gg * a.a_gs + (int64_t)l * n + base;
     const uint64_t *z = a.add[comp] ? a.add[comp] + g * a.add_gs + (int64_t)l * n + base : NULL;
     const ntt_view src = {b.out + gg * b.out_gs + (int64_t)b.dst_row[l] * n + base, 1, n2};
+    /* add through an automorphism (add_galois): word e of the tile from the row's source slot */
+    const uint64_t zg = a.add_galois;
 #pragma unroll
     for (int k = 0; k < MD2_PER_THREAD; ++k) {
       const int e = threadIdx.x + k * THREADS;
       cp_async_word(xs + e, x + e);
-      if (z) cp_async_word(zs + e, z + e);
+      if (z)
+        cp_async_word(zs + e, zg > 1 ? z - base + fh_ckks_automorph_src((uint32_t)(base + e), zg, b.log_n) : z + e);
     }
     cp_async_commit();
     ntt_stages<true, true, MAX_LOG_R>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
@@ -1863,6 +1866,8 @@ fh_status k_moddown(const void *argp, void *stream) {
   if (b->log_n <= NTT_TILE_LOG) {
     if (a->rescale) /* the evaluator rescales in turn at these sizes */
       return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: no fused rescale for N <= 2^%d", NTT_TILE_LOG);
+    if (a->add_galois > 1) /* the evaluator adds the automorphism's output at these sizes */
+      return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: no automorphism of add for N <= 2^%d", NTT_TILE_LOG);
     /* small rings: conversion, NTT, then the subtraction per component */
     fh_status st = k_bconv(b, stream);
     fh_ckks_ntt_args t;
