@@ -2008,73 +2008,9 @@ fh_status k_moddown(const void *argp, void *stream) {
  * at N = 2^16 3.596 -> 3.373 ms against four digits' words at a time (which remain for more
  * digits). The same sums mod q, so the same words. */
 constexpr int KS_WIDE_DIGITS = 9;
-/* The key words of a block's row: KEY_DATA the key's data (8-byte words), KEY_NARROW a narrow
- * key's row in 41-bit words, KEY_NARROW_WIDE a narrow key's row of 8-byte words (a prime
- * above 2^41). A row's kind is the same for the whole block, so each block runs the loop of
- * one kind and its loads are issued together, as the data's are. */
-enum { KEY_DATA = 0, KEY_NARROW = 1, KEY_NARROW_WIDE = 2 };
-template <int KIND>
-__device__ __forceinline__ uint64_t ks_key_word(const fh_ckks_ks_args &a, const uint64_t *key, const uint8_t *nrow,
-                                                int64_t n, int d, int c, int64_t j) {
-  if (KIND == KEY_DATA) return key[d * a.key_ds + c * a.key_cs + j];
-  const uint8_t *row = nrow + d * a.nkey_ds + c * a.nkey_cs;
-  if (KIND == KEY_NARROW_WIDE) return ((const uint64_t *)row)[j];
-  return fh_ckks_narrow_word(row, n, j, 1);
-}
-
-/* One coefficient j of row l of group g, every step in turn (ks_kernel) */
-template <int KIND, class OWN>
-__device__ __forceinline__ void ks_coeff(const fh_ckks_ks_args &a, const OWN &own, int64_t g, int l, int64_t j,
-                                         int64_t n, uint64_t q, uint64_t qi, int od, const uint64_t *dig,
-                                         const uint64_t *orow, int nst) {
-  for (int st = 0; st < nst; ++st) {
-    const uint64_t gal = a.nsteps > 0 ? a.step_galois[st] : a.galois;
-    const uint64_t *key = KIND == KEY_DATA ? (a.nsteps > 0 ? a.step_key[st] : a.key) + (int64_t)a.key_row[l] * n : NULL;
-    const uint8_t *nrow = KIND == KEY_DATA ? NULL
-                                           : (a.nsteps > 0 ? a.step_nkey[st] : a.nkey) + FH_CKKS_NARROW_AT(a.nkey_off[l]);
-    uint64_t *o0 = (a.nsteps > 0 ? a.step_out[st] : a.out) + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
-    uint64_t r0 = 0, r1 = 0;
-    /* the digits' slot (a rotation's automorphism read in place: the gathers of a warp stay
-     * in one aligned 256-byte run, see the linear transform) */
-    const int64_t src = gal > 1 ? (int64_t)fh_ckks_automorph_src((uint32_t)j, gal, a.log_n) : j;
-    if (a.ndigits <= KS_WIDE_DIGITS) {
-      /* padded to whole groups of 4 with zeros the compiler folds away */
-      constexpr int PAD = (KS_WIDE_DIGITS + 3) / 4 * 4;
-      uint64_t v[PAD], k0[PAD], k1[PAD];
-#pragma unroll
-      for (int d = 0; d < PAD; ++d) {
-        const bool on = d < KS_WIDE_DIGITS && d < a.ndigits;
-        v[d] = on ? (d == od ? orow : dig + d * a.digit_stride)[src] : 0;
-        k0[d] = on ? ks_key_word<KIND>(a, key, nrow, n, d, 0, j) : 0;
-        k1[d] = on ? ks_key_word<KIND>(a, key, nrow, n, d, 1, j) : 0;
-      }
-#pragma unroll
-      for (int d0 = 0; d0 < PAD; d0 += 4) fh_ckks_lt_mac4(v + d0, k0 + d0, k1 + d0, q, qi, &r0, &r1);
-      o0[j] = r0;
-      o1[j] = r1;
-      continue;
-    }
-    /* sums of 4 products < 4 q^2 < q 2^64 (q < 2^62): one Montgomery reduction per 4 digits */
-    for (int d0 = 0; d0 < a.ndigits; d0 += 4) {
-      const int d1 = d0 + 4 < a.ndigits ? d0 + 4 : a.ndigits;
-      unsigned __int128 acc0 = 0, acc1 = 0;
-      for (int d = d0; d < d1; ++d) {
-        const uint64_t x = (d == od ? orow : dig + d * a.digit_stride)[src];
-        acc0 += (unsigned __int128)x * ks_key_word<KIND>(a, key, nrow, n, d, 0, j);
-        acc1 += (unsigned __int128)x * ks_key_word<KIND>(a, key, nrow, n, d, 1, j);
-      }
-      r0 = fh_mod_add(r0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
-      r1 = fh_mod_add(r1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
-    }
-    o0[j] = r0;
-    o1[j] = r1;
-  }
-}
-
-/* own (in_ntt not NULL): digit own.digit[l]'s row l is read from the input's NTT rows;
- * NARROW: the key is a narrow key (a.nkey, or a.step_nkey[s] for every step) */
-template <class OWN, bool NARROW = false>
-__global__ void __launch_bounds__(EW_THREADS, NARROW ? 2 : 3) ks_kernel(const __grid_constant__ fh_ckks_ks_args a,
+/* own (in_ntt not NULL): digit own.digit[l]'s row l is read from the input's NTT rows */
+template <class OWN>
+__global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant__ fh_ckks_ks_args a,
                                                            const __grid_constant__ OWN own) {
   pdl_begin();
   const int l = blockIdx.y;
@@ -2082,7 +2018,6 @@ __global__ void __launch_bounds__(EW_THREADS, NARROW ? 2 : 3) ks_kernel(const __
   const fh_ckks_prime &pr = a.primes[a.prime[l]];
   const uint64_t q = pr.q, qi = pr.qinv;
   const int od = own_digit_of(own, l);
-  const bool nar = NARROW && (a.nkey_off[l] & 1);
   /* steps (a.nsteps > 0): every step of a coefficient by its thread in turn, so that the
    * steps' gathers of this row's digits (each an aligned run of the row) meet in L2 while
    * the row's blocks run: the row is read from memory once, not once a step */
@@ -2091,10 +2026,53 @@ __global__ void __launch_bounds__(EW_THREADS, NARROW ? 2 : 3) ks_kernel(const __
     const uint64_t *dig = a.digits + g * a.digits_gs + (int64_t)l * n;
     /* digit od's row l: the input's NTT row */
     const uint64_t *orow = od >= 0 ? own_row_of(own, g, l, n) : NULL;
-    COEFFS(j, n) {
-      if (!NARROW) ks_coeff<KEY_DATA>(a, own, g, l, j, n, q, qi, od, dig, orow, nst);
-      else if (nar) ks_coeff<KEY_NARROW>(a, own, g, l, j, n, q, qi, od, dig, orow, nst);
-      else ks_coeff<KEY_NARROW_WIDE>(a, own, g, l, j, n, q, qi, od, dig, orow, nst);
+    COEFFS(j, n) for (int st = 0; st < nst; ++st) {
+      const uint64_t gal = a.nsteps > 0 ? a.step_galois[st] : a.galois;
+      const uint64_t *key = (a.nsteps > 0 ? a.step_key[st] : a.key) + (int64_t)a.key_row[l] * n;
+      /* a narrow key: its row of limb l, the row's kind in nar */
+      const uint8_t *nk = a.nsteps > 0 ? a.step_nkey[st] : a.nkey;
+      const uint8_t *nrow = nk ? nk + FH_CKKS_NARROW_AT(a.nkey_off[l]) : NULL;
+      const int nar = a.nkey_off[l] & 1;
+      auto kw = [&](int d, int c) {
+        return nrow ? fh_ckks_narrow_word(nrow + d * a.nkey_ds + c * a.nkey_cs, n, j, nar)
+                    : key[d * a.key_ds + c * a.key_cs + j];
+      };
+      uint64_t *o0 = (a.nsteps > 0 ? a.step_out[st] : a.out) + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
+      uint64_t r0 = 0, r1 = 0;
+      /* the digits' slot (a rotation's automorphism read in place: the gathers of a warp stay
+       * in one aligned 256-byte run, see the linear transform) */
+      const int64_t src = gal > 1 ? (int64_t)fh_ckks_automorph_src((uint32_t)j, gal, a.log_n) : j;
+      if (a.ndigits <= KS_WIDE_DIGITS) {
+        /* padded to whole groups of 4 with zeros the compiler folds away */
+        constexpr int PAD = (KS_WIDE_DIGITS + 3) / 4 * 4;
+        uint64_t v[PAD], k0[PAD], k1[PAD];
+#pragma unroll
+        for (int d = 0; d < PAD; ++d) {
+          const bool on = d < KS_WIDE_DIGITS && d < a.ndigits;
+          v[d] = on ? (d == od ? orow : dig + d * a.digit_stride)[src] : 0;
+          k0[d] = on ? kw(d, 0) : 0;
+          k1[d] = on ? kw(d, 1) : 0;
+        }
+#pragma unroll
+        for (int d0 = 0; d0 < PAD; d0 += 4) fh_ckks_lt_mac4(v + d0, k0 + d0, k1 + d0, q, qi, &r0, &r1);
+        o0[j] = r0;
+        o1[j] = r1;
+        continue;
+      }
+      /* sums of 4 products < 4 q^2 < q 2^64 (q < 2^62): one Montgomery reduction per 4 digits */
+      for (int d0 = 0; d0 < a.ndigits; d0 += 4) {
+        const int d1 = d0 + 4 < a.ndigits ? d0 + 4 : a.ndigits;
+        unsigned __int128 acc0 = 0, acc1 = 0;
+        for (int d = d0; d < d1; ++d) {
+          const uint64_t x = (d == od ? orow : dig + d * a.digit_stride)[src];
+          acc0 += (unsigned __int128)x * kw(d, 0);
+          acc1 += (unsigned __int128)x * kw(d, 1);
+        }
+        r0 = fh_mod_add(r0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
+        r1 = fh_mod_add(r1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
+      }
+      o0[j] = r0;
+      o1[j] = r1;
     }
   }
 }
@@ -2105,11 +2083,7 @@ fh_status ks_inner_with(const fh_ckks_ks_args *a, const OWN &own, void *stream) 
   const int64_t n = (int64_t)1 << a->log_n;
   const int threads = n < EW_THREADS ? (n > 32 ? (int)n : 32) : EW_THREADS;
   const dim3 grid(blocks_for(n, threads), a->nlimbs, grid_z(a->ngroups));
-  /* a narrow key: every step's (the kernel reads one kind of key a launch) */
-  bool narrow = a->nsteps > 0 ? true : a->nkey != NULL;
-  for (int s = 0; s < a->nsteps; ++s) narrow = narrow && a->step_nkey[s] != NULL;
-  if (narrow) pdl(ks_kernel<OWN, true>, grid, threads, 0, (cudaStream_t)stream, *a, own);
-  else pdl(ks_kernel<OWN>, grid, threads, 0, (cudaStream_t)stream, *a, own);
+  pdl(ks_kernel<OWN>, grid, threads, 0, (cudaStream_t)stream, *a, own);
   return launched("kernel 'ckks_ks_inner'");
 }
 /* own.in_ntt NULL: nothing to skip, the generic kernel */
