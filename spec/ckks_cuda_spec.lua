@@ -158,13 +158,6 @@ describe("CKKS kernels on CUDA", function()
         local gals = { 5 % (2 * n), 1, 2 * n - 1 }
         kc, kg = both("ks_inner", digits, key, ids, rows, gals)
         same(kc, kg, ("ks_inner with %d digits, %d steps"):format(D, #gals))
-        -- the key in narrow words (FH_K_CKKS_NARROW): the CPU's bytes, and the inner products
-        -- of the key's data read through them (the CUDA engine's keys are read so)
-        local nc, ng = both("narrow", key)
-        same(nc, ng, ("narrow key of %d digits"):format(D))
-        same(kc, C.ks_inner(tg, digits:cuda(), ng, ids, rows, gals), ("ks_inner with %d digits, %d steps, narrow key"):format(D, #gals))
-        same(C.ks_inner(tc, digits, key, ids, rows, 5 % (2 * n)), C.ks_inner(tg, digits:cuda(), ng, ids, rows, 5 % (2 * n)),
-          ("ks_inner with %d digits, narrow key"):format(D))
       end
       -- the mod-up of every digit at every level (one P prime per digit's worth of Q primes)
       for level = 0, nq - 1 do

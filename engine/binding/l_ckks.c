@@ -441,16 +441,6 @@ static int l_ks_inner(lua_State *L) {
   return 1;
 }
 
-/* _ckks.narrow(tables, key): a key's rows in narrow words (uint8 [D, 2, slab]) */
-static int l_narrow(lua_State *L) {
-  const char *fn = "_ckks.narrow";
-  fh_ckks_tables *tb = check_tables(L, 1, fn);
-  fh_tensor *k = fh__lua_checktensor(L, 2, fn, "key");
-  fh_tensor_box *box = fh__lua_new_tensor_box(L);
-  fh__lua_check(L, fh_ckks_poly_narrow(tb, k, &box->t));
-  return 1;
-}
-
 /* _ckks.modup(tables, t, level) */
 static int l_modup(lua_State *L) {
   const char *fn = "_ckks.modup";
@@ -635,7 +625,7 @@ void fh__lua_open_ckks(lua_State *L) {
       {"ew", l_ew},                   {"automorph", l_automorph},
       {"encode", l_encode},           {"decode", l_decode},     {"sample", l_sample}, {"sample_run", l_sample_run},
       {"capture", l_capture},         {"tensor", l_tensor},     {"bconv", l_bconv},
-      {"ks_inner", l_ks_inner},       {"modup", l_modup},       {"narrow", l_narrow},       {NULL, NULL}};
+      {"ks_inner", l_ks_inner},       {"modup", l_modup},       {NULL, NULL}};
   lua_newtable(L);
   fh__lua_setfuncs(L, internal);
   lua_setfield(L, -2, "_ckks");

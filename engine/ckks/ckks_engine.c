@@ -422,23 +422,6 @@ static fh_status make_ks_key(fh_ckks_engine *e, fh__ckks_launcher *L, const uint
     }
   }
   if (st == FH_OK) st = fh_key_new(e->ctx, type, data, 0, FH_BASIS_QP, FH_DOMAIN_NTT, step, out);
-  /* on CUDA, the key's rows in narrow words too (fh_value.narrow): what its key switches read */
-  if (st == FH_OK && tb->device.type == FH_DEVICE_CUDA && fh__ckks_narrow_on() && fh__ckks_narrow_any(tb)) {
-    int32_t off[FH_CKKS_MAX_PRIMES];
-    int64_t nshape[3] = {dnum, 2, fh__ckks_narrow_slab(tb, off)};
-    fh_tensor_options o = {FH_UINT8, tb->device, false, false};
-    fh_tensor *nk = NULL;
-    if ((st = fh_tensor_empty(3, nshape, &o, &nk)) == FH_OK) {
-      fh__ckks_use(L, nk);
-      st = fh__ckks_narrow(L, fh__ckks_ptr(data), 2 * (int64_t)dnum, (uint8_t *)fh_tensor_data(nk));
-    }
-    if (st == FH_OK) (*out)->narrow = nk;
-    else {
-      if (nk) fh_tensor_release(nk);
-      fh_value_release(*out);
-      *out = NULL;
-    }
-  }
   fh_tensor *ts[4] = {a, es, er, data};
   for (int i = 0; i < 4; ++i)
     if (ts[i]) fh_tensor_release(ts[i]);
@@ -951,31 +934,6 @@ const uint64_t *fh__ckks_key_digits(const fh__ckks_ks_geo *k, const fh_tensor *k
   return (const uint64_t *)fh_tensor_data(key) + (int64_t)k->j0 * 2 * krows;
 }
 
-const uint8_t *fh__ckks_key_narrow_digits(const fh_ckks_tables *tb, const fh__ckks_ks_geo *k, const fh_tensor *nkey,
-                                          int64_t *ds, int64_t *cs, int32_t *off) {
-  int32_t all[FH_CKKS_MAX_PRIMES];
-  const int64_t slab = fh__ckks_narrow_slab(tb, all);
-  for (int l = 0; l < k->lk; ++l) off[l] = all[k->qp[l]];
-  *cs = slab;
-  *ds = 2 * slab;
-  return (const uint8_t *)fh_tensor_data(nkey) + (int64_t)k->j0 * 2 * slab;
-}
-
-bool fh__ckks_narrow_on(void) {
-  static int on = -1;
-  if (on < 0) {
-    const char *v = getenv("FHELIUM_CUDA_NARROW");
-    on = !(v && strcmp(v, "off") == 0);
-  }
-  return on == 1;
-}
-
-const fh_tensor *fh__ckks_key_narrow(fh__ckks_launcher *L, const fh_value *key) {
-  if (key->narrow == NULL || !fh__ckks_narrow_on()) return NULL;
-  fh__ckks_use(L, key->narrow);
-  return key->narrow;
-}
-
 /* 4. mod-down of acc [G][2][lk][N] (NTT domain): out = (A - conv(A mod P)) * P^-1 (+ add) with
  * the centered conversion from the P rows: conv(x) = x + u P with x + u P = sum_k y'_k Phat_k, so
  * the result is A / P minus sum_k y'_k / p_k, a zero-mean rounding error in (-np/2, np/2] (for one
@@ -1146,7 +1104,7 @@ static fh_status ks_core_modup(fh__ckks_launcher *L, const fh_ckks_tables *tb, i
 /* fh__ckks_keyswitch, or with v0 (not NULL) its fused rescale (ks_moddown_rescale) */
 static fh_status keyswitch_impl(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
                                 int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, const fh_tensor *key,
-                                const fh_tensor *nkey, bool ntt_out, uint64_t *out0,
+                                bool ntt_out, uint64_t *out0,
                                 uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
                                 int64_t add_gs, const uint64_t *v0, int64_t v0_gs, int64_t v0_cs) {
   const fh_ckks_tables *tb = e->tb;
@@ -1169,7 +1127,6 @@ static fh_status keyswitch_impl(fh_ckks_engine *e, fh__ckks_launcher *L, int lev
     c.out_cs = (int64_t)k.lk * n;
     c.key = fh__ckks_key_digits(&k, key, &c.key_ds, &c.key_cs);
     memcpy(c.key_row, k.qp, sizeof(int32_t) * (size_t)k.lk);
-    if (nkey) c.nkey = fh__ckks_key_narrow_digits(tb, &k, nkey, &c.nkey_ds, &c.nkey_cs, c.nkey_off);
     c.in_ntt = d_ntt;
     c.in_ntt_gs = d_ntt_gs;
     if ((st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &c, sizeof c))) goto done;
@@ -1190,20 +1147,20 @@ done:
 }
 
 fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                             int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, const fh_tensor *nkey,
-                             bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs, const uint64_t *add0,
-                             const uint64_t *add1, int64_t add_gs) {
-  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, gs_d, key, nkey, ntt_out, out0, out1, out_gs, add0, add1, add_gs,
-                        NULL, 0, 0);
+                             int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, bool ntt_out, uint64_t *out0,
+                             uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
+                             int64_t add_gs) {
+  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, gs_d, key, ntt_out, out0, out1, out_gs, add0, add1, add_gs, NULL,
+                        0, 0);
 }
 
 fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G,
                                      const uint64_t *d, int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs,
-                                     const fh_tensor *key, const fh_tensor *nkey, uint64_t *out0, uint64_t *out1,
-                                     int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs,
-                                     const uint64_t *v0, int64_t v0_gs, int64_t v0_cs) {
-  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, d_ntt_gs, key, nkey, true, out0, out1, out_gs, add0, add1,
-                        add_gs, v0, v0_gs, v0_cs);
+                                     const fh_tensor *key, uint64_t *out0, uint64_t *out1, int64_t out_gs,
+                                     const uint64_t *add0, const uint64_t *add1, int64_t add_gs, const uint64_t *v0,
+                                     int64_t v0_gs, int64_t v0_cs) {
+  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, d_ntt_gs, key, true, out0, out1, out_gs, add0, add1, add_gs, v0,
+                        v0_gs, v0_cs);
 }
 
 fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
@@ -1238,8 +1195,7 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
 }
 
 fh_status fh__ckks_hoist_inner_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, int nsteps,
-                                     const uint64_t *galois, const fh_tensor *const *key,
-                                     const fh_tensor *const *nkey, uint64_t *const *acc) {
+                                     const uint64_t *galois, const fh_tensor *const *key, uint64_t *const *acc) {
   const fh_ckks_tables *tb = e->tb;
   const fh__ckks_ks_geo *k = &h->k;
   const int64_t rs = (int64_t)k->lk * k->n;
@@ -1271,8 +1227,6 @@ fh_status fh__ckks_hoist_inner_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh
       ip.step_key[s] = fh__ckks_key_digits(k, key[s], &kd, &kc);
       ip.key_ds = kd; /* the same geometry for every key of this level */
       ip.key_cs = kc;
-      if (nkey && nkey[s]) /* (the narrow layout too) */
-        ip.step_nkey[s] = fh__ckks_key_narrow_digits(tb, k, nkey[s], &ip.nkey_ds, &ip.nkey_cs, ip.nkey_off);
     }
     return fh__ckks_submit(L, FH_K_CKKS_KS_INNER, &ip, sizeof ip);
   }
@@ -1286,7 +1240,6 @@ fh_status fh__ckks_hoist_inner_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh
       break;
     ip.out = acc[s];
     ip.key = fh__ckks_key_digits(k, key[s], &ip.key_ds, &ip.key_cs);
-    ip.nkey = nkey && nkey[s] ? fh__ckks_key_narrow_digits(tb, k, nkey[s], &ip.nkey_ds, &ip.nkey_cs, ip.nkey_off) : NULL;
     st = fh__ckks_submit(L, FH_K_CKKS_KS_INNER, &ip, sizeof ip);
   }
   return st;

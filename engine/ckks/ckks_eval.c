@@ -259,8 +259,7 @@ fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_va
     }
     uint64_t *o = fh__ckks_ptr(ts[2]);
     if (st == FH_OK)
-      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], fh__ckks_key_narrow(&L, rlk), ntt, o, o + cs,
-                              gs, c, c + cs, gs);
+      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, c, c + cs, gs);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], g.level, ct->state.scale, ct->state.polynomial_domain, out);
   release_all(ts, 4);
@@ -322,8 +321,7 @@ fh_status fh_ckks_relinearize_rescale(fh_ckks_engine *e, const fh_value *ct, con
     st = fh__ckks_ntt_rows(&L, false, d, dgs, c, gs, g.B, prime, la + 2, in_row, out_row);
     const int64_t ogs = (int64_t)lo * n, ocs = g.B * ogs;
     if (st == FH_OK)
-      st = fh__ckks_keyswitch_rescale(e, &L, g.level, g.B, d, dgs, c + 2 * cs, gs, ts[1], fh__ckks_key_narrow(&L, rlk),
-                                      o, o + ocs, ogs, c, c + cs,
+      st = fh__ckks_keyswitch_rescale(e, &L, g.level, g.B, d, dgs, c + 2 * cs, gs, ts[1], o, o + ocs, ogs, c, c + cs,
                                       gs, d + (int64_t)la * n, dgs, n);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], g.level + 1, scale, FH_DOMAIN_NTT, out);
@@ -558,8 +556,7 @@ static fh_status apply_galois(fh_ckks_engine *e, const char *op, const fh_value 
     }
     uint64_t *o = fh__ckks_ptr(ts[2]);
     if (st == FH_OK)
-      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], fh__ckks_key_narrow(&L, key), ntt, o, o + cs,
-                              gs, A, NULL, gs);
+      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, A, NULL, gs);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], g.level, ct->state.scale, ct->state.polynomial_domain, out);
   release_all(ts, 5);
@@ -700,7 +697,7 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
     for (int r0 = 0; r0 < nsteps && st == FH_OK;) {
       int idx[FH_CKKS_KS_MAX_STEPS], cnt = 0;
       uint64_t gal[FH_CKKS_KS_MAX_STEPS];
-      const fh_tensor *kt[FH_CKKS_KS_MAX_STEPS], *nk[FH_CKKS_KS_MAX_STEPS];
+      const fh_tensor *kt[FH_CKKS_KS_MAX_STEPS];
       fh_tensor *acc[FH_CKKS_KS_MAX_STEPS] = {NULL};
       uint64_t *accp[FH_CKKS_KS_MAX_STEPS];
       int saved = L.nuses;
@@ -709,14 +706,13 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
         idx[cnt] = r0;
         gal[cnt] = fh__ckks_galois_of_step(e, canon[r0]);
         kt[cnt] = fh_value_data(rk[r0]);
-        nk[cnt] = fh__ckks_key_narrow(&L, rk[r0]);
         fh__ckks_use(&L, kt[cnt]);
         fh__ckks_use(&L, data[r0]);
         ++cnt;
       }
       for (int i = 0; i < cnt && st == FH_OK; ++i)
         if ((st = fh__ckks_temp(&L, 4, ashape, &acc[i])) == FH_OK) accp[i] = fh__ckks_ptr(acc[i]);
-      if (st == FH_OK && cnt > 0) st = fh__ckks_hoist_inner_steps(e, &L, &h, cnt, gal, kt, nk, accp);
+      if (st == FH_OK && cnt > 0) st = fh__ckks_hoist_inner_steps(e, &L, &h, cnt, gal, kt, accp);
       for (int i = 0; i < cnt && st == FH_OK; ++i) {
         uint64_t *out = fh__ckks_ptr(data[idx[i]]);
         /* the first component's automorphism, added after the mod-down: read through it by

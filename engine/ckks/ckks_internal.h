@@ -59,14 +59,13 @@ fh_status fh__ckks_no_capture(const fh_ckks_engine *e, const char *op);
 /* d: coefficient-domain standard rows [G, la, N] (group stride gs_d) over the
  * active Q rows of `level`; d_ntt: the same rows in the NTT domain (same
  * stride) when the caller has them, else NULL; key: contiguous key-switching data
- * [dnum, 2, #Q + #P, N]; nkey: its narrow form (fh__ckks_key_narrow) or NULL. Writes u0 + u1 s ~ d s' into out0/out1 (rows
+ * [dnum, 2, #Q + #P, N]. Writes u0 + u1 s ~ d s' into out0/out1 (rows
  * [G, la, N] with group stride out_gs), in the NTT domain (ntt_out) or the
  * coefficient domain, adding add0/add1 (same layout as out, may alias out;
  * NULL: nothing added). */
 fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                             int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, const fh_tensor *nkey,
-                             bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs, const uint64_t *add0,
-                             const uint64_t *add1, int64_t add_gs);
+                             int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
+                             int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs);
 
 /* fh__ckks_keyswitch (NTT-domain result) and a rescale by the first active Q prime in one
  * mod-down (fh_ckks_moddown_args.rescale; N > 2^FH_CKKS_CUDA_ROW_LOG): the la - 1 rows of
@@ -76,16 +75,9 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
  * c * v0_cs). */
 fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G,
                                      const uint64_t *d, int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs,
-                                     const fh_tensor *key, const fh_tensor *nkey, uint64_t *out0, uint64_t *out1,
-                                     int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs,
-                                     const uint64_t *v0, int64_t v0_gs, int64_t v0_cs);
-
-/* A key's narrow form (fh_value.narrow) when the key switches read it: the key has one and
- * FHELIUM_CUDA_NARROW is not "off" (a benchmarking aid, docs/ckks.md); it is then added to L's
- * uses. NULL otherwise (the key's data is read). */
-const fh_tensor *fh__ckks_key_narrow(fh__ckks_launcher *L, const fh_value *key);
-/* Whether keys a CUDA engine creates get their narrow form (FHELIUM_CUDA_NARROW not "off") */
-bool fh__ckks_narrow_on(void);
+                                     const fh_tensor *key, uint64_t *out0, uint64_t *out1, int64_t out_gs,
+                                     const uint64_t *add0, const uint64_t *add1, int64_t add_gs, const uint64_t *v0,
+                                     int64_t v0_gs, int64_t v0_cs);
 
 /* Hoisted key switches of automorphisms of one polynomial d (as above): begin runs the
  * mod-up and the NTT of the extended digits once and keeps them (h->D, [G][ndig][lk][N])
@@ -122,12 +114,11 @@ fh_status fh__ckks_hoist_moddown_rescale(fh_ckks_engine *e, fh__ckks_launcher *L
                                          uint64_t *out1, int64_t out_gs);
 /* The inner products of nsteps (1 to FH_CKKS_KS_MAX_STEPS) hoisted steps of a hoist begun with
  * steps: step s's automorphism (galois[s]) of the extended digits with key[s] (a rotation key's
- * data; nkey[s] its narrow form or NULL, nkey itself may be NULL) into acc[s] (NTT domain, [G][2][lk][N], the caller's; in L's uses, as the keys): on
+ * data) into acc[s] (NTT domain, [G][2][lk][N], the caller's; in L's uses, as the keys): on
  * CUDA one launch (FH_K_CKKS_KS_INNER's steps: each digit row read from memory once for all
  * steps), on the CPU a permuted copy and a launch a step. The same words either way. */
 fh_status fh__ckks_hoist_inner_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, int nsteps,
-                                     const uint64_t *galois, const fh_tensor *const *key,
-                                     const fh_tensor *const *nkey, uint64_t *const *acc);
+                                     const uint64_t *galois, const fh_tensor *const *key, uint64_t *const *acc);
 /* The mod-down of one step's inner product acc (fh__ckks_hoist_inner_steps) into out0, out1
  * (NTT domain when ntt_out, else coefficients; group stride out_gs), add0 (same domain, group
  * stride add_gs; NULL: none) added to the first component; add_galois > 1 (ntt_out only, N >
@@ -150,10 +141,6 @@ void fh__ckks_moddown_args(const fh_ckks_tables *tb, fh_ckks_moddown_args *m, ui
 /* A key-switching key's digits from k->j0 on (the key's data, contiguous): the first digit's
  * address, the digit stride (ds) and the component stride (cs), in words. */
 const uint64_t *fh__ckks_key_digits(const fh__ckks_ks_geo *k, const fh_tensor *key, int64_t *ds, int64_t *cs);
-/* The same for a key's narrow form (fh_ckks_narrow_args: strides in bytes), with off[l] the
- * layout entry of the key row of limb l (k->qp[l]). */
-const uint8_t *fh__ckks_key_narrow_digits(const fh_ckks_tables *tb, const fh__ckks_ks_geo *k, const fh_tensor *nkey,
-                                          int64_t *ds, int64_t *cs, int32_t *off);
 
 /* Galois element of a rotation by r (X -> X^(5^-r mod num_slots)). */
 uint64_t fh__ckks_galois_of_step(const fh_ckks_engine *e, int64_t r);

@@ -1339,35 +1339,12 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
                "r"(parity)
                : "memory");
 }
-/* `bytes` (a multiple of 16, both addresses too), global to shared, completing on bar */
-__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
 /* one tile, global to shared, completing on bar */
 __device__ __forceinline__ void tile_load(uint64_t *dst, const uint64_t *src, uint64_t *bar) {
-  bulk_load(dst, src, (uint32_t)KS2_TILE_BYTES, bar);
-}
-/* A narrow key row's tile (fh_ckks_narrow_args) in shared memory: its three planes' runs for
- * words [base, base + NTT_TILE) at the buffer's start (the low words), then + NTT_TILE 4 bytes
- * (bits 32-39), then + NTT_TILE 5 bytes (bit 40: NTT_TILE / 32 words) */
-constexpr uint32_t KS2_NARROW_TILE_BYTES = NTT_TILE * 4 + NTT_TILE + NTT_TILE / 8;
-static_assert(NTT_TILE % 128 == 0, "a narrow tile's planes are whole 16-byte runs");
-__device__ __forceinline__ void narrow_tile_load(uint64_t *dst, const uint8_t *row, int64_t n, int64_t base,
-                                                 uint64_t *bar) {
-  uint8_t *d = (uint8_t *)dst;
-  const uint8_t *hi = row + fh_ckks_narrow_lo_bytes(n), *bits = hi + fh_ckks_narrow_hi_bytes(n);
-  bulk_load(d, row + 4 * base, NTT_TILE * 4, bar);
-  bulk_load(d + NTT_TILE * 4, hi + base, NTT_TILE, bar);
-  bulk_load(d + NTT_TILE * 5, bits + base / 8, NTT_TILE / 8, bar);
-}
-/* word e of a tile that narrow_tile_load filled */
-__device__ __forceinline__ uint64_t narrow_tile_word(const uint64_t *tile, int e) {
-  const uint8_t *t = (const uint8_t *)tile;
-  const uint32_t lo = ((const uint32_t *)t)[e], bits = ((const uint32_t *)(t + NTT_TILE * 5))[e >> 5];
-  return (uint64_t)lo | (uint64_t)t[NTT_TILE * 4 + e] << 32 | (uint64_t)((bits >> (e & 31)) & 1u) << 40;
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"((uint32_t)KS2_TILE_BYTES), "r"(smem_addr(bar))
+               : "memory");
 }
 
 /* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128); FP_MAC:
@@ -1395,9 +1372,6 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
   const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
   const ntt_geom geo = {n, base, n2, u.log_n};
   const uint64_t *key = a.key + (int64_t)a.key_row[r] * n + base;
-  /* a narrow key (a.nkey): this row's words in 41 bits when its kind says so */
-  const uint8_t *nrow = a.nkey ? a.nkey + FH_CKKS_NARROW_AT(a.nkey_off[r]) : NULL;
-  const bool nar = nrow && (a.nkey_off[r] & 1);
   const int nd = u.ndigits;
   /* FP64 products for primes below 2^45 (the accumulators then hold doubles' bits), for
    * up to 16 digits as the CPU twin (_ckks.fp_mac) covers: |sum| <= 16 (0.55 q) < 2^49 */
@@ -1431,22 +1405,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
     /* the other digit buffer and the key buffers are free (the barrier that ended the
      * previous step): this digit's key tiles and the next step's digit tile */
     if (threadIdx.x == 0) {
-      if (nar) {
-        const uint8_t *k0 = nrow + jd * a.nkey_ds;
-        mbar_expect(&bars[2], 2 * KS2_NARROW_TILE_BYTES);
-        narrow_tile_load(kb0, k0, n, base, &bars[2]);
-        narrow_tile_load(kb1, k0 + a.nkey_cs, n, base, &bars[2]);
-      } else if (nrow) { /* a narrow key's row of 8-byte words */
-        const uint64_t *k0 = (const uint64_t *)(nrow + jd * a.nkey_ds) + base;
-        mbar_expect(&bars[2], 2 * KS2_TILE_BYTES);
-        tile_load(kb0, k0, &bars[2]);
-        tile_load(kb1, (const uint64_t *)((const uint8_t *)k0 + a.nkey_cs), &bars[2]);
-      } else {
-        const uint64_t *k0 = key + (int64_t)jd * a.key_ds;
-        mbar_expect(&bars[2], 2 * KS2_TILE_BYTES);
-        tile_load(kb0, k0, &bars[2]);
-        tile_load(kb1, k0 + a.key_cs, &bars[2]);
-      }
+      const uint64_t *k0 = key + (int64_t)jd * a.key_ds;
+      mbar_expect(&bars[2], 2 * KS2_TILE_BYTES);
+      tile_load(kb0, k0, &bars[2]);
+      tile_load(kb1, k0 + a.key_cs, &bars[2]);
       if (s + 1 < steps) {
         mbar_expect(&bars[b ^ 1], KS2_TILE_BYTES);
         tile_load(ks2_sm + (b ^ 1) * NTT_TILE, digit_tile(s + 1), &bars[b ^ 1]);
@@ -1475,18 +1437,16 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
         const int e = threadIdx.x + k * THREADS;
         const double x = words ? fh_fp_of_word(db[e]) : __longlong_as_double((long long)db[e]);
         const double s0 = __longlong_as_double((long long)acc0[k]), s1 = __longlong_as_double((long long)acc1[k]);
-        const uint64_t w0 = nar ? narrow_tile_word(kb0, e) : kb0[e], w1 = nar ? narrow_tile_word(kb1, e) : kb1[e];
-        acc0[k] = (uint64_t)__double_as_longlong(__dadd_rn(s0, fh_fp_mul_w(x, fh_fp_of_word(w0), c.fp_q, c.fp_qinv)));
-        acc1[k] = (uint64_t)__double_as_longlong(__dadd_rn(s1, fh_fp_mul_w(x, fh_fp_of_word(w1), c.fp_q, c.fp_qinv)));
+        acc0[k] = (uint64_t)__double_as_longlong(__dadd_rn(s0, fh_fp_mul_w(x, fh_fp_of_word(kb0[e]), c.fp_q, c.fp_qinv)));
+        acc1[k] = (uint64_t)__double_as_longlong(__dadd_rn(s1, fh_fp_mul_w(x, fh_fp_of_word(kb1[e]), c.fp_q, c.fp_qinv)));
       }
     } else {
 #pragma unroll
       for (int k = 0; k < KS2_PER_THREAD; ++k) {
         const int e = threadIdx.x + k * THREADS;
         const uint64_t x = db[e];
-        const uint64_t w0 = nar ? narrow_tile_word(kb0, e) : kb0[e], w1 = nar ? narrow_tile_word(kb1, e) : kb1[e];
-        acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, w0, c.q, c.qinv), c.q);
-        acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, w1, c.q, c.qinv), c.q);
+        acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, kb0[e], c.q, c.qinv), c.q);
+        acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, kb1[e], c.q, c.qinv), c.q);
       }
     }
     if (jd == nd - 1) {
@@ -1510,7 +1470,6 @@ bool ks2_aligned(const fh_ckks_ks_core_args *a) {
   const fh_ckks_modup_args *u = &a->up;
   uintptr_t m = (uintptr_t)a->key | (uintptr_t)u->out | (uintptr_t)a->in_ntt;
   m |= (uintptr_t)(a->key_ds | a->key_cs | u->out_gs | u->out_ds | a->in_ntt_gs) * sizeof(uint64_t);
-  m |= (uintptr_t)a->nkey | (uintptr_t)(a->nkey ? a->nkey_ds | a->nkey_cs : 0);
   return (m & 15u) == 0;
 }
 
@@ -2029,14 +1988,6 @@ __global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant
     COEFFS(j, n) for (int st = 0; st < nst; ++st) {
       const uint64_t gal = a.nsteps > 0 ? a.step_galois[st] : a.galois;
       const uint64_t *key = (a.nsteps > 0 ? a.step_key[st] : a.key) + (int64_t)a.key_row[l] * n;
-      /* a narrow key: its row of limb l, the row's kind in nar */
-      const uint8_t *nk = a.nsteps > 0 ? a.step_nkey[st] : a.nkey;
-      const uint8_t *nrow = nk ? nk + FH_CKKS_NARROW_AT(a.nkey_off[l]) : NULL;
-      const int nar = a.nkey_off[l] & 1;
-      auto kw = [&](int d, int c) {
-        return nrow ? fh_ckks_narrow_word(nrow + d * a.nkey_ds + c * a.nkey_cs, n, j, nar)
-                    : key[d * a.key_ds + c * a.key_cs + j];
-      };
       uint64_t *o0 = (a.nsteps > 0 ? a.step_out[st] : a.out) + g * a.out_gs + (int64_t)l * n, *o1 = o0 + a.out_cs;
       uint64_t r0 = 0, r1 = 0;
       /* the digits' slot (a rotation's automorphism read in place: the gathers of a warp stay
@@ -2050,8 +2001,8 @@ __global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant
         for (int d = 0; d < PAD; ++d) {
           const bool on = d < KS_WIDE_DIGITS && d < a.ndigits;
           v[d] = on ? (d == od ? orow : dig + d * a.digit_stride)[src] : 0;
-          k0[d] = on ? kw(d, 0) : 0;
-          k1[d] = on ? kw(d, 1) : 0;
+          k0[d] = on ? key[d * a.key_ds + j] : 0;
+          k1[d] = on ? key[d * a.key_ds + a.key_cs + j] : 0;
         }
 #pragma unroll
         for (int d0 = 0; d0 < PAD; d0 += 4) fh_ckks_lt_mac4(v + d0, k0 + d0, k1 + d0, q, qi, &r0, &r1);
@@ -2065,8 +2016,8 @@ __global__ void __launch_bounds__(EW_THREADS, 3) ks_kernel(const __grid_constant
         unsigned __int128 acc0 = 0, acc1 = 0;
         for (int d = d0; d < d1; ++d) {
           const uint64_t x = (d == od ? orow : dig + d * a.digit_stride)[src];
-          acc0 += (unsigned __int128)x * kw(d, 0);
-          acc1 += (unsigned __int128)x * kw(d, 1);
+          acc0 += (unsigned __int128)x * key[d * a.key_ds + j];
+          acc1 += (unsigned __int128)x * key[d * a.key_ds + a.key_cs + j];
         }
         r0 = fh_mod_add(r0, fh_mont_reduce((uint64_t)acc0, (uint64_t)(acc0 >> 64), q, qi), q);
         r1 = fh_mod_add(r1, fh_mont_reduce((uint64_t)acc1, (uint64_t)(acc1 >> 64), q, qi), q);
@@ -2794,51 +2745,9 @@ fh_status k_decode(const void *argp, void *stream) {
   return launched("kernel 'ckks_decode'");
 }
 
-/* ==== narrow keys (FH_K_CKKS_NARROW) =====================================================
- * A block row per (slab, row), a thread per word: the low 32 bits and bits 32-39 to their
- * planes, bit 40 gathered by the warp's ballot into one 32-bit word (a warp's 32 words are
- * consecutive and start at a multiple of 32); the slabs are zeroed first, so the planes'
- * padding is zero as the CPU's. */
-__global__ void __launch_bounds__(EW_THREADS) narrow_kernel(const __grid_constant__ fh_ckks_narrow_args a) {
-  pdl_begin();
-  const int64_t n = (int64_t)1 << a.log_n, lo_b = fh_ckks_narrow_lo_bytes(n), hi_b = fh_ckks_narrow_hi_bytes(n);
-  for (int64_t sr = blockIdx.y; sr < a.nslabs * a.rows; sr += gridDim.y) {
-    const int r = (int)(sr % a.rows);
-    const uint64_t *in = a.in + sr * n;
-    uint8_t *row = a.out + (sr / a.rows) * a.slab + FH_CKKS_NARROW_AT(a.off[r]);
-    const bool nar = a.off[r] & 1;
-    /* j0 is the same for the whole block: every lane reaches the ballot */
-    for (int64_t j0 = (int64_t)blockIdx.x * blockDim.x; j0 < n; j0 += (int64_t)gridDim.x * blockDim.x) {
-      const int64_t j = j0 + threadIdx.x;
-      const uint64_t w = j < n ? in[j] : 0;
-      if (!nar) {
-        if (j < n) ((uint64_t *)row)[j] = w;
-        continue;
-      }
-      if (j < n) {
-        ((uint32_t *)row)[j] = (uint32_t)w;
-        row[lo_b + j] = (uint8_t)(w >> 32);
-      }
-      const unsigned m = __ballot_sync(0xffffffffu, (unsigned)((w >> 40) & 1));
-      if ((threadIdx.x & 31) == 0 && j < n) ((uint32_t *)(row + lo_b + hi_b))[j >> 5] = m;
-    }
-  }
-}
-
-fh_status k_narrow(const void *argp, void *stream) {
-  const fh_ckks_narrow_args *a = (const fh_ckks_narrow_args *)argp;
-  if (a->nslabs <= 0 || a->rows <= 0) return FH_OK;
-  cudaStream_t h = (cudaStream_t)stream;
-  const int64_t n = (int64_t)1 << a->log_n;
-  cudaMemsetAsync(a->out, 0, (size_t)(a->nslabs * a->slab), h);
-  const int64_t sr = a->nslabs * a->rows;
-  pdl(narrow_kernel, dim3(blocks_for(n, EW_THREADS), (unsigned)(sr < 65535 ? sr : 65535)), EW_THREADS, 0, h, *a);
-  return launched("kernel 'ckks_narrow'");
-}
-
 } // namespace
 
 const fh_cuda_kernel_fn fh__ckks_cuda_kernels[FH_K_CKKS_COUNT] = {
     k_ntt, k_intt, k_ew, k_tensor, k_bconv, k_ks_inner, k_automorph, k_encode, k_decode, k_modup, k_ks_core,
-    k_moddown, k_lt, k_sample, k_narrow,
+    k_moddown, k_lt, k_sample,
 };

@@ -33,7 +33,7 @@
 const char *const fh__ckks_kernel_names[FH_K_CKKS_COUNT] = {
     "ckks_ntt",   "ckks_intt",      "ckks_ew",          "ckks_tensor",     "ckks_bconv",
     "ckks_ks_inner", "ckks_automorph", "ckks_encode", "ckks_decode", "ckks_modup", "ckks_ks_core",
-    "ckks_moddown", "ckks_lt", "ckks_sample", "ckks_narrow",
+    "ckks_moddown", "ckks_lt", "ckks_sample",
 };
 
 /* ---- NTT ------------------------------------------------------------------------ */
@@ -504,22 +504,6 @@ static inline void ks_inner_row(uint64_t *restrict o, const uint64_t *const *dig
   }
 }
 
-/* A narrow key's rows that the launch reads (a->nkey), decoded word by word
- * (fh_ckks_narrow_word, CUDA's rule) into *out: [ndigits][2][nlimbs][N], row l for limb l */
-static fh_status narrow_key_words(const fh_ckks_ks_args *a, uint64_t **out) {
-  const int64_t n = (int64_t)1 << a->log_n;
-  const int64_t rows = (int64_t)a->ndigits * 2 * a->nlimbs;
-  uint64_t *w = fh_malloc(sizeof *w * (size_t)(rows * n > 0 ? rows * n : 1));
-  if (w == NULL) return fh_error_set(FH_ERR_MEMORY, "ckks_ks_inner: out of memory");
-  for (int64_t r = 0; r < rows; ++r) {
-    const int d = (int)(r / (2 * a->nlimbs)), c = (int)(r / a->nlimbs % 2), l = (int)(r % a->nlimbs);
-    const uint8_t *row = a->nkey + d * a->nkey_ds + c * a->nkey_cs + FH_CKKS_NARROW_AT(a->nkey_off[l]);
-    for (int64_t j = 0; j < n; ++j) w[r * n + j] = fh_ckks_narrow_word(row, n, j, a->nkey_off[l] & 1);
-  }
-  *out = w;
-  return FH_OK;
-}
-
 static fh_status cpu_ks_inner(const void *argp) {
   const fh_ckks_ks_args *a = argp;
   if (a->nsteps > 0) { /* the steps one by one: the words of one launch each */
@@ -529,25 +513,9 @@ static fh_status cpu_ks_inner(const void *argp) {
       one.nsteps = 0;
       one.out = a->step_out[s];
       one.key = a->step_key[s];
-      one.nkey = a->step_nkey[s];
       one.galois = a->step_galois[s];
       st = cpu_ks_inner(&one);
     }
-    return st;
-  }
-  if (a->nkey) { /* a narrow key: its words decoded, then the same products */
-    fh_ckks_ks_args wide = *a;
-    uint64_t *w = NULL;
-    fh_status st = narrow_key_words(a, &w);
-    if (st != FH_OK) return st;
-    const int64_t n = (int64_t)1 << a->log_n;
-    wide.nkey = NULL;
-    wide.key = w;
-    wide.key_cs = (int64_t)a->nlimbs * n;
-    wide.key_ds = 2 * wide.key_cs;
-    for (int l = 0; l < a->nlimbs; ++l) wide.key_row[l] = l;
-    st = cpu_ks_inner(&wide);
-    fh_free(w);
     return st;
   }
   const int64_t n = (int64_t)1 << a->log_n;
@@ -1165,34 +1133,7 @@ static fh_status cpu_sample(const void *argp) {
   return FH_OK;
 }
 
-/* ---- narrow keys ------------------------------------------------------------------------ */
-static fh_status cpu_narrow(const void *argp) {
-  const fh_ckks_narrow_args *a = argp;
-  const int64_t n = (int64_t)1 << a->log_n;
-  FH_PARALLEL_FOR(a->nslabs * a->rows * n)
-  for (int64_t sr = 0; sr < a->nslabs * a->rows; ++sr) {
-    const int64_t s = sr / a->rows;
-    const int r = (int)(sr % a->rows);
-    const uint64_t *in = a->in + sr * n;
-    uint8_t *row = a->out + s * a->slab + FH_CKKS_NARROW_AT(a->off[r]);
-    if (!(a->off[r] & 1)) {
-      memcpy(row, in, sizeof(uint64_t) * (size_t)n);
-      continue;
-    }
-    uint32_t *lo = (uint32_t *)row;
-    uint8_t *hi = row + fh_ckks_narrow_lo_bytes(n);
-    uint32_t *bits = (uint32_t *)(hi + fh_ckks_narrow_hi_bytes(n));
-    memset(row, 0, (size_t)fh_ckks_narrow_row_bytes(n, 1));
-    for (int64_t j = 0; j < n; ++j) {
-      lo[j] = (uint32_t)in[j];
-      hi[j] = (uint8_t)(in[j] >> 32);
-      bits[j >> 5] |= (uint32_t)((in[j] >> 40) & 1) << (j & 31);
-    }
-  }
-  return FH_OK;
-}
-
 const fh_cpu_kernel_fn fh__ckks_cpu_kernels[FH_K_CKKS_COUNT] = {
     cpu_ntt, cpu_intt, cpu_ew, cpu_tensor, cpu_bconv, cpu_ks_inner, cpu_automorph, cpu_encode, cpu_decode, cpu_modup,
-    cpu_ks_core, cpu_moddown, cpu_lt, cpu_sample, cpu_narrow,
+    cpu_ks_core, cpu_moddown, cpu_lt, cpu_sample,
 };

@@ -702,52 +702,6 @@ fh_status fh_ckks_poly_bconv(fh_ckks_tables *tb, fh_tensor *t, const int *src, i
   return fh__deliver(st, out, result);
 }
 
-int64_t fh__ckks_narrow_slab(const fh_ckks_tables *tb, int32_t *off) {
-  return fh_ckks_narrow_layout(tb->primes, tb->nq + tb->np, tb->log_n, off);
-}
-
-bool fh__ckks_narrow_any(const fh_ckks_tables *tb) {
-  for (int r = 0; r < tb->nq + tb->np; ++r)
-    if (tb->primes[r] < ((uint64_t)1 << FH_CKKS_NARROW_BITS)) return true;
-  return false;
-}
-
-fh_status fh__ckks_narrow(fh__ckks_launcher *L, const uint64_t *in, int64_t nslabs, uint8_t *out) {
-  fh_ckks_narrow_args a;
-  memset(&a, 0, sizeof a);
-  a.in = in;
-  a.out = out;
-  a.nslabs = nslabs;
-  a.rows = L->tb->nq + L->tb->np;
-  a.log_n = L->tb->log_n;
-  a.slab = fh__ckks_narrow_slab(L->tb, a.off);
-  return fh__ckks_submit(L, FH_K_CKKS_NARROW, &a, sizeof a);
-}
-
-fh_status fh_ckks_poly_narrow(fh_ckks_tables *tb, fh_tensor *key, fh_tensor **result) {
-  const char *what = "ckks narrow";
-  const int rows = tb->nq + tb->np;
-  int64_t ng;
-  fh_status st = check_rows(what, tb, key, rows, FH_UINT64, &ng);
-  if (st != FH_OK) return st;
-  if (key->ndim != 4 || key->shape[1] != 2)
-    return fh_error_set(FH_ERR_VALUE, "%s: key expected shape [digits, 2, %d, %lld], got a %d-dimensional tensor", what,
-                        rows, (long long)tb->n, key->ndim);
-  int32_t off[FH_CKKS_MAX_PRIMES];
-  int64_t shape[3] = {key->shape[0], 2, fh__ckks_narrow_slab(tb, off)};
-  fh__ckks_launcher L;
-  if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
-  fh_tensor *k = NULL, *out = NULL;
-  fh_tensor_options o = {FH_UINT8, tb->device, false, false};
-  if ((st = fh_tensor_contiguous(key, &k)) == FH_OK && (st = fh_tensor_empty(3, shape, &o, &out)) == FH_OK) {
-    fh__ckks_use(&L, k);
-    fh__ckks_use(&L, out);
-    st = fh__ckks_narrow(&L, fh__ckks_ptr(k), ng, (uint8_t *)fh_tensor_data(out));
-  }
-  if (k) fh_tensor_release(k);
-  return fh__deliver(st, out, result);
-}
-
 /* steps 0: one product with galois[0]; else `steps` (1 to FH_CKKS_KS_MAX_STEPS, the caller's
  * check) products in one launch, result [steps, ...] */
 static fh_status ks_inner_impl(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
@@ -765,26 +719,13 @@ static fh_status ks_inner_impl(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor 
   if (digits->ndim < 3)
     return fh_error_set(FH_ERR_VALUE, "%s: digits expected shape [*, digit, %d, %lld]", what, nids, (long long)tb->n);
   int nd = (int)digits->shape[digits->ndim - 3];
-  /* a narrow key: [D, 2, slab] uint8 over every prime of the tables */
-  const bool narrow = key->dtype == FH_UINT8;
-  int32_t noff[FH_CKKS_MAX_PRIMES];
-  const int64_t slab = fh__ckks_narrow_slab(tb, noff);
-  if (narrow) {
-    if ((st = check_device(what, tb, key)) != FH_OK) return st;
-    if (key->ndim != 3 || key->shape[0] != nd || key->shape[1] != 2 || key->shape[2] != slab)
-      return fh_error_set(FH_ERR_VALUE, "%s: a narrow key expected shape [%d, 2, %lld] (ckks narrow), got a "
-                          "%d-dimensional tensor%s", what, nd, (long long)slab, key->ndim,
-                          key->ndim == 3 ? " with other sizes" : "");
-  } else {
-    if (key->ndim != 4 || key->shape[0] != nd || key->shape[1] != 2)
-      return fh_error_set(FH_ERR_VALUE, "%s: key expected shape [%d, 2, rows, %lld]", what, nd, (long long)tb->n);
-    if ((st = check_rows(what, tb, key, (int)key->shape[2], FH_UINT64, &nk)) != FH_OK) return st;
-  }
-  const int64_t key_rows_n = narrow ? tb->nq + tb->np : key->shape[2];
+  if (key->ndim != 4 || key->shape[0] != nd || key->shape[1] != 2)
+    return fh_error_set(FH_ERR_VALUE, "%s: key expected shape [%d, 2, rows, %lld]", what, nd, (long long)tb->n);
+  if ((st = check_rows(what, tb, key, (int)key->shape[2], FH_UINT64, &nk)) != FH_OK) return st;
   for (int i = 0; i < nids; ++i)
-    if (key_rows[i] < 0 || key_rows[i] >= key_rows_n)
+    if (key_rows[i] < 0 || key_rows[i] >= key->shape[2])
       return fh_error_set(FH_ERR_VALUE, "%s: key row %d is out of range [0, %lld)", what, key_rows[i],
-                          (long long)key_rows_n);
+                          (long long)key->shape[2]);
   int64_t groups = nd > 0 ? ng / nd : 0;
   fh__ckks_launcher L;
   if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
@@ -804,19 +745,12 @@ static fh_status ks_inner_impl(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor 
     fh__ckks_use(&L, x);
     fh__ckks_use(&L, k);
     fh__ckks_use(&L, out);
-    int64_t rows = (int64_t)nids * tb->n, krows = narrow ? 0 : key->shape[2] * tb->n;
+    int64_t rows = (int64_t)nids * tb->n, krows = key->shape[2] * tb->n;
     fh_ckks_ks_args a;
     memset(&a, 0, sizeof a);
     a.out = fh__ckks_ptr(out);
     a.digits = fh__ckks_ptr(x);
-    if (narrow) {
-      a.nkey = (const uint8_t *)fh_tensor_data(k);
-      a.nkey_cs = slab;
-      a.nkey_ds = 2 * slab;
-      for (int i = 0; i < nids; ++i) a.nkey_off[i] = noff[key_rows[i]];
-    } else {
-      a.key = fh__ckks_ptr(k);
-    }
+    a.key = fh__ckks_ptr(k);
     a.out_gs = 2 * rows;
     a.out_cs = rows;
     a.digits_gs = (int64_t)nd * rows;
@@ -832,7 +766,6 @@ static fh_status ks_inner_impl(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor 
     for (int s = 0; s < steps; ++s) {
       a.step_out[s] = fh__ckks_ptr(out) + (int64_t)s * groups * 2 * rows;
       a.step_key[s] = a.key;
-      a.step_nkey[s] = a.nkey;
       a.step_galois[s] = galois[s];
     }
     a.primes = tb->primes_dev;

@@ -315,7 +315,6 @@ static fh_status validate(const fh_ckks_context *ctx, fh_value_state *st, fh_ten
 void fh_value_release(fh_value *v) {
   if (v == NULL || !fh_rc_release(&v->rc)) return;
   for (int i = 0; i < v->ntensors; ++i) fh_tensor_release(v->tensors[i]);
-  if (v->narrow) fh_tensor_release(v->narrow);
   fh_ckks_context_release(v->ctx);
   fh_free(v);
 }

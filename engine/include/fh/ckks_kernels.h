@@ -73,7 +73,6 @@ enum {
   FH_K_CKKS_MODDOWN,                /* fh_ckks_moddown_args: conversion, NTT and (a - t) P^-1 fused */
   FH_K_CKKS_LT,                     /* fh_ckks_lt_args: a linear transform's sum over QP (double hoisting) */
   FH_K_CKKS_SAMPLE,                 /* fh_ckks_sample_args: ternary and Gaussian rows from a keystream run */
-  FH_K_CKKS_NARROW,                 /* fh_ckks_narrow_args: a key's rows in narrow words */
   FH_K_CKKS_END
 };
 #define FH_K_CKKS_COUNT (FH_K_CKKS_END - FH_K_CKKS_NTT)
@@ -296,11 +295,6 @@ typedef struct fh_ckks_ks_core_args {
    * transformed again (the same result: the NTT of up.in's rows) */
   const uint64_t *in_ntt;
   int64_t in_ntt_gs;
-  /* optional (NULL: none): the key in narrow rows (fh_ckks_ks_args' nkey, nkey_ds, nkey_cs,
-   * nkey_off), read instead of key's words (key still given: it says there is a key) */
-  const uint8_t *nkey;
-  int64_t nkey_ds, nkey_cs;
-  int32_t nkey_off[FH_CKKS_MAX_PRIMES];
 } fh_ckks_ks_core_args;
 
 /* ---- the mod-down of a key switch, NTT-domain result ------------------------------
@@ -379,61 +373,6 @@ FH_HD uint32_t fh_ckks_automorph_src(uint32_t s, uint64_t gal, int log_n) {
   return fh_ckks_bitrev((uint32_t)((e - 1) >> 1), log_n);
 }
 
-/* ---- narrow keys: a key-switching key's rows in 41-bit words ---------------------
- * The inner products of key switching read every key word once per call, and at N = 2^16
- * the key (dnum x 2 x (L + K) rows) is most of the bytes a relinearization or a hoisted
- * rotation moves. A key's words are canonical residues, below q, so a row of a prime
- * q < 2^FH_CKKS_NARROW_BITS stores each word in 41 bits: a plane of the low 32 bits (4 N
- * bytes), a plane of bits 32-39 (N bytes) and a plane of bit 40 (N / 8 bytes, 32 words a
- * 32-bit word), each plane padded to 16 bytes: 5.125 bytes a word instead of 8. Rows of
- * larger primes stay 8-byte words. A narrow key is [D][2][slab] bytes: its (digit, component)
- * slabs in turn, each the rows r = 0 .. rows - 1 (prime r of the context: the Q primes, then
- * the P primes) at the offsets fh_ckks_narrow_layout gives. Offsets are multiples of 16
- * (bulk copies), and an offset entry carries the row's kind in bit 0 (1: narrow);
- * FH_CKKS_NARROW_AT strips it. */
-#define FH_CKKS_NARROW_BITS 41
-#define FH_CKKS_NARROW_AT(off) ((int64_t)((off) & ~(int32_t)15))
-FH_HD int64_t fh_ckks_narrow_pad16(int64_t b) { return (b + 15) & ~(int64_t)15; }
-/* bytes of the low-32-bit plane, then of the bits 32-39 plane (the bit-40 plane follows) */
-FH_HD int64_t fh_ckks_narrow_lo_bytes(int64_t n) { return fh_ckks_narrow_pad16(4 * n); }
-FH_HD int64_t fh_ckks_narrow_hi_bytes(int64_t n) { return fh_ckks_narrow_pad16(n); }
-FH_HD int64_t fh_ckks_narrow_row_bytes(int64_t n, int narrow) {
-  return narrow ? fh_ckks_narrow_lo_bytes(n) + fh_ckks_narrow_hi_bytes(n) + fh_ckks_narrow_pad16(4 * ((n + 31) / 32))
-                : 8 * n;
-}
-/* The layout of `rows` rows of N = 2^log_n words for the primes q[0 .. rows - 1]: off[r]
- * (offset in a slab, bit 0 the kind); returns the slab's bytes. Offsets fit int32 for any
- * context (FH_CKKS_MAX_PRIMES rows of 2^FH_CKKS_MAX_LOG_N words: 2^27 bytes at most). */
-static inline int64_t fh_ckks_narrow_layout(const uint64_t *q, int rows, int log_n, int32_t *off) {
-  const int64_t n = (int64_t)1 << log_n;
-  int64_t at = 0;
-  for (int r = 0; r < rows; ++r) {
-    const int narrow = q[r] < ((uint64_t)1 << FH_CKKS_NARROW_BITS);
-    off[r] = (int32_t)at | narrow;
-    at += fh_ckks_narrow_row_bytes(n, narrow);
-  }
-  return at;
-}
-/* Word j of a row (row: its first byte; narrow: the row's kind), both back ends' code */
-FH_HD uint64_t fh_ckks_narrow_word(const uint8_t *row, int64_t n, int64_t j, int narrow) {
-  if (!narrow) return ((const uint64_t *)row)[j];
-  const uint32_t lo = ((const uint32_t *)row)[j];
-  const uint8_t *hi = row + fh_ckks_narrow_lo_bytes(n);
-  const uint32_t bits = ((const uint32_t *)(hi + fh_ckks_narrow_hi_bytes(n)))[j >> 5];
-  return (uint64_t)lo | (uint64_t)hi[j] << 32 | (uint64_t)((bits >> (j & 31)) & 1u) << 40;
-}
-/* FH_K_CKKS_NARROW: a key's rows in narrow words. in: [nslabs][rows][N] words (a key's data,
- * nslabs = 2 D), words of narrow rows below 2^41 (the caller's guarantee: a key's canonical
- * residues; higher bits are not kept); out: nslabs slabs of `slab` bytes, row r of slab s at
- * out + s * slab + FH_CKKS_NARROW_AT(off[r]) (fh_ckks_narrow_layout), the padding zero. */
-typedef struct fh_ckks_narrow_args {
-  const uint64_t *in;
-  uint8_t *out;
-  int64_t nslabs, slab;
-  int32_t rows, log_n;
-  int32_t off[FH_CKKS_MAX_PRIMES];
-} fh_ckks_narrow_args;
-
 /* ---- key-switching inner product (NTT domain, Montgomery) ---------------------
  * out[c][l] = sum_{j < ndigits} sigma(digits[j][l]) * key[j][c][key_row[l]] for c = 0, 1,
  * over nlimbs rows per group, where sigma is the identity when galois is 0 or 1, else
@@ -466,13 +405,6 @@ typedef struct fh_ckks_ks_args {
   uint64_t *step_out[FH_CKKS_KS_MAX_STEPS];
   const uint64_t *step_key[FH_CKKS_KS_MAX_STEPS];
   uint64_t step_galois[FH_CKKS_KS_MAX_STEPS];
-  /* narrow keys (fh_ckks_narrow_args): nkey (nsteps 0) or step_nkey[s] not NULL reads the
-   * key words there instead (key, key_ds, key_cs, key_row and step_key unused): key row
-   * (j, c) of row l at nkey + j * nkey_ds + c * nkey_cs + FH_CKKS_NARROW_AT(nkey_off[l]) */
-  const uint8_t *nkey;
-  const uint8_t *step_nkey[FH_CKKS_KS_MAX_STEPS];
-  int64_t nkey_ds, nkey_cs;
-  int32_t nkey_off[FH_CKKS_MAX_PRIMES];
 } fh_ckks_ks_args;
 /* The inner product a key-switch core runs last (fh_ckks_ks_core_args): its transformed digits
  * (a->up.out) with its key, into a->out; both back ends fill k with it. */
@@ -495,10 +427,6 @@ static inline void fh_ckks_ks_args_of_core(const fh_ckks_ks_core_args *a, fh_ckk
   k->primes = u->primes;
   memcpy(k->prime, u->prime, sizeof(int32_t) * (size_t)u->nrows);
   memcpy(k->key_row, a->key_row, sizeof(int32_t) * (size_t)u->nrows);
-  k->nkey = a->nkey;
-  k->nkey_ds = a->nkey_ds;
-  k->nkey_cs = a->nkey_cs;
-  memcpy(k->nkey_off, a->nkey_off, sizeof(int32_t) * (size_t)u->nrows);
 }
 
 /* ---- the sum of a linear transform over QP (double hoisting) -------------------

@@ -75,8 +75,7 @@ fh_status fh_ckks_poly_tensor(fh_ckks_tables *tb, fh_tensor *a, fh_tensor *b, co
  * The constants are computed on the host for this pair of bases. */
 fh_status fh_ckks_poly_bconv(fh_ckks_tables *tb, fh_tensor *t, const int *src, int nsrc, const int *dst, int ndst,
                              bool center, fh_tensor **result);
-/* Key-switching inner product: digits [*, D, nids, N], key [D, 2, R, N] (or its narrow
- * form, fh_ckks_poly_narrow's [D, 2, slab] uint8, R = nq + np):
+/* Key-switching inner product: digits [*, D, nids, N], key [D, 2, R, N]:
  * result [*, 2, nids, N], out[c][l] = sum_d sigma(digits[d][l]) key[d][c][key_rows[l]]
  * (Montgomery products, modulo prime ids[l]); sigma is the NTT-domain automorphism
  * X -> X^galois (odd, below 2N; 1: none) read in place (FH_K_CKKS_KS_INNER). */
@@ -88,13 +87,6 @@ fh_status fh_ckks_poly_ks_inner(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor
 fh_status fh_ckks_poly_ks_inner_steps(fh_ckks_tables *tb, fh_tensor *digits, fh_tensor *key, const int *ids,
                                       const int *key_rows, int nids, const uint64_t *galois, int nsteps,
                                       fh_tensor **result);
-
-/* A key-switching key's rows in narrow words (FH_K_CKKS_NARROW, fh/ckks_kernels.h): key
- * [D, 2, nq + np, N] (every prime of the tables, in order; canonical residues) -> result
- * [D, 2, slab] uint8 on the tables' device, slab = fh__ckks_narrow_slab's bytes. A key given to
- * fh_ckks_poly_ks_inner as such a uint8 tensor is read through it. A new tensor, the
- * caller's to release. */
-fh_status fh_ckks_poly_narrow(fh_ckks_tables *tb, fh_tensor *key, fh_tensor **result);
 
 /* Key-switching mod-up of t [*, la, N], the la = nq - level active Q rows of
  * `level` (coefficient domain): result [*, ndigits, la + np, N], digit j's rows
@@ -128,13 +120,6 @@ fh_status fh__ckks_ntt(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_
 fh_status fh__ckks_ntt_rows(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_t out_gs, const uint64_t *in,
                             int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs, const int32_t *in_row,
                             const int32_t *out_row);
-/* Narrow keys (FH_K_CKKS_NARROW): the layout of the tables' nq + np rows (off[r] as
- * fh_ckks_narrow_layout fills it; returns the slab's bytes), whether any of the tables'
- * primes is narrow (below 2^FH_CKKS_NARROW_BITS), and the launch that writes the narrow
- * form of nslabs slabs of key rows (in: [nslabs][nq + np][N] words) into out. */
-int64_t fh__ckks_narrow_slab(const fh_ckks_tables *tb, int32_t *off);
-bool fh__ckks_narrow_any(const fh_ckks_tables *tb);
-fh_status fh__ckks_narrow(fh__ckks_launcher *L, const uint64_t *in, int64_t nslabs, uint8_t *out);
 /* The automorphism X -> X^galois of ngroups x nlimbs rows, in the NTT or the
  * coefficient domain. Nothing is launched when ngroups or nlimbs is 0. */
 fh_status fh__ckks_automorph(fh__ckks_launcher *L, bool ntt_domain, uint64_t galois, uint64_t *out, int64_t out_gs,

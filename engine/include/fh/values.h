@@ -139,12 +139,6 @@ typedef struct fh_value {
   fh_ckks_context *ctx; /* one reference; NULL only for a context-free slots plaintext */
   int32_t ntensors;
   fh_tensor *tensors[FH_VALUE_MAX_TENSORS]; /* one reference each */
-  /* A key-switching key that a CUDA engine created: its data's rows in narrow words
-   * (FH_K_CKKS_NARROW, uint8 [D, 2, slab]; one reference, NULL otherwise), which the key
-   * switches read instead of the data. Derived from the data when the key is made, never
-   * part of the value's identity (signatures, equality, files) and never copied by
-   * fh_value_to or fh_value_clone: a copy reads its data. */
-  fh_tensor *narrow;
 } fh_value;
 
 static inline void fh_value_retain(fh_value *v) { fh_rc_retain(&v->rc); }
