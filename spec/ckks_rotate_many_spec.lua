@@ -5,9 +5,12 @@ local ex = require "fhelium.execution"
 local H = require "spec.helpers"
 
 local small = { log_n = 10, q_bits = { 40, 40, 40, 60 }, p_bits = { 60, 60 }, scale = 2 ^ 40, allow_insecure = true }
+-- N = 2^12: above 2^11 the mod-down reads c0 through each step's automorphism (no launch
+-- writes it) and CUDA runs the two-kernel shapes
+local larger = { log_n = 12, q_bits = { 40, 41, 40, 60 }, p_bits = { 60, 60 }, scale = 2 ^ 40, allow_insecure = true }
 
-local function setup(device, seed)
-  local e = fh.CkksEngine(small, { device = device, seed = seed })
+local function setup(device, seed, spec)
+  local e = fh.CkksEngine(spec or small, { device = device, seed = seed })
   local sk = e:create_secret_key()
   local pk = e:create_public_key(sk)
   local keys = {}
@@ -15,9 +18,9 @@ local function setup(device, seed)
   return e, sk, pk, keys
 end
 
-local function check(device)
+local function check(device, spec)
   local seed = H.seed("rotate_many " .. device)
-  local e, sk, pk, keys = setup(device, seed)
+  local e, sk, pk, keys = setup(device, seed, spec)
   local S = e.context.num_slots
   local g = fh.Generator(seed)
   local m = (fh.rand({ 3, S }, { dtype = "float64", generator = g }) - 0.5):to(device)
@@ -50,9 +53,13 @@ describe("CkksEngine:rotate_many", function()
   it("gives the ciphertexts of single rotations, word for word (both domains, a batch, step 0, repeats, more steps "
     .. "than one launch of inner products takes)", function()
     check("cpu")
+    check("cpu", larger)
   end)
 
-  H.gpu_it("does the same on cuda:0", function() check("cuda:0") end)
+  H.gpu_it("does the same on cuda:0", function()
+    check("cuda:0")
+    check("cuda:0", larger)
+  end)
 
   it("replays inside a host program like the eager calls", function()
     local e, _, pk = setup("cpu", 7)

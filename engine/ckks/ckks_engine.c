@@ -986,7 +986,8 @@ void fh__ckks_moddown_args(const fh_ckks_tables *tb, fh_ckks_moddown_args *m, ui
 
 /* a mod-down's outputs and addends (fh_ckks_moddown_args) */
 static void moddown_outputs(fh_ckks_moddown_args *m, uint64_t *out0, uint64_t *out1, int64_t out_gs,
-                            const uint64_t *add0, const uint64_t *add1, int64_t add_gs) {
+                            const uint64_t *add0, const uint64_t *add1, int64_t add_gs, uint64_t add_galois) {
+  m->add_galois = add_galois;
   m->out[0] = out0;
   m->out[1] = out1;
   m->add[0] = add0;
@@ -995,9 +996,12 @@ static void moddown_outputs(fh_ckks_moddown_args *m, uint64_t *out0, uint64_t *o
   m->add_gs = add_gs;
 }
 
+/* add_galois (0: none): add0 and add1 read through that NTT-domain automorphism
+ * (fh_ckks_moddown_args.add_galois; ntt_out only) */
 static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k, int64_t G,
                             uint64_t *A, uint64_t *w, uint64_t *t, bool ntt_out, uint64_t *out0, uint64_t *out1,
-                            int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs) {
+                            int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs,
+                            uint64_t add_galois) {
   const fh_ckks_tables *tb = e->tb;
   const int la = k->la, lk = k->lk, np = k->np, nq = k->nq;
   const int64_t n = k->n;
@@ -1010,9 +1014,11 @@ static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, 
                         A, (int64_t)lk * n);
   if (ntt_out) {
     /* conversion, NTT and (A - t) P^-1 (+ add) in one launch (fh_ckks_moddown_args) */
-    moddown_outputs(&m, out0, out1, out_gs, add0, add1, add_gs);
+    moddown_outputs(&m, out0, out1, out_gs, add0, add1, add_gs, add_galois);
     return fh__ckks_submit(L, FH_K_CKKS_MODDOWN, &m, sizeof m);
   }
+  if (add_galois > 1)
+    return fh_error_set(FH_ERR_EXECUTION, "internal error: a coefficient-domain mod-down reads no automorphism of add");
   if ((st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &m.conv, sizeof m.conv))) return st;
   if ((st = fh__ckks_ntt(L, false, A, (int64_t)lk * n, A, (int64_t)lk * n, 2 * G, qp, la))) return st;
   uint64_t *outs[2] = {out0, out1};
@@ -1059,7 +1065,7 @@ static fh_status ks_moddown_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int
   fh_ckks_moddown_args m;
   fh__ckks_moddown_args(tb, &m, w, w_gs, 2 * G, nq, np, level, la, tb->moddown[level], tb->p_inv + level, t, A,
                         (int64_t)lk * n);
-  moddown_outputs(&m, out0, out1, out_gs, add0, add1, add_gs);
+  moddown_outputs(&m, out0, out1, out_gs, add0, add1, add_gs, 0);
   m.rescale = 1;
   m.v0 = v0;
   m.v0_gs = v0_gs;
@@ -1130,7 +1136,7 @@ static fh_status keyswitch_impl(fh_ckks_engine *e, fh__ckks_launcher *L, int lev
                             out_gs, add0, add1, add_gs, v0, v0_gs, v0_cs);
   else
     st = ks_moddown(e, L, level, &k, G, fh__ckks_ptr(acc), fh__ckks_ptr(W), fh__ckks_ptr(T), ntt_out, out0, out1,
-                    out_gs, add0, add1, add_gs);
+                    out_gs, add0, add1, add_gs, 0);
 done:
   if (D) fh_tensor_release(D);
   if (acc) fh_tensor_release(acc);
@@ -1241,14 +1247,14 @@ fh_status fh__ckks_hoist_inner_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh
 
 fh_status fh__ckks_hoist_moddown_of(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *acc,
                                     bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs,
-                                    const uint64_t *add0, int64_t add_gs) {
+                                    const uint64_t *add0, int64_t add_gs, uint64_t add_galois) {
   return ks_moddown(e, L, h->level, &h->k, h->G, acc, fh__ckks_ptr(h->W), fh__ckks_ptr(h->T), ntt_out, out0, out1,
-                    out_gs, add0, NULL, add_gs);
+                    out_gs, add0, NULL, add_gs, add_galois);
 }
 
 fh_status fh__ckks_hoist_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *out0,
                                  uint64_t *out1, int64_t out_gs) {
-  return fh__ckks_hoist_moddown_of(e, L, h, fh__ckks_ptr(h->acc), true, out0, out1, out_gs, NULL, 0);
+  return fh__ckks_hoist_moddown_of(e, L, h, fh__ckks_ptr(h->acc), true, out0, out1, out_gs, NULL, 0, 0);
 }
 
 /* (without steps, h->W has the two extra rows of a fused rescale: fh__ckks_hoist_begin) */

@@ -688,7 +688,8 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
       st = fh__ckks_ntt(&L, false, fh__ckks_ptr(dt), gs, d, gs, g.B, p, g.la);
       d = fh__ckks_ptr(dt);
     }
-    if (st == FH_OK) st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &a0);
+    const bool fused_c0 = ntt && fh_ckks_engine_tables(e)->log_n > FH_CKKS_CUDA_ROW_LOG;
+    if (st == FH_OK && !fused_c0) st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &a0);
     if (st == FH_OK && (st = fh__ckks_hoist_begin(e, &L, g.level, g.B, d, gs, true, &h)) == FH_OK) hoisted = true;
     /* the steps in batches of up to FH_CKKS_KS_MAX_STEPS: their inner products (one launch on
      * CUDA, each digit row read once for the batch), then each step's mod-down */
@@ -714,9 +715,13 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
       if (st == FH_OK && cnt > 0) st = fh__ckks_hoist_inner_steps(e, &L, &h, cnt, gal, kt, accp);
       for (int i = 0; i < cnt && st == FH_OK; ++i) {
         uint64_t *out = fh__ckks_ptr(data[idx[i]]);
-        /* the first component's automorphism, added after the mod-down */
-        if ((st = fh__ckks_automorph(&L, ntt, gal[i], fh__ckks_ptr(a0), gs, c, gs, g.B, p, g.la)) == FH_OK)
-          st = fh__ckks_hoist_moddown_of(e, &L, &h, accp[i], ntt, out, out + cs, gs, fh__ckks_ptr(a0), gs);
+        /* the first component's automorphism, added after the mod-down: read through it by
+         * the mod-down for NTT-domain rows of N > 2^FH_CKKS_CUDA_ROW_LOG (no launch writes
+         * it), else written first */
+        if (fused_c0)
+          st = fh__ckks_hoist_moddown_of(e, &L, &h, accp[i], ntt, out, out + cs, gs, c, gs, gal[i]);
+        else if ((st = fh__ckks_automorph(&L, ntt, gal[i], fh__ckks_ptr(a0), gs, c, gs, g.B, p, g.la)) == FH_OK)
+          st = fh__ckks_hoist_moddown_of(e, &L, &h, accp[i], ntt, out, out + cs, gs, fh__ckks_ptr(a0), gs, 0);
       }
       L.nuses = saved;
       /* (released after their last launch: the device's allocator orders their reuse after it) */

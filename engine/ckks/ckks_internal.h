@@ -121,10 +121,12 @@ fh_status fh__ckks_hoist_inner_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh
                                      const uint64_t *galois, const fh_tensor *const *key, uint64_t *const *acc);
 /* The mod-down of one step's inner product acc (fh__ckks_hoist_inner_steps) into out0, out1
  * (NTT domain when ntt_out, else coefficients; group stride out_gs), add0 (same domain, group
- * stride add_gs; NULL: none) added to the first component. */
+ * stride add_gs; NULL: none) added to the first component; add_galois > 1 (ntt_out only, N >
+ * 2^FH_CKKS_CUDA_ROW_LOG): add0 read through that NTT-domain automorphism
+ * (fh_ckks_moddown_args.add_galois), else 0. */
 fh_status fh__ckks_hoist_moddown_of(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *acc,
                                     bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs,
-                                    const uint64_t *add0, int64_t add_gs);
+                                    const uint64_t *add0, int64_t add_gs, uint64_t add_galois);
 void fh__ckks_hoist_end(fh__ckks_hoist *h);
 
 /* The arguments of a mod-down (fh_ckks_moddown_args) from the nsrc coefficient-domain rows of

@@ -451,6 +451,29 @@ __device__ void ntt_stages_with(ntt_view src, ntt_view dst, ntt_view sm, int nar
   }
 }
 
+/* ntt_stages_with's forward passes over the column tile with the geometry known at compile
+ * time (NOT RUN ON A GPU yet): LOG_M stages over NTT_TILE >> LOG_M adjacent columns
+ * (kstride NTT_TILE >> LOG_M in shared memory, astride 1, the arrays spanning the transform:
+ * offsets 0, total 2^LOG_M), the first pass fused, outputs not reduced (ks1's column
+ * stages), dst's kstride N2 = 2^LOG_N2. The passes are ntt_stages_with's (the same
+ * ntt_pass instances, the same arithmetic in the same order: the same words), but their
+ * strides, t_lo and twiddle indices are constants: shared-memory words at immediate
+ * offsets from one address instead of an IMAD and a LEA (loads) or an IMAD and a wide
+ * IMAD (generic stores: the runtime pass loop made `to` a generic pointer) a word, and no
+ * runtime choice among the passes' variants. */
+template <int LOG_M, int LOG_N2, int DONE = 0, class A>
+__device__ __forceinline__ void ntt_col_fwd_fixed(uint64_t *sm, uint64_t *dst, const A &ar) {
+  constexpr int REM = LOG_M - DONE, r = REM >= 3 ? 3 : REM;
+  constexpr bool FIRST = DONE == 0, LAST = r == REM;
+  constexpr int COLS = NTT_TILE >> LOG_M;
+  const ntt_view sv = {sm, COLS, 1};
+  const ntt_view dv = {dst, 1 << LOG_N2, 1};
+  const ntt_geom g = {(int64_t)1 << LOG_M, 0, 0, LOG_M};
+  ntt_pass<1 << r, true, FIRST, LAST, FIRST, false>(sv, LAST ? dv : sv, COLS, 1 << LOG_M, LOG_M - DONE - r, g, false, ar);
+  __syncthreads();
+  if constexpr (!LAST) ntt_col_fwd_fixed<LOG_M, LOG_N2, DONE + r>(sm, dst, ar);
+}
+
 /* The stages in the prime's arithmetic: FP64 when it has FP64 twiddle rows. */
 template <bool FORWARD, bool PRE = false, int MAX_LOG_R = 3>
 __device__ void ntt_stages(ntt_view src, ntt_view dst, ntt_view sm, int narr, int log_m, const ntt_geom g,
@@ -1051,16 +1074,39 @@ __device__ __forceinline__ uint64_t conv_flagged_n(const uint64_t *y, const conv
 
 /* conv_flagged_n in doubles (fh_fp_conv_term) for a target below 2^45 and sources below
  * 2^50: the bits of a double below (0.63 NS + 1) t in size, for the NTT's first pass to
- * read as it is (fp_arith_in) */
+ * read as it is (fp_arith_in). The same doubles as fh_fp_conv_term, in fewer instructions
+ * (NOT RUN ON A GPU yet):
+ * - a word's double: b = y | 2^52's bits keeps the flag in bit 63 (the sign), and |b| (a
+ *   free operand modifier of DADD) has the bits (y & ~flag) | 2^52's bits that
+ *   fh_fp_of_word forms (there: two LOP3s and a register-pair move a term); x - 2^52 is
+ *   x + (-2^52) exactly. The flags are counted from b, so that y is dead after the OR;
+ * - the sum starts from the first term, not from 0 + term: a term is never -0 (x, w, wq
+ *   >= 0, so t and h are +0 or positive, and the exact zeros of l = x w - h and of
+ *   h - t q, and their sum's, are +0 in round-to-nearest), and 0 + r == r for every
+ *   other r, so the DADD dropped changes no bit. */
+__device__ __forceinline__ double conv_term_fp(uint64_t b, double w, double wq, double t) {
+  const double x = __dadd_rn(fabs(__longlong_as_double((long long)b)), -FH_FP_TWO52);
+  return fh_fp_mul(x, w, wq, t);
+}
 template <int NS>
 __device__ __forceinline__ uint64_t conv_flagged_fp_n(const uint64_t *y, const conv_consts &k,
                                                       const fh_ckks_prime &c) {
-  uint32_t cnt = 0;
-  double acc = 0;
+  static_assert(NS >= 1, "one source at least");
+  uint64_t b[NS];
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
-    cnt += (uint32_t)(y[i] >> 63);
-    acc = __dadd_rn(acc, fh_fp_conv_term(y[i], k.rowd[i], k.rowq[i], c.fp_q));
+    /* opaque to the compiler: else it counts the flag from y (b >> 63 == y >> 63), y stays
+     * live, and b's high word takes another register, which costs a move a term to pair
+     * it with the low word for the DADD */
+    b[i] = y[i];
+    asm("or.b64 %0, %0, 0x4330000000000000;" : "+l"(b[i]));
+  }
+  uint32_t cnt = (uint32_t)(b[0] >> 63);
+  double acc = conv_term_fp(b[0], k.rowd[0], k.rowq[0], c.fp_q);
+#pragma unroll
+  for (int i = 1; i < NS; ++i) {
+    cnt += (uint32_t)(b[i] >> 63);
+    acc = __dadd_rn(acc, conv_term_fp(b[i], k.rowd[i], k.rowq[i], c.fp_q));
   }
   return (uint64_t)__double_as_longlong(__dsub_rn(acc, k.corrd[cnt]));
 }
@@ -1249,7 +1295,12 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + c0, n2, 1};
-    if (fpc)
+    /* the usual rings' column stages with their geometry at compile time (ntt_col_fwd_fixed) */
+    if (fpc && u.log_n == 16)
+      ntt_col_fwd_fixed<8, 8>(sm, dst.p, fp_arith_in{fp_arith_of(c, P, true)});
+    else if (fpc && u.log_n == 15)
+      ntt_col_fwd_fixed<7, 8>(sm, dst.p, fp_arith_in{fp_arith_of(c, P, true)});
+    else if (fpc)
       ntt_stages_with<true, false>(src, dst, src, cols, sp.log_n1, geo, true, false,
                                    fp_arith_in{fp_arith_of(c, P, true)});
     else ntt_stages<true, false>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
@@ -1782,11 +1833,14 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) md
     const uint64_t *x = a.a + gg * a.a_gs + (int64_t)l * n + base;
     const uint64_t *z = a.add[comp] ? a.add[comp] + g * a.add_gs + (int64_t)l * n + base : NULL;
     const ntt_view src = {b.out + gg * b.out_gs + (int64_t)b.dst_row[l] * n + base, 1, n2};
+    /* add through an automorphism (add_galois): word e of the tile from the row's source slot */
+    const uint64_t zg = a.add_galois;
 #pragma unroll
     for (int k = 0; k < MD2_PER_THREAD; ++k) {
       const int e = threadIdx.x + k * THREADS;
       cp_async_word(xs + e, x + e);
-      if (z) cp_async_word(zs + e, z + e);
+      if (z)
+        cp_async_word(zs + e, zg > 1 ? z - base + fh_ckks_automorph_src((uint32_t)(base + e), zg, b.log_n) : z + e);
     }
     cp_async_commit();
     ntt_stages<true, true, MAX_LOG_R>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
@@ -1822,6 +1876,8 @@ fh_status k_moddown(const void *argp, void *stream) {
   if (b->log_n <= NTT_TILE_LOG) {
     if (a->rescale) /* the evaluator rescales in turn at these sizes */
       return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: no fused rescale for N <= 2^%d", NTT_TILE_LOG);
+    if (a->add_galois > 1) /* the evaluator adds the automorphism's output at these sizes */
+      return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: no automorphism of add for N <= 2^%d", NTT_TILE_LOG);
     /* small rings: conversion, NTT, then the subtraction per component */
     fh_status st = k_bconv(b, stream);
     fh_ckks_ntt_args t;

@@ -982,6 +982,13 @@ static fh_status cpu_moddown(const void *argp) {
     t.in_row[l - l0] = t.out_row[l - l0] = b->dst_row[l];
   }
   if ((st = cpu_ntt(&t)) != FH_OK) return st;
+  /* add read through an automorphism: the source slot of every slot, once per launch */
+  uint32_t *perm = NULL;
+  if (a->add_galois > 1) {
+    if ((perm = fh_malloc(sizeof *perm * (size_t)n)) == NULL)
+      return fh_error_set(FH_ERR_MEMORY, "ckks_moddown: out of memory");
+    for (int64_t s = 0; s < n; ++s) perm[s] = fh_ckks_automorph_src((uint32_t)s, a->add_galois, b->log_n);
+  }
   FH_FOR_ROWS(b->ngroups, b->ndst, n) {
     if (l < l0) continue;
     const int64_t gg = g, gp = gg / 2;
@@ -994,11 +1001,12 @@ static fh_status cpu_moddown(const void *argp) {
       uint64_t *o = a->out[c] + gp * a->out_gs + (int64_t)(l - l0) * n;
       for (int64_t j = 0; j < n; ++j) {
         uint64_t r = fh_shoup_mul(x[j] + (q - y[j]), w, ws, q);
-        r = z ? fh_mod_add(r, z[j], q) : r;
+        r = z ? fh_mod_add(r, z[perm ? perm[j] : j], q) : r;
         o[j] = l0 ? fh_shoup_mul(r, a->d_const[l], a->d_shoup[l], q) : r;
       }
     }
   }
+  fh_free(perm);
   return FH_OK;
 }
 

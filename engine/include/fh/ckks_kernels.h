@@ -337,6 +337,11 @@ typedef struct fh_ckks_moddown_args {
   int64_t v0_gs, v0_cs;
   uint64_t pr[FH_CKKS_MAX_PRIMES], pq[FH_CKKS_MAX_PRIMES];
   uint64_t d_const[FH_CKKS_MAX_PRIMES], d_shoup[FH_CKKS_MAX_PRIMES];
+  /* 0 or 1: add[c] as stored; else add[c] read through the NTT-domain automorphism
+   * X -> X^add_galois (odd, below 2N: word j at fh_ckks_automorph_src(j)), so that a hoisted
+   * rotation adds the rotation of c0 without a launch that writes it (N > 2^FH_CKKS_CUDA_ROW_LOG
+   * on CUDA) */
+  uint64_t add_galois;
 } fh_ckks_moddown_args;
 
 /* A fused rescale's y0 = (u0 - conv_0) c_const[0] + v0 mod q_0 (above; w0, ws0: c_const[0]
