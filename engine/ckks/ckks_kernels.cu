@@ -452,7 +452,7 @@ __device__ void ntt_stages_with(ntt_view src, ntt_view dst, ntt_view sm, int nar
 }
 
 /* ntt_stages_with's forward passes over the column tile with the geometry known at compile
- * time (NOT RUN ON A GPU yet): LOG_M stages over NTT_TILE >> LOG_M adjacent columns
+ * time: LOG_M stages over NTT_TILE >> LOG_M adjacent columns
  * (kstride NTT_TILE >> LOG_M in shared memory, astride 1, the arrays spanning the transform:
  * offsets 0, total 2^LOG_M), the first pass fused, outputs not reduced (ks1's column
  * stages), dst's kstride N2 = 2^LOG_N2. The passes are ntt_stages_with's (the same
@@ -1074,8 +1074,7 @@ __device__ __forceinline__ uint64_t conv_flagged_n(const uint64_t *y, const conv
 
 /* conv_flagged_n in doubles (fh_fp_conv_term) for a target below 2^45 and sources below
  * 2^50: the bits of a double below (0.63 NS + 1) t in size, for the NTT's first pass to
- * read as it is (fp_arith_in). The same doubles as fh_fp_conv_term, in fewer instructions
- * (NOT RUN ON A GPU yet):
+ * read as it is (fp_arith_in). The same doubles as fh_fp_conv_term, in fewer instructions:
  * - a word's double: b = y | 2^52's bits keeps the flag in bit 63 (the sign), and |b| (a
  *   free operand modifier of DADD) has the bits (y & ~flag) | 2^52's bits that
  *   fh_fp_of_word forms (there: two LOP3s and a register-pair move a term); x - 2^52 is
