@@ -1106,7 +1106,8 @@ static fh_status keyswitch_impl(fh_ckks_engine *e, fh__ckks_launcher *L, int lev
                                 int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, const fh_tensor *key,
                                 bool ntt_out, uint64_t *out0,
                                 uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
-                                int64_t add_gs, const uint64_t *v0, int64_t v0_gs, int64_t v0_cs) {
+                                int64_t add_gs, const uint64_t *v0, int64_t v0_gs, int64_t v0_cs,
+                                uint64_t add_galois) {
   const fh_ckks_tables *tb = e->tb;
   fh__ckks_ks_geo k;
   ks_geo_of(tb, level, &k);
@@ -1136,7 +1137,7 @@ static fh_status keyswitch_impl(fh_ckks_engine *e, fh__ckks_launcher *L, int lev
                             out_gs, add0, add1, add_gs, v0, v0_gs, v0_cs);
   else
     st = ks_moddown(e, L, level, &k, G, fh__ckks_ptr(acc), fh__ckks_ptr(W), fh__ckks_ptr(T), ntt_out, out0, out1,
-                    out_gs, add0, add1, add_gs, 0);
+                    out_gs, add0, add1, add_gs, add_galois);
 done:
   if (D) fh_tensor_release(D);
   if (acc) fh_tensor_release(acc);
@@ -1149,9 +1150,9 @@ done:
 fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
                              int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, bool ntt_out, uint64_t *out0,
                              uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
-                             int64_t add_gs) {
+                             int64_t add_gs, uint64_t add_galois) {
   return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, gs_d, key, ntt_out, out0, out1, out_gs, add0, add1, add_gs, NULL,
-                        0, 0);
+                        0, 0, add_galois);
 }
 
 fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G,
@@ -1160,7 +1161,7 @@ fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, in
                                      const uint64_t *add0, const uint64_t *add1, int64_t add_gs, const uint64_t *v0,
                                      int64_t v0_gs, int64_t v0_cs) {
   return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, d_ntt_gs, key, true, out0, out1, out_gs, add0, add1, add_gs, v0,
-                        v0_gs, v0_cs);
+                        v0_gs, v0_cs, 0);
 }
 
 fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,

@@ -259,7 +259,7 @@ fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_va
     }
     uint64_t *o = fh__ckks_ptr(ts[2]);
     if (st == FH_OK)
-      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, c, c + cs, gs);
+      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, c, c + cs, gs, 0);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], g.level, ct->state.scale, ct->state.polynomial_domain, out);
   release_all(ts, 4);
@@ -544,11 +544,16 @@ static fh_status apply_galois(fh_ckks_engine *e, const char *op, const fh_value 
   int32_t p[FH_CKKS_MAX_PRIMES];
   fh__ckks_active_primes(e, g.level, p);
   int64_t gs = (int64_t)g.la * fh_ckks_engine_context(e)->ring_degree, cs = g.B * gs;
+  /* NTT-domain rows of N > 2^FH_CKKS_CUDA_ROW_LOG: the mod-down reads c0 through the
+   * automorphism (fh_ckks_moddown_args.add_galois), so only c1's is written; else both */
+  const bool fused_c0 = ntt && fh_ckks_engine_tables(e)->log_n > FH_CKKS_CUDA_ROW_LOG;
   if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = data_of(&L, key, &ts[1])) == FH_OK &&
       (st = fh__ckks_alloc_poly(e, &L, 2, &g, g.la, &ts[2])) == FH_OK &&
-      (st = fh__ckks_alloc_poly(e, &L, 2, &g, g.la, &ts[3])) == FH_OK) {
-    st = fh__ckks_automorph(&L, ntt, galois, fh__ckks_ptr(ts[3]), gs, fh__ckks_ptr(ts[0]), gs, 2 * g.B, p, g.la);
-    const uint64_t *A = fh__ckks_ptr(ts[3]), *d = A + cs, *d_ntt = NULL;
+      (st = fh__ckks_alloc_poly(e, &L, fused_c0 ? 0 : 2, &g, g.la, &ts[3])) == FH_OK) {
+    const uint64_t *c = fh__ckks_ptr(ts[0]);
+    uint64_t *sig = fh__ckks_ptr(ts[3]); /* sigma(c1), after sigma(c0) when not fused */
+    st = fh__ckks_automorph(&L, ntt, galois, sig, gs, fused_c0 ? c + cs : c, gs, fused_c0 ? g.B : 2 * g.B, p, g.la);
+    const uint64_t *A = fused_c0 ? c : sig, *d = fused_c0 ? sig : sig + cs, *d_ntt = NULL;
     if (st == FH_OK && ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &ts[4])) == FH_OK) {
       st = fh__ckks_ntt(&L, false, fh__ckks_ptr(ts[4]), gs, d, gs, g.B, p, g.la);
       d_ntt = d;
@@ -556,7 +561,8 @@ static fh_status apply_galois(fh_ckks_engine *e, const char *op, const fh_value 
     }
     uint64_t *o = fh__ckks_ptr(ts[2]);
     if (st == FH_OK)
-      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, A, NULL, gs);
+      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, A, NULL, gs,
+                              fused_c0 ? galois : 0);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], g.level, ct->state.scale, ct->state.polynomial_domain, out);
   release_all(ts, 5);

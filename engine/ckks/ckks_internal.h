@@ -62,10 +62,13 @@ fh_status fh__ckks_no_capture(const fh_ckks_engine *e, const char *op);
  * [dnum, 2, #Q + #P, N]. Writes u0 + u1 s ~ d s' into out0/out1 (rows
  * [G, la, N] with group stride out_gs), in the NTT domain (ntt_out) or the
  * coefficient domain, adding add0/add1 (same layout as out, may alias out;
- * NULL: nothing added). */
+ * NULL: nothing added); add_galois > 1 (ntt_out only, N > 2^FH_CKKS_CUDA_ROW_LOG): the
+ * addends read through that NTT-domain automorphism (fh_ckks_moddown_args.add_galois, a
+ * rotation's sigma(c0) without a launch that writes it), else 0. */
 fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
                              int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
-                             int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs);
+                             int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs,
+                             uint64_t add_galois);
 
 /* fh__ckks_keyswitch (NTT-domain result) and a rescale by the first active Q prime in one
  * mod-down (fh_ckks_moddown_args.rescale; N > 2^FH_CKKS_CUDA_ROW_LOG): the la - 1 rows of
