@@ -996,19 +996,34 @@ static void moddown_outputs(fh_ckks_moddown_args *m, uint64_t *out0, uint64_t *o
   m->add_gs = add_gs;
 }
 
+static fh_status ks_moddown_from(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k,
+                                 int64_t G, uint64_t *A, uint64_t *w, uint64_t *t, bool ntt_out, uint64_t *out0,
+                                 uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
+                                 int64_t add_gs, uint64_t add_galois);
 /* add_galois (0: none): add0 and add1 read through that NTT-domain automorphism
  * (fh_ckks_moddown_args.add_galois; ntt_out only) */
 static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k, int64_t G,
                             uint64_t *A, uint64_t *w, uint64_t *t, bool ntt_out, uint64_t *out0, uint64_t *out1,
                             int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs,
                             uint64_t add_galois) {
+  const int la = k->la, lk = k->lk, np = k->np;
+  const int64_t n = k->n;
+  fh_status st;
+  if ((st = fh__ckks_ntt(L, false, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, k->qp + la, np)))
+    return st;
+  return ks_moddown_from(e, L, level, k, G, A, w, t, ntt_out, out0, out1, out_gs, add0, add1, add_gs, add_galois);
+}
+
+/* ks_moddown once w holds the INTT of A's P rows ([2G][np][N]) */
+static fh_status ks_moddown_from(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k,
+                                 int64_t G, uint64_t *A, uint64_t *w, uint64_t *t, bool ntt_out, uint64_t *out0,
+                                 uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
+                                 int64_t add_gs, uint64_t add_galois) {
   const fh_ckks_tables *tb = e->tb;
   const int la = k->la, lk = k->lk, np = k->np, nq = k->nq;
   const int64_t n = k->n;
   const int32_t *qp = k->qp;
   fh_status st;
-  if ((st = fh__ckks_ntt(L, false, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, qp + la, np)))
-    return st;
   fh_ckks_moddown_args m;
   fh__ckks_moddown_args(tb, &m, w, (int64_t)np * n, 2 * G, nq, np, level, la, tb->moddown[level], tb->p_inv + level, t,
                         A, (int64_t)lk * n);
@@ -1251,6 +1266,26 @@ fh_status fh__ckks_hoist_moddown_of(fh_ckks_engine *e, fh__ckks_launcher *L, fh_
                                     const uint64_t *add0, int64_t add_gs, uint64_t add_galois) {
   return ks_moddown(e, L, h->level, &h->k, h->G, acc, fh__ckks_ptr(h->W), fh__ckks_ptr(h->T), ntt_out, out0, out1,
                     out_gs, add0, NULL, add_gs, add_galois);
+}
+
+fh_status fh__ckks_hoist_moddown_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, int nsteps,
+                                       uint64_t *acc, uint64_t *const *out, int64_t out_cs, int64_t out_gs,
+                                       const uint64_t *add0, int64_t add_gs, const uint64_t *add_galois) {
+  const fh__ckks_ks_geo *k = &h->k;
+  const int64_t n = k->n, G = h->G, step = 2 * G * (int64_t)k->lk * n, wstep = 2 * G * (int64_t)k->np * n;
+  /* the INTT of every step's P rows in one launch: nsteps x 2G groups of np rows */
+  int64_t wshape[3] = {nsteps * 2 * G, k->np, n};
+  fh_tensor *W = NULL;
+  fh_status st = fh__ckks_temp(L, 3, wshape, &W);
+  if (st == FH_OK)
+    st = fh__ckks_ntt(L, false, fh__ckks_ptr(W), (int64_t)k->np * n, acc + (int64_t)k->la * n, (int64_t)k->lk * n,
+                      nsteps * 2 * G, k->qp + k->la, k->np);
+  for (int s = 0; s < nsteps && st == FH_OK; ++s)
+    st = ks_moddown_from(e, L, h->level, k, G, acc + s * step, fh__ckks_ptr(W) + s * wstep, fh__ckks_ptr(h->T), true,
+                         out[s], out[s] + out_cs, out_gs, add0, NULL, add_gs, add_galois[s]);
+  /* (released after its last launch: the device's allocator orders its reuse after it) */
+  if (W) fh_tensor_release(W);
+  return st;
 }
 
 fh_status fh__ckks_hoist_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *out0,

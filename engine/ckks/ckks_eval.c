@@ -716,17 +716,23 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
         fh__ckks_use(&L, data[r0]);
         ++cnt;
       }
-      for (int i = 0; i < cnt && st == FH_OK; ++i)
-        if ((st = fh__ckks_temp(&L, 4, ashape, &acc[i])) == FH_OK) accp[i] = fh__ckks_ptr(acc[i]);
+      /* the batch's accumulators in one tensor [cnt][G][2][lk][N] (fh__ckks_hoist_moddown_steps) */
+      int64_t bshape[5] = {cnt, ashape[0], ashape[1], ashape[2], ashape[3]};
+      if (cnt > 0 && (st = fh__ckks_temp(&L, 5, bshape, &acc[0])) == FH_OK)
+        for (int i = 0; i < cnt; ++i) accp[i] = fh__ckks_ptr(acc[0]) + (int64_t)i * 2 * g.B * h.k.lk * n;
       if (st == FH_OK && cnt > 0) st = fh__ckks_hoist_inner_steps(e, &L, &h, cnt, gal, kt, accp);
-      for (int i = 0; i < cnt && st == FH_OK; ++i) {
+      if (st == FH_OK && cnt > 0 && fused_c0) {
+        /* the steps' mod-downs: their P rows' INTT in one launch, c0 read through each step's
+         * automorphism */
+        uint64_t *outs[FH_CKKS_KS_MAX_STEPS];
+        for (int i = 0; i < cnt; ++i) outs[i] = fh__ckks_ptr(data[idx[i]]);
+        st = fh__ckks_hoist_moddown_steps(e, &L, &h, cnt, accp[0], outs, cs, gs, c, gs, gal);
+      }
+      for (int i = 0; i < cnt && st == FH_OK && !fused_c0; ++i) {
         uint64_t *out = fh__ckks_ptr(data[idx[i]]);
-        /* the first component's automorphism, added after the mod-down: read through it by
-         * the mod-down for NTT-domain rows of N > 2^FH_CKKS_CUDA_ROW_LOG (no launch writes
-         * it), else written first */
-        if (fused_c0)
-          st = fh__ckks_hoist_moddown_of(e, &L, &h, accp[i], ntt, out, out + cs, gs, c, gs, gal[i]);
-        else if ((st = fh__ckks_automorph(&L, ntt, gal[i], fh__ckks_ptr(a0), gs, c, gs, g.B, p, g.la)) == FH_OK)
+        /* (smaller rings and the coefficient domain) the first component's automorphism
+         * written, then added by the mod-down */
+        if ((st = fh__ckks_automorph(&L, ntt, gal[i], fh__ckks_ptr(a0), gs, c, gs, g.B, p, g.la)) == FH_OK)
           st = fh__ckks_hoist_moddown_of(e, &L, &h, accp[i], ntt, out, out + cs, gs, fh__ckks_ptr(a0), gs, 0);
       }
       L.nuses = saved;

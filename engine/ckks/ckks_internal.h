@@ -130,6 +130,14 @@ fh_status fh__ckks_hoist_inner_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh
 fh_status fh__ckks_hoist_moddown_of(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *acc,
                                     bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs,
                                     const uint64_t *add0, int64_t add_gs, uint64_t add_galois);
+/* The NTT-domain mod-downs of nsteps steps' inner products at once, acc [nsteps][G][2][lk][N]
+ * (contiguous, the steps' accumulators in turn): the INTT of every step's P rows in one
+ * launch, then each step's mod-down into out[s] (components out[s] and out[s] + out_cs, group
+ * stride out_gs) with add0 read through add_galois[s] (as fh__ckks_hoist_moddown_of; N >
+ * 2^FH_CKKS_CUDA_ROW_LOG). The same words as a fh__ckks_hoist_moddown_of a step. */
+fh_status fh__ckks_hoist_moddown_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, int nsteps,
+                                       uint64_t *acc, uint64_t *const *out, int64_t out_cs, int64_t out_gs,
+                                       const uint64_t *add0, int64_t add_gs, const uint64_t *add_galois);
 void fh__ckks_hoist_end(fh__ckks_hoist *h);
 
 /* The arguments of a mod-down (fh_ckks_moddown_args) from the nsrc coefficient-domain rows of
