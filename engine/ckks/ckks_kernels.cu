@@ -1789,7 +1789,13 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md1_k
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {b.out + g * b.out_gs + (int64_t)b.dst_row[l] * n + c0, n2, 1};
-    ntt_stages<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
+    /* the usual rings' column stages with their geometry at compile time, as ks1's
+     * (ntt_col_fwd_fixed: the same passes, the same words) */
+    if (THREADS == NTT_THREADS && P.fw && b.log_n == 16)
+      ntt_col_fwd_fixed<8, 8>(sm, dst.p, fp_arith_of(c, P, true));
+    else if (THREADS == NTT_THREADS && P.fw && b.log_n == 15)
+      ntt_col_fwd_fixed<7, 8>(sm, dst.p, fp_arith_of(c, P, true));
+    else ntt_stages<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
   }
 }
 
