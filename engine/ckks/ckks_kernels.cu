@@ -1254,8 +1254,13 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
 /* NTT_THREADS threads, 8 words a thread (a wide variant as ks2's lost at every size:
  * WIDE_MAX_LOG_N) */
 /* RAW: every digit has one source row, read from up.in and scaled on load (ks0 skipped) */
-template <int MIN_BLOCKS, int LOADS, bool FP_CONV, bool RAW = false>
+/* T: column tiles a block (blockIdx.x * T + t, t < T, those past the row's last skipped),
+ * so that the block's setup per (digit, row) (the prime, the source check, conv_consts_init
+ * and its two barriers) is paid once per T tiles; the same arithmetic per tile, the same
+ * words (ks1_tiles; T = 1 is the kernel of one tile a block) */
+template <int MIN_BLOCKS, int LOADS, bool FP_CONV, bool RAW = false, int T = 1>
 __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+  static_assert(T >= 1, "a tile a block at least");
   pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
@@ -1268,7 +1273,6 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
   const ntt_split sp = ntt_split_of(u.log_n);
   const int64_t n = (int64_t)1 << u.log_n;
   const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1, tile = NTT_TILE, log_cols = NTT_TILE_LOG - sp.log_n1;
-  const int c0 = blockIdx.x * cols;
   const int p = u.prime[r];
   const fh_ckks_prime c = u.primes[p];
   const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
@@ -1283,26 +1287,41 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
   GROUPS(g, u.ngroups) {
     const uint64_t *in = u.in + g * u.in_gs;
     const uint64_t *ys = RAW ? in + (int64_t)f * n : a.scaled + g * a.scaled_gs + (int64_t)f * n;
-    if (own) {
-      for (int e = threadIdx.x; e < tile; e += blockDim.x)
-        sm[e] = in[(int64_t)r * n + (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1))];
-    } else if (fpc) {
-      conv_fill<true, LOADS, NTT_THREADS, RAW>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
-    } else {
-      conv_fill<false, LOADS, NTT_THREADS, RAW>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
+    /* the block's tiles. sm is rewritten by the next tile's fill only after the barrier
+     * that ends every NTT pass (ntt_col_fwd_fixed, ntt_stages_with), the last one's
+     * included: every thread has then read the previous tile's words from sm */
+#pragma unroll 1
+    for (int tt = 0; tt < T; ++tt) {
+      const int ti = (int)blockIdx.x * T + tt;
+      if constexpr (T > 1)
+        if (ti >= (int)(n >> NTT_TILE_LOG)) break; /* past the row's last tile: uniform in the block */
+      const int c0 = ti * cols;
+      /* T > 1: the fill's geometry opaque per tile, so that its per-thread offsets and step
+       * are formed again each tile, not kept in registers across the tiles (ptxas, 80
+       * registers: else two values spilled and reloaded in the FP conversion's loops) */
+      int lc = log_cols, m2 = n2;
+      if constexpr (T > 1) asm volatile("" : "+r"(lc), "+r"(m2));
+      if (own) {
+        for (int e = threadIdx.x; e < tile; e += blockDim.x)
+          sm[e] = in[(int64_t)r * n + (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1))];
+      } else if (fpc) {
+        conv_fill<true, LOADS, NTT_THREADS, RAW>(sm, ys, ns, kc, c, u.center, lc, m2, c0);
+      } else {
+        conv_fill<false, LOADS, NTT_THREADS, RAW>(sm, ys, ns, kc, c, u.center, lc, m2, c0);
+      }
+      __syncthreads();
+      const ntt_view src = {sm, cols, 1};
+      const ntt_view dst = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + c0, n2, 1};
+      /* the usual rings' column stages with their geometry at compile time (ntt_col_fwd_fixed) */
+      if (fpc && u.log_n == 16)
+        ntt_col_fwd_fixed<8, 8>(sm, dst.p, fp_arith_in{fp_arith_of(c, P, true)});
+      else if (fpc && u.log_n == 15)
+        ntt_col_fwd_fixed<7, 8>(sm, dst.p, fp_arith_in{fp_arith_of(c, P, true)});
+      else if (fpc)
+        ntt_stages_with<true, false>(src, dst, src, cols, sp.log_n1, geo, true, false,
+                                     fp_arith_in{fp_arith_of(c, P, true)});
+      else ntt_stages<true, false>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
     }
-    __syncthreads();
-    const ntt_view src = {sm, cols, 1};
-    const ntt_view dst = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + c0, n2, 1};
-    /* the usual rings' column stages with their geometry at compile time (ntt_col_fwd_fixed) */
-    if (fpc && u.log_n == 16)
-      ntt_col_fwd_fixed<8, 8>(sm, dst.p, fp_arith_in{fp_arith_of(c, P, true)});
-    else if (fpc && u.log_n == 15)
-      ntt_col_fwd_fixed<7, 8>(sm, dst.p, fp_arith_in{fp_arith_of(c, P, true)});
-    else if (fpc)
-      ntt_stages_with<true, false>(src, dst, src, cols, sp.log_n1, geo, true, false,
-                                   fp_arith_in{fp_arith_of(c, P, true)});
-    else ntt_stages<true, false>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
   }
 }
 
@@ -1550,21 +1569,42 @@ bool ks_fp_products() {
   return m != 1;
 }
 
+/* ks1's column tiles a block (ks1_kernel's T): FHELIUM_CUDA_KS1T=1, 2 or 4 (a benchmarking
+ * aid, NOT RUN ON A GPU yet), else 1. More than one only where ks1 runs at three blocks per
+ * SM with the default loads and the FP64 conversion (ks1_launch_with: the instances
+ * compiled); elsewhere one. */
+int ks1_tiles() {
+  static const char *const kinds[] = {"1", "2", "4", NULL};
+  static const int i = env_switch("FHELIUM_CUDA_KS1T", kinds);
+  return i < 0 ? 1 : 1 << i;
+}
+/* ks1 with T tiles a block: the grid's x over ceil(tiles / T) */
+template <int MIN_BLOCKS, int LOADS, bool FP_CONV, bool RAW>
+void ks1_launch_tiles(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, int tiles) {
+  if (tiles == 4) pdl(ks1_kernel<MIN_BLOCKS, LOADS, FP_CONV, RAW, 4>, dim3((grid.x + 3) / 4, grid.y, grid.z), NTT_THREADS, 0, h, a);
+  else if (tiles == 2) pdl(ks1_kernel<MIN_BLOCKS, LOADS, FP_CONV, RAW, 2>, dim3((grid.x + 1) / 2, grid.y, grid.z), NTT_THREADS, 0, h, a);
+  else pdl(ks1_kernel<MIN_BLOCKS, LOADS, FP_CONV, RAW>, grid, NTT_THREADS, 0, h, a);
+}
+
 template <bool FP_CONV>
 void ks1_launch_with(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, int raw) {
   int own = 0; /* the rows that return at once */
   if (a.in_ntt)
     for (int j = 0; j < a.up.ndigits; ++j) own += a.up.nsrc[j];
+  /* the variant is chosen on the grid of one tile a block, whatever ks1_tiles says */
   const int loads = conv_loads(), kb = ks1_blocks(grid.x * (grid.y - (unsigned)own) * grid.z);
   /* raw only with the default loads and three or four blocks per SM (ks_raw); at four, four
    * coefficients a round, the variant measured (ptxas: 64 registers and about 250 bytes of
    * spills with the FP64 conversion, either way) */
   if (raw && kb == 4) pdl(ks1_kernel<4, 4, FP_CONV, true>, grid, NTT_THREADS, 0, h, a);
-  else if (raw) pdl(ks1_kernel<3, 8, FP_CONV, true>, grid, NTT_THREADS, 0, h, a);
-  else if (kb == 4) pdl(ks1_kernel<4, CONV_LOADS_DEFAULT, FP_CONV>, grid, NTT_THREADS, 0, h, a);
+  else if (raw) {
+    if constexpr (FP_CONV) ks1_launch_tiles<3, 8, FP_CONV, true>(a, grid, h, ks1_tiles());
+    else pdl(ks1_kernel<3, 8, FP_CONV, true>, grid, NTT_THREADS, 0, h, a);
+  } else if (kb == 4) pdl(ks1_kernel<4, CONV_LOADS_DEFAULT, FP_CONV>, grid, NTT_THREADS, 0, h, a);
   else if (kb == 2) pdl(ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV>, grid, NTT_THREADS, 0, h, a);
   else if (loads == 1) pdl(ks1_kernel<3, 1, FP_CONV>, grid, NTT_THREADS, 0, h, a);
   else if (loads == 16) pdl(ks1_kernel<3, 16, FP_CONV>, grid, NTT_THREADS, 0, h, a);
+  else if constexpr (FP_CONV) ks1_launch_tiles<3, 8, FP_CONV, false>(a, grid, h, ks1_tiles());
   else pdl(ks1_kernel<3, 8, FP_CONV>, grid, NTT_THREADS, 0, h, a);
 }
 void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, int raw) {
