@@ -474,6 +474,31 @@ __device__ __forceinline__ void ntt_col_fwd_fixed(uint64_t *sm, uint64_t *dst, c
   if constexpr (!LAST) ntt_col_fwd_fixed<LOG_M, LOG_N2, DONE + r>(sm, dst, ar);
 }
 
+/* ntt_stages_with's forward chunk stages as ks2 and md2 run them (PRE, not fused, the
+ * outputs reduced: ntt_stages_with<true, true, MAX_LOG_R>(src, sm, sm, ..) with sm's view
+ * {sm, 1, N2}) with the geometry known at compile time: LOG_M = log N2 stages over the
+ * tile's NTT_TILE >> LOG_M chunks (kstride 1, astride N2 = 2^LOG_M) of a transform of
+ * 2^LOG_N words (ntt_geom {2^LOG_N, base, N2}); the first pass reads src, the others
+ * work in place in sm. The passes are ntt_stages_with's (the same ntt_pass instances with
+ * the same R, flags, t_lo and reduce, in the same order: the same arithmetic, the same
+ * words), but their strides, t_lo and loop shapes are constants and there is no runtime
+ * choice among the passes' variants. The twiddle indices still depend on base (the tile's
+ * place in the row), a runtime value. */
+template <int LOG_N, int LOG_M, int MAX_LOG_R = 3, int DONE = 0, class A>
+__device__ __forceinline__ void ntt_chunk_fwd_fixed(uint64_t *src, uint64_t *sm, int64_t base, const A &ar) {
+  static_assert(MAX_LOG_R == 2 || MAX_LOG_R == 3, "passes of 2 or 3 stages at most");
+  static_assert(LOG_M < LOG_N, "the chunk stages of a transform of more than one chunk (not fused)");
+  constexpr int REM = LOG_M - DONE, r = REM >= MAX_LOG_R ? MAX_LOG_R : REM;
+  constexpr bool FIRST = DONE == 0, LAST = r == REM;
+  constexpr int CHUNKS = NTT_TILE >> LOG_M;
+  const ntt_view from = {FIRST ? src : sm, 1, 1 << LOG_M};
+  const ntt_view sv = {sm, 1, 1 << LOG_M};
+  const ntt_geom g = {(int64_t)1 << LOG_N, base, (int64_t)1 << LOG_M, LOG_N};
+  ntt_pass<1 << r, true, FIRST, LAST, false, true>(from, sv, CHUNKS, 1 << LOG_M, LOG_M - DONE - r, g, LAST, ar);
+  __syncthreads();
+  if constexpr (!LAST) ntt_chunk_fwd_fixed<LOG_N, LOG_M, MAX_LOG_R, DONE + r>(src, sm, base, ar);
+}
+
 /* The stages in the prime's arithmetic: FP64 when it has FP64 twiddle rows. */
 template <bool FORWARD, bool PRE = false, int MAX_LOG_R = 3>
 __device__ void ntt_stages(ntt_view src, ntt_view dst, ntt_view sm, int narr, int log_m, const ntt_geom g,
@@ -1440,7 +1465,13 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
     const bool words = own(jd); /* the input's NTT words, else the stages' output */
     if (!words) {
       const ntt_view sv = {db, 1, n2};
-      if (fp)
+      /* the usual rings' chunk stages with their geometry at compile time (log N2 = 8:
+       * ntt_chunk_fwd_fixed, the same passes, the same words) */
+      if (THREADS == NTT_THREADS && fp && u.log_n == 16)
+        ntt_chunk_fwd_fixed<16, 8, MAX_LOG_R>(db, db, base, fp_arith_raw{fp_arith_of(c, P, true)});
+      else if (THREADS == NTT_THREADS && fp && u.log_n == 15)
+        ntt_chunk_fwd_fixed<15, 8, MAX_LOG_R>(db, db, base, fp_arith_raw{fp_arith_of(c, P, true)});
+      else if (fp)
         ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true,
                                                fp_arith_raw{fp_arith_of(c, P, true)});
       else ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
@@ -1888,7 +1919,13 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) md
         cp_async_word(zs + e, zg > 1 ? z - base + fh_ckks_automorph_src((uint32_t)(base + e), zg, b.log_n) : z + e);
     }
     cp_async_commit();
-    ntt_stages<true, true, MAX_LOG_R>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
+    /* the usual rings' chunk stages with their geometry at compile time (log N2 = 8:
+     * ntt_chunk_fwd_fixed, the same passes, the same words) */
+    if (THREADS == NTT_THREADS && P.fw && b.log_n == 16)
+      ntt_chunk_fwd_fixed<16, 8, MAX_LOG_R>(src.p, sm, base, fp_arith_of(c, P, true));
+    else if (THREADS == NTT_THREADS && P.fw && b.log_n == 15)
+      ntt_chunk_fwd_fixed<15, 8, MAX_LOG_R>(src.p, sm, base, fp_arith_of(c, P, true));
+    else ntt_stages<true, true, MAX_LOG_R>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
     cp_async_wait();
     uint64_t *o = a.out[comp] + g * a.out_gs + (int64_t)(l - (RESC ? 1 : 0)) * n + base;
 #pragma unroll
