@@ -1405,7 +1405,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
   __shared__ __align__(8) uint64_t bars[3]; /* the two digit buffers', the key's */
   uint64_t *kb0 = ks2_sm + 2 * NTT_TILE, *kb1 = ks2_sm + 3 * NTT_TILE;
   const fh_ckks_modup_args &u = a.up;
-  const int r = blockIdx.y;
+  /* the rows in reverse: the P rows (the last ones, 60-bit primes: the integer products and
+   * butterflies, two to two and a half times a Q row's time) start in the first wave instead
+   * of forming the grid's tail. The same words: a block's row only changes its position. */
+  const int r = (int)gridDim.y - 1 - (int)blockIdx.y;
   const ntt_split sp = ntt_split_of(u.log_n);
   const int64_t n = (int64_t)1 << u.log_n;
   const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
