@@ -66,6 +66,17 @@ describe("scripts/bench/soak.lua", function()
     assert(cli.lines(r.stdout)[#cli.lines(r.stdout)] == "soak: flat=no", what)
   end)
 
+  it("says no (exit status 1) for a deliberate leak of 64 floats per copy", function()
+    -- --trim yes: without it a small leak first fills pages the C heap already
+    -- holds (resident, free), and the RSS of a short run need not move
+    local r = soak { "--device", "cpu", "--replays", "0", "--copies", "3000", "--leak", "64", "--trim", "yes" }
+    local what = ("exit %s\nstdout:\n%s\nstderr:\n%s"):format(tostring(r.code), r.stdout, r.stderr)
+    assert(r.code == 1, what)
+    assert(r.stdout:find("\nsoak copies growth rss=%d+ bytes per 1e5 %(over %d+ iterations: %d+ bytes; tolerance %d+ " ..
+      "bytes per 1e5: < 1 page per 1e4 iterations, at least 16 pages%) flat=no\n"), what)
+    assert(cli.lines(r.stdout)[#cli.lines(r.stdout)] == "soak: flat=no", what)
+  end)
+
   it("skips a soak given 0 iterations", function()
     local r = soak { "--device", "cpu", "--replays", "0", "--copies", "3000" }
     local what = ("exit %s\nstdout:\n%s\nstderr:\n%s"):format(tostring(r.code), r.stdout, r.stderr)
@@ -80,5 +91,7 @@ describe("scripts/bench/soak.lua", function()
     assert(r.code == 2 and r.stderr:find("soak: unknown option %-%-replay"), r.stderr)
     r = soak { "--copies", "2.5" }
     assert(r.code == 2 and r.stderr:find("soak: %-%-copies expects a non%-negative integer, got 2.5"), r.stderr)
+    r = soak { "--leak", "-1" }
+    assert(r.code == 2 and r.stderr:find("soak: %-%-leak expects a non%-negative integer, got %-1"), r.stderr)
   end)
 end)

@@ -477,6 +477,20 @@ static fh_status cpu_bconv(const void *argp) {
   return FH_OK;
 }
 
+/* The NTT-domain automorphism X -> X^galois as the source slot of every slot
+ * (fh_ckks_automorph_src), once per launch: *perm NULL for galois 0 or 1 (none), else a new
+ * array the caller frees (fh_free); `what` names the kernel in the out-of-memory error. */
+static fh_status ntt_perm(uint64_t galois, int log_n, const char *what, uint32_t **perm) {
+  *perm = NULL;
+  if (galois <= 1) return FH_OK;
+  const int64_t n = (int64_t)1 << log_n;
+  uint32_t *p = fh_malloc(sizeof *p * (size_t)n);
+  if (p == NULL) return fh_error_set(FH_ERR_MEMORY, "%s: out of memory", what);
+  for (int64_t s = 0; s < n; ++s) p[s] = fh_ckks_automorph_src((uint32_t)s, galois, log_n);
+  *perm = p;
+  return FH_OK;
+}
+
 /* ---- key-switching inner product ---------------------------------------------------- */
 /* One output row of the inner product: o[j] = sum_d dig[d][src(j)] key[d][j] (src(j) = perm[j],
  * or j without perm). Sums of 4 products < 4 q^2 < q 2^64 (q < 2^62): one Montgomery reduction
@@ -523,11 +537,8 @@ static fh_status cpu_ks_inner(const void *argp) {
   const bool ifma = fh_cpu_simd()[0] == 'a'; /* "avx512ifma" */
   /* a rotation's automorphism: the source slot of every output slot, once per launch */
   uint32_t *perm = NULL;
-  if (a->galois > 1) {
-    if ((perm = fh_malloc(sizeof *perm * (size_t)n)) == NULL)
-      return fh_error_set(FH_ERR_MEMORY, "ckks_ks_inner: out of memory");
-    for (int64_t s = 0; s < n; ++s) perm[s] = fh_ckks_automorph_src((uint32_t)s, a->galois, a->log_n);
-  }
+  fh_status pst = ntt_perm(a->galois, a->log_n, "ckks_ks_inner", &perm);
+  if (pst != FH_OK) return pst;
   /* row pointers up front: the stores below would otherwise make the compiler reload
    * every field of *a in the inner loop (uint64_t and int64_t may alias) */
   FH_FOR_ROWS(a->ngroups, a->nlimbs, n) {
@@ -984,11 +995,7 @@ static fh_status cpu_moddown(const void *argp) {
   if ((st = cpu_ntt(&t)) != FH_OK) return st;
   /* add read through an automorphism: the source slot of every slot, once per launch */
   uint32_t *perm = NULL;
-  if (a->add_galois > 1) {
-    if ((perm = fh_malloc(sizeof *perm * (size_t)n)) == NULL)
-      return fh_error_set(FH_ERR_MEMORY, "ckks_moddown: out of memory");
-    for (int64_t s = 0; s < n; ++s) perm[s] = fh_ckks_automorph_src((uint32_t)s, a->add_galois, b->log_n);
-  }
+  if ((st = ntt_perm(a->add_galois, b->log_n, "ckks_moddown", &perm)) != FH_OK) return st;
   FH_FOR_ROWS(b->ngroups, b->ndst, n) {
     if (l < l0) continue;
     const int64_t gg = g, gp = gg / 2;
