@@ -1423,14 +1423,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
   /* FP64 products for primes below 2^45 (the accumulators then hold doubles' bits), for
    * up to 16 digits as the CPU twin (_ckks.fp_mac) covers: |sum| <= 16 (0.55 q) < 2^49 */
   const bool fp = FP_MAC && P.fw != NULL && nd <= 16;
-  /* the block's (group, digit) steps in turn: step s is group blockIdx.z + (s / nd) gridDim.z */
-  const int64_t my_groups = blockIdx.z < u.ngroups ? (u.ngroups - 1 - blockIdx.z) / gridDim.z + 1 : 0;
-  const int64_t steps = my_groups * nd;
   /* digit jd's rows are its own when the input's NTT rows are given (ks1 skipped them) */
   auto own = [&](int jd) { return a.in_ntt && r >= u.first[jd] && r < u.first[jd] + u.nsrc[jd]; };
-  auto digit_tile = [&](int64_t s) -> const uint64_t * {
-    const int64_t g = blockIdx.z + (s / nd) * gridDim.z;
-    const int jd = (int)(s % nd);
+  auto digit_tile = [&](int64_t g, int jd) -> const uint64_t * {
     if (own(jd)) return a.in_ntt + g * a.in_ntt_gs + (int64_t)r * n + base;
     return u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + base;
   };
@@ -1439,15 +1434,20 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
     mbar_init(&bars[1]);
     mbar_init(&bars[2]);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    if (steps > 0) {
+    if ((int64_t)blockIdx.z < u.ngroups && nd > 0) {
       mbar_expect(&bars[0], KS2_TILE_BYTES);
-      tile_load(ks2_sm, digit_tile(0), &bars[0]);
+      tile_load(ks2_sm, digit_tile(blockIdx.z, 0), &bars[0]);
     }
   }
   __syncthreads();
   uint64_t acc0[KS2_PER_THREAD], acc1[KS2_PER_THREAD];
-  for (int64_t s = 0; s < steps; ++s) {
-    const int jd = (int)(s % nd), b = (int)(s & 1);
+  /* the block's groups g = blockIdx.z, blockIdx.z + gridDim.z, .. and each group's digits in
+   * turn, a step each, counted by (g, jd): no 64-bit division or remainder a step (their
+   * 32-bit fast paths alone were about 60 instructions a thread a step) */
+  uint32_t s = 0; /* steps done: the digit buffer's parity and the barriers' phases */
+  for (int64_t g = blockIdx.z; g < u.ngroups; g += gridDim.z)
+    for (int jd = 0; jd < nd; ++jd, ++s) {
+    const int b = (int)(s & 1);
     uint64_t *db = ks2_sm + b * NTT_TILE; /* this step's digit buffer */
     /* the other digit buffer and the key buffers are free (the barrier that ended the
      * previous step): this digit's key tiles and the next step's digit tile */
@@ -1456,16 +1456,18 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
       mbar_expect(&bars[2], 2 * KS2_TILE_BYTES);
       tile_load(kb0, k0, &bars[2]);
       tile_load(kb1, k0 + a.key_cs, &bars[2]);
-      if (s + 1 < steps) {
+      /* the next step: the group's next digit, or the next group's first */
+      const int64_t gn = jd + 1 < nd ? g : g + gridDim.z;
+      if (gn < u.ngroups) {
         mbar_expect(&bars[b ^ 1], KS2_TILE_BYTES);
-        tile_load(ks2_sm + (b ^ 1) * NTT_TILE, digit_tile(s + 1), &bars[b ^ 1]);
+        tile_load(ks2_sm + (b ^ 1) * NTT_TILE, digit_tile(gn, jd + 1 < nd ? jd + 1 : 0), &bars[b ^ 1]);
       }
     }
     if (jd == 0) {
 #pragma unroll
       for (int k = 0; k < KS2_PER_THREAD; ++k) acc0[k] = acc1[k] = 0;
     }
-    mbar_wait(&bars[b], (uint32_t)((s >> 1) & 1));
+    mbar_wait(&bars[b], (s >> 1) & 1u);
     const bool words = own(jd); /* the input's NTT words, else the stages' output */
     if (!words) {
       const ntt_view sv = {db, 1, n2};
@@ -1480,7 +1482,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
                                                fp_arith_raw{fp_arith_of(c, P, true)});
       else ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
     }
-    mbar_wait(&bars[2], (uint32_t)(s & 1));
+    mbar_wait(&bars[2], s & 1u);
     if (fp) {
       /* doubles (fh_fp_mac_word): the digits' values as the stages leave them (|x| < 7 q
        * from ks1's words: at most nine stages of at most 0.625 q each), terms within
@@ -1503,7 +1505,6 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
       }
     }
     if (jd == nd - 1) {
-      const int64_t g = blockIdx.z + (s / nd) * gridDim.z;
       uint64_t *o0 = a.out + g * a.out_gs + (int64_t)r * n + base, *o1 = o0 + a.out_cs;
 #pragma unroll
       for (int k = 0; k < KS2_PER_THREAD; ++k) {
