@@ -82,6 +82,18 @@ fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, in
                                      const uint64_t *add0, const uint64_t *add1, int64_t add_gs, const uint64_t *v0,
                                      int64_t v0_gs, int64_t v0_cs);
 
+/* fh__ckks_keyswitch of d = a1 b1 (the tensor product's third component; NTT-domain rows at
+ * d_ntt) with a0 b0 and a0 b1 + a1 b0 added, formed by the mod-down from the operands' words
+ * (fh_ckks_moddown_args.add_b; N > 2^FH_CKKS_CUDA_ROW_LOG): multiply fused with relinearize.
+ * a0/a1 and b0/b1 are the two ciphertexts' components (group stride ab_gs). v0 not NULL:
+ * with the rescale, as fh__ckks_keyswitch_rescale (v0: the INTT of a0 b0's and
+ * a0 b1 + a1 b0's row 0). */
+fh_status fh__ckks_keyswitch_tensor(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
+                                    int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, const fh_tensor *key,
+                                    uint64_t *out0, uint64_t *out1, int64_t out_gs, const uint64_t *a0,
+                                    const uint64_t *a1, const uint64_t *b0, const uint64_t *b1, int64_t ab_gs,
+                                    const uint64_t *v0, int64_t v0_gs, int64_t v0_cs);
+
 /* Hoisted key switches of automorphisms of one polynomial d (as above): begin runs the
  * mod-up and the NTT of the extended digits once and keeps them (h->D, [G][ndig][lk][N])
  * with the scratch of a mod-down (h->W, h->T), without `steps` an accumulator (h->acc

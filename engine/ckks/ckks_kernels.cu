@@ -589,6 +589,11 @@ __device__ __forceinline__ const uint64_t *own_row_of(const own_rows &o, int64_t
   return o.in_ntt + g * o.in_ntt_gs + (int64_t)l * n;
 }
 __device__ __forceinline__ const uint64_t *own_row_of(const no_own_rows &, int64_t, int, int64_t) { return NULL; }
+/* The inverse chunk kernel's "input formed from two ciphertexts" (fh_ckks_ntt_args.in_b:
+ * multiply fused with relinearize): rows skipped none, each tile's words formed into shared
+ * memory (and kept, for the rows below nkeep) before the stages */
+struct tensor_in {};
+__device__ __forceinline__ int own_digit_of(const tensor_in &, int) { return -1; }
 
 /* The column kernel: NTT_TILE / N1 adjacent columns of the N1 x N2 matrix of a
  * row; forward reads in, inverse works in place on out. */
@@ -637,13 +642,28 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) nt
   const ntt_geom geo = {n, base, n2, a.log_n};
   const int own_digit = own_digit_of(own, l);
   CHUNK_GROUPS(g, a.ngroups, cp) {
-    if constexpr (!std::is_same<OWN, no_own_rows>::value)
+    if constexpr (std::is_same<OWN, own_rows>::value)
       if (own_digit >= 0 && g % own.ndigits == own_digit) continue;
     const uint64_t *in = FORWARD ? a.out + g * a.out_gs : a.in + g * a.in_gs;
     const int64_t ioff = FORWARD ? fh_ckks_ntt_out_off(&a, l) : fh_ckks_ntt_in_off(&a, l);
-    const ntt_view src = {(uint64_t *)(in + ioff + base), 1, n2};
+    ntt_view src = {(uint64_t *)(in + ioff + base), 1, n2};
     const ntt_view dst = {a.out + g * a.out_gs + fh_ckks_ntt_out_off(&a, l) + base, 1, n2};
     const ntt_view sv = {sm, 1, n2};
+    if constexpr (std::is_same<OWN, tensor_in>::value) {
+      /* the tile's input words formed from the two ciphertexts (the tensor product's words)
+       * into shared memory, the same layout as the tile; kept for the rows below nkeep */
+      const uint64_t *a0 = in + ioff + base, *b0 = a.in_b + g * a.in_b_gs + ioff + base;
+      uint64_t *kp = l < a.nkeep ? a.keep + g * a.keep_gs + ((int64_t)l << a.log_n) + base : NULL;
+      const int kind = a.prod[l];
+      __syncthreads(); /* the previous group's stages are done with sm */
+      for (int e = threadIdx.x; e < NTT_TILE; e += THREADS) {
+        const uint64_t v = fh_ckks_tensor_word(kind, a0[e], a0[e + a.in_cs], b0[e], b0[e + a.in_b_cs], c.q, c.qinv);
+        sm[e] = v;
+        if (kp) kp[e] = v;
+      }
+      __syncthreads();
+      src = sv;
+    }
     ntt_stages<FORWARD, true, THREADS == NTT_THREADS ? 3 : 2>(src, dst, sv, chunks, sp.log_n2, geo, false, FORWARD, c, P);
   }
 }
@@ -680,6 +700,25 @@ fh_status run_ntt(const void *argp, void *stream) {
   cudaStream_t h = (cudaStream_t)stream;
   const int64_t n = (int64_t)1 << a->log_n;
   const unsigned gz = grid_z(a->ngroups);
+  if (a->in_b != NULL) {
+    /* the inverse of a tensor product's words (multiply fused with relinearize) */
+    if (FORWARD || a->log_n <= NTT_TILE_LOG)
+      return fh_error_set(FH_ERR_EXECUTION, "ckks_ntt: a tensor-product input only for the inverse with N > 2^%d",
+                          NTT_TILE_LOG);
+    const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz), cg = chunk_grid(n, a->nlimbs, a->ngroups);
+    constexpr int W = 2 * NTT_THREADS;
+    if (ntt_wide(grid.x * grid.y * grid.z)) {
+      pdl(ntt_chunk_kernel<false, W, tensor_in>, cg, W, 0, h, *a, tensor_in{});
+      pdl(ntt_col_kernel<false, W>, grid, W, 0, h, *a);
+    } else if (ntt_blocks() == 4) {
+      pdl(ntt_chunk_kernel<false, NTT_THREADS, tensor_in, 4>, cg, NTT_THREADS, 0, h, *a, tensor_in{});
+      pdl(ntt_col_kernel<false, NTT_THREADS, 4>, grid, NTT_THREADS, 0, h, *a);
+    } else {
+      pdl(ntt_chunk_kernel<false, NTT_THREADS, tensor_in>, cg, NTT_THREADS, 0, h, *a, tensor_in{});
+      pdl(ntt_col_kernel<false>, grid, NTT_THREADS, 0, h, *a);
+    }
+    return launched("kernel 'ckks_intt'");
+  }
   if (a->log_n <= NTT_TILE_LOG) {
     const int threads = (int)(n / 8 < 32 ? 32 : n / 8);
     pdl(ntt_row_kernel<FORWARD>, dim3(1, a->nlimbs, gz), threads, 0, h, *a);
@@ -810,11 +849,9 @@ __global__ void __launch_bounds__(EW_THREADS) tensor_kernel(const __grid_constan
     uint64_t *d0 = a.out + g * a.out_gs + off, *d1 = d0 + a.out_cs, *d2 = d1 + a.out_cs;
     COEFFS(j, n) {
       const uint64_t x0 = a0[j], x1 = a1[j], y0 = b0[j], y1 = b1[j];
-      /* a0 b1 + a1 b0 < 2 q^2 < q 2^64: one Montgomery reduction */
-      const unsigned __int128 mid = (unsigned __int128)x0 * y1 + (unsigned __int128)x1 * y0;
-      d0[j] = fh_mont_mul(x0, y0, q, qi);
-      d1[j] = fh_mont_reduce((uint64_t)mid, (uint64_t)(mid >> 64), q, qi);
-      d2[j] = fh_mont_mul(x1, y1, q, qi);
+      d0[j] = fh_ckks_tensor_word(FH_CKKS_PROD_00, x0, x1, y0, y1, q, qi);
+      d1[j] = fh_ckks_tensor_word(FH_CKKS_PROD_X, x0, x1, y0, y1, q, qi);
+      d2[j] = fh_ckks_tensor_word(FH_CKKS_PROD_11, x0, x1, y0, y1, q, qi);
     }
   }
 }
@@ -2130,11 +2167,13 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) md
     const ntt_view src = {b.out + gg * b.out_gs + (int64_t)b.dst_row[l] * n + base, 1, n2};
     /* add through an automorphism (add_galois): word e of the tile from the row's source slot */
     const uint64_t zg = a.add_galois;
+    /* add as a tensor product (add_b): formed from the operands' words after the stages */
+    const bool zp = a.add_b[0] != NULL;
 #pragma unroll
     for (int k = 0; k < MD2_PER_THREAD; ++k) {
       const int e = threadIdx.x + k * THREADS;
       cp_async_word(xs + e, x + e);
-      if (z)
+      if (z && !zp)
         cp_async_word(zs + e, zg > 1 ? z - base + fh_ckks_automorph_src((uint32_t)(base + e), zg, b.log_n) : z + e);
     }
     cp_async_commit();
@@ -2147,11 +2186,17 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) md
     else ntt_stages<true, true, MAX_LOG_R>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
     cp_async_wait();
     uint64_t *o = a.out[comp] + g * a.out_gs + (int64_t)(l - (RESC ? 1 : 0)) * n + base;
+    const int64_t zo = g * a.add_gs + (int64_t)l * n + base;
 #pragma unroll
     for (int k = 0; k < MD2_PER_THREAD; ++k) {
       const int e = threadIdx.x + k * THREADS;
       uint64_t r = fh_shoup_mul(xs[e] + (c.q - sm[e]), w, ws, c.q);
-      r = z ? fh_mod_add(r, zs[e], c.q) : r;
+      if (zp)
+        r = fh_mod_add(r,
+                       fh_ckks_tensor_word(comp == 0 ? FH_CKKS_PROD_00 : FH_CKKS_PROD_X, a.add[0][zo + e],
+                                           a.add[1][zo + e], a.add_b[0][zo + e], a.add_b[1][zo + e], c.q, c.qinv),
+                       c.q);
+      else r = z ? fh_mod_add(r, zs[e], c.q) : r;
       o[e] = RESC ? fh_shoup_mul(r, a.d_const[l], a.d_shoup[l], c.q) : r;
     }
     __syncthreads();
@@ -2172,9 +2217,14 @@ bool md_wide(int log_n) {
 fh_status k_moddown(const void *argp, void *stream) {
   const fh_ckks_moddown_args *a = (const fh_ckks_moddown_args *)argp;
   const fh_ckks_bconv_args *b = &a->conv;
+  if (a->add_b[0] && (!a->add[0] || !a->add[1] || !a->add_b[1] || a->add_galois > 1)) /* as the CPU's */
+    return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a tensor-product add needs both components of both "
+                                          "operands and no automorphism");
   if (b->ngroups <= 0 || b->ndst <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << b->log_n;
   if (b->log_n <= NTT_TILE_LOG) {
+    if (a->add_b[0]) /* the evaluator forms the tensor product at these sizes */
+      return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: no tensor-product add for N <= 2^%d", NTT_TILE_LOG);
     if (a->rescale) /* the evaluator rescales in turn at these sizes */
       return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: no fused rescale for N <= 2^%d", NTT_TILE_LOG);
     if (a->add_galois > 1) /* the evaluator adds the automorphism's output at these sizes */
