@@ -1428,13 +1428,19 @@ __device__ __forceinline__ void tile_load(uint64_t *dst, const uint64_t *src, ui
                : "memory");
 }
 
+/* one tile, global to L2 (a hint: no completion to wait for) */
+__device__ __forceinline__ void tile_prefetch_l2(const uint64_t *src) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"((uint32_t)KS2_TILE_BYTES) : "memory");
+}
+
 /* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128); FP_MAC:
  * the inner product in doubles for primes below 2^45 (else Montgomery products);
  * THREADS: NTT_THREADS (8 words a thread, passes of up to 3 stages) or twice that (4 words a
  * thread, passes of 2 stages: half the accumulators and butterfly words per thread, for
  * twice the warps per SM) */
 template <int MIN_BLOCKS, bool FP_MAC, int THREADS>
-__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a,
+                                                                  int prefetch) {
   pdl_begin();
   constexpr int KS2_PER_THREAD = NTT_TILE / THREADS;
   constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
@@ -1493,6 +1499,12 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
       mbar_expect(&bars[2], 2 * KS2_TILE_BYTES);
       tile_load(kb0, k0, &bars[2]);
       tile_load(kb1, k0 + a.key_cs, &bars[2]);
+      /* prefetch (ks2_prefetch): the next digit's key tiles into L2, so that the next step's
+       * copies come from L2 instead of DRAM (no shared memory held for them) */
+      if (prefetch && jd + 1 < nd) {
+        tile_prefetch_l2(k0 + a.key_ds);
+        tile_prefetch_l2(k0 + a.key_ds + a.key_cs);
+      }
       /* the next step: the group's next digit, or the next group's first */
       const int64_t gn = jd + 1 < nd ? g : g + gridDim.z;
       if (gn < u.ngroups) {
@@ -1704,6 +1716,17 @@ int ks_raw(const fh_ckks_modup_args *u) {
   return 1;
 }
 
+/* Whether ks2 prefetches each next digit's key tiles into L2 (cp.async.bulk.prefetch.L2)
+ * while a step runs: FHELIUM_CUDA_KS2PF=1, else 0 (not yet measured on a GPU, so off). ks2
+ * waits at each step for its key tiles, copied from DRAM when the step begins; keeping
+ * them a step ahead in shared memory cost L1 its twiddles (docs/ckks.md, "Tried and not
+ * kept: ks2's key tiles a step ahead"), an L2 prefetch holds no shared memory. */
+int ks2_prefetch() {
+  static const char *const kinds[] = {"0", "1", NULL};
+  static const int m = env_switch("FHELIUM_CUDA_KS2PF", kinds);
+  return m == 1 ? 1 : 0;
+}
+
 /* ks2 needs KS2_SMEM bytes of dynamic shared memory, above the default 48 KiB: allowed
  * once per device (a function attribute, not stream work, so a capture may do it) */
 template <int MIN_BLOCKS, bool FP_MAC, int THREADS = NTT_THREADS>
@@ -1718,7 +1741,7 @@ fh_status ks2_launch(const fh_ckks_ks_core_args *a, dim3 grid, cudaStream_t h) {
     if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (shared memory)");
     if (dev >= 0 && dev < 64) ready[dev] = true;
   }
-  pdl(ks2_kernel<MIN_BLOCKS, FP_MAC, THREADS>, grid, THREADS, KS2_SMEM, h, *a);
+  pdl(ks2_kernel<MIN_BLOCKS, FP_MAC, THREADS>, grid, THREADS, KS2_SMEM, h, *a, ks2_prefetch());
   return FH_OK;
 }
 
