@@ -212,7 +212,7 @@ fh_status fh_ckks_multiply(fh_ckks_engine *e, const fh_value *a, const fh_value 
   const char *op = "multiply";
   fh_status st;
   fh__ckks_geo ga;
-  double scale;
+  double scale = 0.0;
   if ((st = multiply_check(e, op, a, b, &ga, &scale))) return st;
   fh__ckks_launcher L;
   if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
@@ -252,7 +252,7 @@ fh_status fh_ckks_multiply_relinearize(fh_ckks_engine *e, const fh_value *a, con
   const char *op = "multiply";
   fh_status st;
   fh__ckks_geo g;
-  double scale;
+  double scale = 0.0;
   if ((st = multiply_check(e, op, a, b, &g, &scale)) ||
       (st = fh__ckks_need_key(e, op, "relinearize", rlk, FH_RELINEARIZATION_KEY, FH_BASIS_QP)) ||
       (rescale && (st = rescale_room(e, op, "a", a))))
