@@ -282,12 +282,14 @@ fh_status fh_ckks_multiply_relinearize(fh_ckks_engine *e, const fh_value *a, con
     const uint64_t *A = fh__ckks_ptr(ts[0]), *B = fh__ckks_ptr(ts[1]);
     uint64_t *d = fh__ckks_ptr(ts[4]), *keep = fh__ckks_ptr(ts[5]), *o = fh__ckks_ptr(ts[3]);
     /* one INTT: a1 b1's rows, then (rescale) row 0 of a0 b0 and of a0 b1 + a1 b0 */
+    int32_t prime[FH_CKKS_MAX_PRIMES], in_row[FH_CKKS_MAX_PRIMES], out_row[FH_CKKS_MAX_PRIMES];
+    for (int r = 0; r < nr; ++r) {
+      prime[r] = r < la ? p[r] : p[0];
+      in_row[r] = r < la ? r : 0;
+      out_row[r] = r;
+    }
     fh_ckks_ntt_args t;
-    memset(&t, 0, sizeof t);
-    t.out = d;
-    t.out_gs = dgs;
-    t.in = A;
-    t.in_gs = gs;
+    fh__ckks_ntt_rows_args(&L, &t, d, dgs, A, gs, g.B, prime, nr, in_row, out_row);
     t.in_cs = cs;
     t.in_b = B;
     t.in_b_gs = gs;
@@ -295,18 +297,8 @@ fh_status fh_ckks_multiply_relinearize(fh_ckks_engine *e, const fh_value *a, con
     t.keep = keep;
     t.keep_gs = gs;
     t.nkeep = la;
-    t.ngroups = g.B;
-    t.nlimbs = nr;
-    t.log_n = tb->log_n;
-    t.primes = tb->primes_dev;
-    t.ntt = tb->ntt;
-    t.rows = 1;
-    for (int r = 0; r < nr; ++r) {
-      t.prime[r] = r < la ? p[r] : p[0];
-      t.in_row[r] = r < la ? r : 0;
-      t.out_row[r] = r;
+    for (int r = 0; r < nr; ++r)
       t.prod[r] = (int8_t)(r < la ? FH_CKKS_PROD_11 : r == la ? FH_CKKS_PROD_00 : FH_CKKS_PROD_X);
-    }
     st = fh__ckks_submit(&L, FH_K_CKKS_INTT, &t, sizeof t);
     if (st == FH_OK)
       st = fh__ckks_keyswitch_tensor(e, &L, g.level, g.B, d, dgs, keep, gs, ts[2], o, o + ocs, ogs, A, A + cs, B,

@@ -1428,6 +1428,57 @@ __device__ __forceinline__ void tile_load(uint64_t *dst, const uint64_t *src, ui
                : "memory");
 }
 
+/* ks2's (and ks2c's) work on one digit tile db (NTT_TILE words in shared memory): the
+ * forward chunk stages in place (the usual rings' with their geometry at compile time, log
+ * N2 = 8: ntt_chunk_fwd_fixed, the same passes, the same words); with fp the outputs stay
+ * doubles for ks2_mac */
+template <int THREADS>
+__device__ __forceinline__ void ks2_chunk_stages(uint64_t *db, int log_n, int64_t base, bool fp,
+                                                 const fh_ckks_prime &c, const ntt_prime &P) {
+  constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
+  const ntt_split sp = ntt_split_of(log_n);
+  const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
+  const ntt_geom geo = {(int64_t)1 << log_n, base, n2, log_n};
+  const ntt_view sv = {db, 1, n2};
+  if (THREADS == NTT_THREADS && fp && log_n == 16)
+    ntt_chunk_fwd_fixed<16, 8, MAX_LOG_R>(db, db, base, fp_arith_raw{fp_arith_of(c, P, true)});
+  else if (THREADS == NTT_THREADS && fp && log_n == 15)
+    ntt_chunk_fwd_fixed<15, 8, MAX_LOG_R>(db, db, base, fp_arith_raw{fp_arith_of(c, P, true)});
+  else if (fp)
+    ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true,
+                                           fp_arith_raw{fp_arith_of(c, P, true)});
+  else ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
+}
+
+/* The inner product's terms of one digit tile db with its key tiles kb0, kb1 into a thread's
+ * accumulators (PER words: threadIdx.x + k THREADS). fp: doubles (fh_fp_mac_word): the
+ * digits' values as the stages leave them (|x| < 7 q from ks1's words: at most nine stages
+ * of at most 0.625 q each; words: the input's NTT words), terms within q (1/2 + 7 q 2^-52)
+ * < 0.55 q (fh_fp_mul_w), sums exact; else Montgomery products added mod q */
+template <int THREADS, int PER>
+__device__ __forceinline__ void ks2_mac(const uint64_t *db, const uint64_t *kb0, const uint64_t *kb1, bool words,
+                                        bool fp, const fh_ckks_prime &c, uint64_t (&acc0)[PER],
+                                        uint64_t (&acc1)[PER]) {
+  if (fp) {
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int e = threadIdx.x + k * THREADS;
+      const double x = words ? fh_fp_of_word(db[e]) : __longlong_as_double((long long)db[e]);
+      const double s0 = __longlong_as_double((long long)acc0[k]), s1 = __longlong_as_double((long long)acc1[k]);
+      acc0[k] = (uint64_t)__double_as_longlong(__dadd_rn(s0, fh_fp_mul_w(x, fh_fp_of_word(kb0[e]), c.fp_q, c.fp_qinv)));
+      acc1[k] = (uint64_t)__double_as_longlong(__dadd_rn(s1, fh_fp_mul_w(x, fh_fp_of_word(kb1[e]), c.fp_q, c.fp_qinv)));
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int e = threadIdx.x + k * THREADS;
+      const uint64_t x = db[e];
+      acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, kb0[e], c.q, c.qinv), c.q);
+      acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, kb1[e], c.q, c.qinv), c.q);
+    }
+  }
+}
+
 /* one tile, global to L2 (a hint: no completion to wait for) */
 __device__ __forceinline__ void tile_prefetch_l2(const uint64_t *src) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"((uint32_t)KS2_TILE_BYTES) : "memory");
@@ -1443,7 +1494,6 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
                                                                   int prefetch) {
   pdl_begin();
   constexpr int KS2_PER_THREAD = NTT_TILE / THREADS;
-  constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
   static_assert(THREADS == NTT_THREADS || THREADS == 2 * NTT_THREADS, "ks2: 4 or 8 words a thread");
   extern __shared__ __align__(128) uint64_t ks2_sm[];
   __shared__ __align__(8) uint64_t bars[3]; /* the two digit buffers', the key's */
@@ -1453,14 +1503,11 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
    * butterflies, two to two and a half times a Q row's time) start in the first wave instead
    * of forming the grid's tail. The same words: a block's row only changes its position. */
   const int r = (int)gridDim.y - 1 - (int)blockIdx.y;
-  const ntt_split sp = ntt_split_of(u.log_n);
   const int64_t n = (int64_t)1 << u.log_n;
-  const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
   const int64_t base = (int64_t)blockIdx.x * NTT_TILE;
   const int p = u.prime[r];
   const fh_ckks_prime c = u.primes[p];
   const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
-  const ntt_geom geo = {n, base, n2, u.log_n};
   const uint64_t *key = a.key + (int64_t)a.key_row[r] * n + base;
   const int nd = u.ndigits;
   /* FP64 products for primes below 2^45 (the accumulators then hold doubles' bits), for
@@ -1518,41 +1565,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
     }
     mbar_wait(&bars[b], (s >> 1) & 1u);
     const bool words = own(jd); /* the input's NTT words, else the stages' output */
-    if (!words) {
-      const ntt_view sv = {db, 1, n2};
-      /* the usual rings' chunk stages with their geometry at compile time (log N2 = 8:
-       * ntt_chunk_fwd_fixed, the same passes, the same words) */
-      if (THREADS == NTT_THREADS && fp && u.log_n == 16)
-        ntt_chunk_fwd_fixed<16, 8, MAX_LOG_R>(db, db, base, fp_arith_raw{fp_arith_of(c, P, true)});
-      else if (THREADS == NTT_THREADS && fp && u.log_n == 15)
-        ntt_chunk_fwd_fixed<15, 8, MAX_LOG_R>(db, db, base, fp_arith_raw{fp_arith_of(c, P, true)});
-      else if (fp)
-        ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true,
-                                               fp_arith_raw{fp_arith_of(c, P, true)});
-      else ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
-    }
+    if (!words) ks2_chunk_stages<THREADS>(db, u.log_n, base, fp, c, P);
     mbar_wait(&bars[2], s & 1u);
-    if (fp) {
-      /* doubles (fh_fp_mac_word): the digits' values as the stages leave them (|x| < 7 q
-       * from ks1's words: at most nine stages of at most 0.625 q each), terms within
-       * q (1/2 + 7 q 2^-52) < 0.55 q (fh_fp_mul_w), sums exact */
-#pragma unroll
-      for (int k = 0; k < KS2_PER_THREAD; ++k) {
-        const int e = threadIdx.x + k * THREADS;
-        const double x = words ? fh_fp_of_word(db[e]) : __longlong_as_double((long long)db[e]);
-        const double s0 = __longlong_as_double((long long)acc0[k]), s1 = __longlong_as_double((long long)acc1[k]);
-        acc0[k] = (uint64_t)__double_as_longlong(__dadd_rn(s0, fh_fp_mul_w(x, fh_fp_of_word(kb0[e]), c.fp_q, c.fp_qinv)));
-        acc1[k] = (uint64_t)__double_as_longlong(__dadd_rn(s1, fh_fp_mul_w(x, fh_fp_of_word(kb1[e]), c.fp_q, c.fp_qinv)));
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < KS2_PER_THREAD; ++k) {
-        const int e = threadIdx.x + k * THREADS;
-        const uint64_t x = db[e];
-        acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, kb0[e], c.q, c.qinv), c.q);
-        acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, kb1[e], c.q, c.qinv), c.q);
-      }
-    }
+    ks2_mac<THREADS>(db, kb0, kb1, words, fp, c, acc0, acc1);
     if (jd == nd - 1) {
       uint64_t *o0 = a.out + g * a.out_gs + (int64_t)r * n + base, *o1 = o0 + a.out_cs;
 #pragma unroll
@@ -1762,7 +1777,6 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2c_kernel(const __grid_
   pdl_begin();
   namespace cg = cooperative_groups;
   constexpr int PER = NTT_TILE / THREADS;
-  constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
   static_assert(THREADS == NTT_THREADS || THREADS == 2 * NTT_THREADS, "ks2c: 4 or 8 words a thread");
   extern __shared__ __align__(128) uint64_t ks2_sm[];
   __shared__ __align__(8) uint64_t bars[2]; /* the digit tile's, the key tiles' */
@@ -1771,14 +1785,11 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2c_kernel(const __grid_
   const int rank = (int)clu.block_rank();
   const fh_ckks_modup_args &u = a.up;
   const int r = (int)gridDim.y - 1 - (int)blockIdx.y; /* P rows first, as ks2 */
-  const ntt_split sp = ntt_split_of(u.log_n);
   const int64_t n = (int64_t)1 << u.log_n;
-  const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
   const int64_t base = (int64_t)(blockIdx.x / (unsigned)cl) * NTT_TILE;
   const int p = u.prime[r];
   const fh_ckks_prime c = u.primes[p];
   const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
-  const ntt_geom geo = {n, base, n2, u.log_n};
   const uint64_t *key = a.key + (int64_t)a.key_row[r] * n + base;
   const int nd = u.ndigits;
   const bool fp = FP_MAC && P.fw != NULL && nd <= 16;
@@ -1807,37 +1818,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2c_kernel(const __grid_
         tile_load(kb1, k0 + a.key_cs, &bars[1]);
       }
       mbar_wait(&bars[0], ph);
-      if (!words) {
-        const ntt_view sv = {db, 1, n2};
-        if (THREADS == NTT_THREADS && fp && u.log_n == 16)
-          ntt_chunk_fwd_fixed<16, 8, MAX_LOG_R>(db, db, base, fp_arith_raw{fp_arith_of(c, P, true)});
-        else if (THREADS == NTT_THREADS && fp && u.log_n == 15)
-          ntt_chunk_fwd_fixed<15, 8, MAX_LOG_R>(db, db, base, fp_arith_raw{fp_arith_of(c, P, true)});
-        else if (fp)
-          ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true,
-                                                 fp_arith_raw{fp_arith_of(c, P, true)});
-        else ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
-      }
+      if (!words) ks2_chunk_stages<THREADS>(db, u.log_n, base, fp, c, P);
       mbar_wait(&bars[1], ph);
       ph ^= 1;
-      if (fp) {
-#pragma unroll
-        for (int k = 0; k < PER; ++k) {
-          const int e = threadIdx.x + k * THREADS;
-          const double x = words ? fh_fp_of_word(db[e]) : __longlong_as_double((long long)db[e]);
-          const double s0 = __longlong_as_double((long long)acc0[k]), s1 = __longlong_as_double((long long)acc1[k]);
-          acc0[k] = (uint64_t)__double_as_longlong(__dadd_rn(s0, fh_fp_mul_w(x, fh_fp_of_word(kb0[e]), c.fp_q, c.fp_qinv)));
-          acc1[k] = (uint64_t)__double_as_longlong(__dadd_rn(s1, fh_fp_mul_w(x, fh_fp_of_word(kb1[e]), c.fp_q, c.fp_qinv)));
-        }
-      } else {
-#pragma unroll
-        for (int k = 0; k < PER; ++k) {
-          const int e = threadIdx.x + k * THREADS;
-          const uint64_t x = db[e];
-          acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, kb0[e], c.q, c.qinv), c.q);
-          acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, kb1[e], c.q, c.qinv), c.q);
-        }
-      }
+      ks2_mac<THREADS>(db, kb0, kb1, words, fp, c, acc0, acc1);
       /* this step's reads of the tiles before the next step's copies (or the sums) reuse them */
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       __syncthreads();
