@@ -913,7 +913,7 @@ __device__ __forceinline__ void bconv_block_consts(const bconv_src &S, const bco
   if (center && ns > 0)
     for (int t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
       const fh_modulus m = primes[dst_prime(D, t)].bar;
-      smt[t - t0] = fh_mod_mul(mat[(int64_t)t * ns], primes[src_prime(S, 0)].q % m.q, &m);
+      smt[t - t0] = fh_mod_mul(mat[(int64_t)t * ns], primes[src_prime(S, 0)].q, &m);
     }
   __syncthreads();
 }
@@ -1091,7 +1091,9 @@ __device__ __forceinline__ void conv_consts_init(conv_consts &k, const uint64_t 
       k.rowq[i] = fh_fp_twiddle(row[i], c.q);
     }
   }
-  if (center && threadIdx.x == 0) k.smt = fh_mod_mul(row[0], s0 % c.bar.q, &c.bar); /* S mod t */
+  /* S mod t: Shat_0 s_0, s_0 >= t allowed (fh_barrett128 takes any product below 2^128: no
+   * 64-bit remainder, a serial call of ~70 instructions before the block's barrier) */
+  if (center && threadIdx.x == 0) k.smt = fh_mod_mul(row[0], s0, &c.bar);
   __syncthreads();
   if (center)
     for (int m = threadIdx.x; m <= ns; m += blockDim.x) k.corr[m] = fh_mod_mul((uint64_t)m, k.smt, &c.bar);
@@ -2052,7 +2054,7 @@ __global__ void __launch_bounds__(EW_THREADS) md0r_kernel(const __grid_constant_
   const uint64_t q0 = p0.q, w0 = a.c_const[0], ws0 = a.c_shoup[0];
   const uint64_t *mat = b.consts + 2 * ns; /* row 0: Shat_i mod q_0 */
   /* S mod q_0 = (Shat_0 mod q_0)(s_0 mod q_0), the centred lift's correction per flag */
-  const uint64_t smt = ns > 0 ? fh_mod_mul(mat[0], b.primes[b.src_prime[0]].q % q0, &p0.bar) : 0;
+  const uint64_t smt = ns > 0 ? fh_mod_mul(mat[0], b.primes[b.src_prime[0]].q, &p0.bar) : 0;
   const int64_t n = (int64_t)1 << b.log_n;
   GROUPS(gg, b.ngroups) {
     uint64_t *w = (uint64_t *)b.in + gg * b.in_gs;
@@ -2108,7 +2110,7 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md1_k
       kc.l0bar = p0.bar;
       kc.l0q = p0.q;
       kc.l0mat = b.consts[2 * ns];
-      kc.l0smt = fh_mod_mul(kc.l0mat, b.primes[b.src_prime[0]].q % p0.q, &p0.bar);
+      kc.l0smt = fh_mod_mul(kc.l0mat, b.primes[b.src_prime[0]].q, &p0.bar);
       kc.l0w = a.c_const[0];
       kc.l0ws = a.c_shoup[0];
     }
