@@ -175,8 +175,6 @@ local function soak(name, n, warmup_min, step)
     return
   end
   for _, c in ipairs(CURVES) do
-    local d = last[c] - first[c]
-    local per = d / window * 1e5
     local ok
     if c == "rss" then
       -- From the highest point of the window's first half to the last point: the
@@ -188,9 +186,8 @@ local function soak(name, n, warmup_min, step)
       for _, s in ipairs(samples) do
         if s.i >= first.i and s.i <= first.i + window / 2 and s.rss > from.rss then from = s end
       end
-      local span = last.i - from.i
-      d = last.rss - from.rss
-      per = d / span * 1e5
+      local span, d = last.i - from.i, last.rss - from.rss
+      local per = d / span * 1e5
       local tol = math.max(PAGE * span / 1e4, 16 * PAGE) -- bytes over the span
       ok = d < tol
       out("soak", name, ("growth rss=%.0f bytes per 1e5 (over %d iterations: %d bytes; tolerance %.0f bytes per 1e5: " ..
@@ -203,7 +200,7 @@ local function soak(name, n, warmup_min, step)
         if s.i >= first.i and s[c] ~= first[c] then ok = false end
       end
       out("soak", name, ("growth %s=%.0f bytes per 1e5 (target 0, every point after warm-up equal) flat=%s"):format(c,
-        per, ok and "yes" or "no"))
+        (last[c] - first[c]) / window * 1e5, ok and "yes" or "no"))
     end
     all_flat = all_flat and ok
   end
