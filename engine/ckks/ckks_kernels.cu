@@ -33,7 +33,6 @@
  * Nothing here allocates, synchronises or reads device data on the host, so
  * every kernel can be captured in a CUDA graph. Launch failures are
  * CudaError naming the kernel. */
-#include <cooperative_groups.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -1430,7 +1429,7 @@ __device__ __forceinline__ void tile_load(uint64_t *dst, const uint64_t *src, ui
                : "memory");
 }
 
-/* ks2's (and ks2c's) work on one digit tile db (NTT_TILE words in shared memory): the
+/* ks2's work on one digit tile db (NTT_TILE words in shared memory): the
  * forward chunk stages in place (the usual rings' with their geometry at compile time, log
  * N2 = 8: ntt_chunk_fwd_fixed, the same passes, the same words); with fp the outputs stay
  * doubles for ks2_mac */
@@ -1481,19 +1480,13 @@ __device__ __forceinline__ void ks2_mac(const uint64_t *db, const uint64_t *kb0,
   }
 }
 
-/* one tile, global to L2 (a hint: no completion to wait for) */
-__device__ __forceinline__ void tile_prefetch_l2(const uint64_t *src) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"((uint32_t)KS2_TILE_BYTES) : "memory");
-}
-
 /* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128); FP_MAC:
  * the inner product in doubles for primes below 2^45 (else Montgomery products);
  * THREADS: NTT_THREADS (8 words a thread, passes of up to 3 stages) or twice that (4 words a
  * thread, passes of 2 stages: half the accumulators and butterfly words per thread, for
  * twice the warps per SM) */
 template <int MIN_BLOCKS, bool FP_MAC, int THREADS>
-__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a,
-                                                                  int prefetch) {
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   pdl_begin();
   constexpr int KS2_PER_THREAD = NTT_TILE / THREADS;
   static_assert(THREADS == NTT_THREADS || THREADS == 2 * NTT_THREADS, "ks2: 4 or 8 words a thread");
@@ -1548,12 +1541,6 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
       mbar_expect(&bars[2], 2 * KS2_TILE_BYTES);
       tile_load(kb0, k0, &bars[2]);
       tile_load(kb1, k0 + a.key_cs, &bars[2]);
-      /* prefetch (ks2_prefetch): the next digit's key tiles into L2, so that the next step's
-       * copies come from L2 instead of DRAM (no shared memory held for them) */
-      if (prefetch && jd + 1 < nd) {
-        tile_prefetch_l2(k0 + a.key_ds);
-        tile_prefetch_l2(k0 + a.key_ds + a.key_cs);
-      }
       /* the next step: the group's next digit, or the next group's first */
       const int64_t gn = jd + 1 < nd ? g : g + gridDim.z;
       if (gn < u.ngroups) {
@@ -1618,12 +1605,11 @@ int conv_loads() {
  * `blocks` blocks: KS_FUSED (ks2), or KS_SPLIT, since ks2 walks every digit in one block and a
  * grid of fewer blocks than twice the SMs leaves SMs idle (N = 2^14: 72 blocks on 132 SMs):
  * split, the digits' chunk stages run in parallel and the inner product reads them back (the
- * digits cross memory twice more). FHELIUM_CUDA_KS=fused, split or cluster overrides the
- * choice (a benchmarking aid); cluster: ks2c, the digits over a thread-block cluster (not
- * yet measured on a GPU, so never the automatic choice). */
-enum ks_mode_kind { KS_FUSED = 0, KS_SPLIT = 1, KS_CLUSTER = 2 };
+ * digits cross memory twice more). FHELIUM_CUDA_KS=fused or split overrides the choice (a
+ * benchmarking aid). */
+enum ks_mode_kind { KS_FUSED = 0, KS_SPLIT = 1 };
 ks_mode_kind ks_mode(unsigned blocks) {
-  static const char *const modes[] = {"fused", "split", "cluster", NULL};
+  static const char *const modes[] = {"fused", "split", NULL};
   static const int mode = env_switch("FHELIUM_CUDA_KS", modes); /* -1 auto */
   if (mode >= 0) return (ks_mode_kind)mode;
   return blocks < 2u * sms_here() ? KS_SPLIT : KS_FUSED;
@@ -1675,13 +1661,16 @@ bool ks_fp_products() {
 }
 
 /* ks1's column tiles a block (ks1_kernel's T): FHELIUM_CUDA_KS1T=1, 2 or 4 (a benchmarking
- * aid, NOT RUN ON A GPU yet), else 1. More than one only where ks1 runs at three blocks per
- * SM with the default loads and the FP64 conversion (ks1_launch_with: the instances
- * compiled); elsewhere one. */
+ * aid), else KS1T_DEFAULT. More than one only where ks1 runs at three blocks per SM with the
+ * default loads and the FP64 conversion (ks1_launch_with: the instances compiled); elsewhere
+ * one. On the H100 (2026-12-07) relinearize at N = 2^16 took 0.706 ms at one tile a block,
+ * 0.689 at two, 0.688 at four; N = 2^14 the same at each (ks1 at four blocks per SM there);
+ * the matrix-vector program at 8192 slots 0.150 / 0.151 / 0.164 ms: two. */
+constexpr int KS1T_DEFAULT = 2;
 int ks1_tiles() {
   static const char *const kinds[] = {"1", "2", "4", NULL};
   static const int i = env_switch("FHELIUM_CUDA_KS1T", kinds);
-  return i < 0 ? 1 : 1 << i;
+  return i < 0 ? KS1T_DEFAULT : 1 << i;
 }
 /* ks1 with T tiles a block: the grid's x over ceil(tiles / T) */
 template <int MIN_BLOCKS, int LOADS, bool FP_CONV, bool RAW>
@@ -1733,17 +1722,6 @@ int ks_raw(const fh_ckks_modup_args *u) {
   return 1;
 }
 
-/* Whether ks2 prefetches each next digit's key tiles into L2 (cp.async.bulk.prefetch.L2)
- * while a step runs: FHELIUM_CUDA_KS2PF=1, else 0 (not yet measured on a GPU, so off). ks2
- * waits at each step for its key tiles, copied from DRAM when the step begins; keeping
- * them a step ahead in shared memory cost L1 its twiddles (docs/ckks.md, "Tried and not
- * kept: ks2's key tiles a step ahead"), an L2 prefetch holds no shared memory. */
-int ks2_prefetch() {
-  static const char *const kinds[] = {"0", "1", NULL};
-  static const int m = env_switch("FHELIUM_CUDA_KS2PF", kinds);
-  return m == 1 ? 1 : 0;
-}
-
 /* ks2 needs KS2_SMEM bytes of dynamic shared memory, above the default 48 KiB: allowed
  * once per device (a function attribute, not stream work, so a capture may do it) */
 template <int MIN_BLOCKS, bool FP_MAC, int THREADS = NTT_THREADS>
@@ -1758,181 +1736,8 @@ fh_status ks2_launch(const fh_ckks_ks_core_args *a, dim3 grid, cudaStream_t h) {
     if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (shared memory)");
     if (dev >= 0 && dev < 64) ready[dev] = true;
   }
-  pdl(ks2_kernel<MIN_BLOCKS, FP_MAC, THREADS>, grid, THREADS, KS2_SMEM, h, *a, ks2_prefetch());
+  pdl(ks2_kernel<MIN_BLOCKS, FP_MAC, THREADS>, grid, THREADS, KS2_SMEM, h, *a);
   return FH_OK;
-}
-
-/* ks2c: ks2's work with the digits spread over a thread-block cluster (FHELIUM_CUDA_KS=cluster;
- * NOT RUN ON A GPU yet). ks2 walks every digit of its (row, tile) in one block: at N = 2^14
- * that is a grid of 72 blocks on 132 SMs, so the key switch splits there (the digits' chunk
- * stages in parallel into the scratch, then the inner product reads them back: two kernels
- * and a round trip of the transformed digits). Here a cluster of `cl` blocks takes one
- * (row, tile, group): block rank k runs digits k, k + cl, .. (chunk stages and products as
- * ks2), leaves its partial sums in its shared memory, and after the cluster's barrier each
- * block adds up a 1/cl share of the tile's words over the cluster's blocks (distributed
- * shared memory) and writes them. The same words: the partial sums are exact (doubles:
- * integers below 16 (0.55 q) < 2^49 in magnitude, as ks2's; else residues added mod q), so
- * their order changes nothing. grid.x is tiles * cl, the cluster along x. */
-template <int MIN_BLOCKS, bool FP_MAC, int THREADS>
-__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2c_kernel(const __grid_constant__ fh_ckks_ks_core_args a,
-                                                                   int cl) {
-  pdl_begin();
-  namespace cg = cooperative_groups;
-  constexpr int PER = NTT_TILE / THREADS;
-  static_assert(THREADS == NTT_THREADS || THREADS == 2 * NTT_THREADS, "ks2c: 4 or 8 words a thread");
-  extern __shared__ __align__(128) uint64_t ks2_sm[];
-  __shared__ __align__(8) uint64_t bars[2]; /* the digit tile's, the key tiles' */
-  uint64_t *db = ks2_sm, *kb0 = ks2_sm + NTT_TILE, *kb1 = ks2_sm + 2 * NTT_TILE;
-  cg::cluster_group clu = cg::this_cluster();
-  const int rank = (int)clu.block_rank();
-  const fh_ckks_modup_args &u = a.up;
-  const int r = (int)gridDim.y - 1 - (int)blockIdx.y; /* P rows first, as ks2 */
-  const int64_t n = (int64_t)1 << u.log_n;
-  const int64_t base = (int64_t)(blockIdx.x / (unsigned)cl) * NTT_TILE;
-  const int p = u.prime[r];
-  const fh_ckks_prime c = u.primes[p];
-  const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
-  const uint64_t *key = a.key + (int64_t)a.key_row[r] * n + base;
-  const int nd = u.ndigits;
-  const bool fp = FP_MAC && P.fw != NULL && nd <= 16;
-  auto own = [&](int jd) { return a.in_ntt && r >= u.first[jd] && r < u.first[jd] + u.nsrc[jd]; };
-  if (threadIdx.x == 0) {
-    mbar_init(&bars[0]);
-    mbar_init(&bars[1]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  uint32_t ph = 0; /* both barriers complete one phase a step */
-  for (int64_t g = blockIdx.z; g < u.ngroups; g += gridDim.z) {
-    uint64_t acc0[PER], acc1[PER];
-#pragma unroll
-    for (int k = 0; k < PER; ++k) acc0[k] = acc1[k] = 0;
-    for (int jd = rank; jd < nd; jd += cl) {
-      const bool words = own(jd); /* the input's NTT words, else ks1's column stages' output */
-      if (threadIdx.x == 0) {
-        const uint64_t *d = words ? a.in_ntt + g * a.in_ntt_gs + (int64_t)r * n + base
-                                  : u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + base;
-        const uint64_t *k0 = key + (int64_t)jd * a.key_ds;
-        mbar_expect(&bars[0], KS2_TILE_BYTES);
-        tile_load(db, d, &bars[0]);
-        mbar_expect(&bars[1], 2 * KS2_TILE_BYTES);
-        tile_load(kb0, k0, &bars[1]);
-        tile_load(kb1, k0 + a.key_cs, &bars[1]);
-      }
-      mbar_wait(&bars[0], ph);
-      if (!words) ks2_chunk_stages<THREADS>(db, u.log_n, base, fp, c, P);
-      mbar_wait(&bars[1], ph);
-      ph ^= 1;
-      ks2_mac<THREADS>(db, kb0, kb1, words, fp, c, acc0, acc1);
-      /* this step's reads of the tiles before the next step's copies (or the sums) reuse them */
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      __syncthreads();
-    }
-    /* the block's partial sums in its key buffers (kb0, kb1: 2 NTT_TILE words in a row) */
-#pragma unroll
-    for (int k = 0; k < PER; ++k) {
-      const int e = threadIdx.x + k * THREADS;
-      kb0[e] = acc0[k];
-      kb1[e] = acc1[k];
-    }
-    clu.sync(); /* every block's partial sums are in its shared memory */
-    uint64_t *o0 = a.out + g * a.out_gs + (int64_t)r * n + base, *o1 = o0 + a.out_cs;
-    for (int e = rank * THREADS + (int)threadIdx.x; e < 2 * NTT_TILE; e += cl * THREADS) {
-      uint64_t v = clu.map_shared_rank(kb0, 0)[e];
-      if (fp) {
-        double s = __longlong_as_double((long long)v);
-        for (int q = 1; q < cl; ++q) s = __dadd_rn(s, __longlong_as_double((long long)clu.map_shared_rank(kb0, q)[e]));
-        v = fh_fp_mac_word(s, c.fp_q, c.fp_qinv, c.q, c.qinv);
-      } else {
-        for (int q = 1; q < cl; ++q) v = fh_mod_add(v, clu.map_shared_rank(kb0, q)[e], c.q);
-      }
-      if (e < NTT_TILE) o0[e] = v;
-      else o1[e - NTT_TILE] = v;
-    }
-    /* the sums' generic writes before a later group's copies into these buffers; no block
-     * reads another's shared memory after this barrier */
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    clu.sync();
-  }
-}
-
-/* ks2c's launch configuration: clusters of `cl` blocks along x, 3 tiles of dynamic shared
- * memory (allowed once per device, as ks2's 4) */
-template <int MIN_BLOCKS, bool FP_MAC, int THREADS>
-struct ks2c_launcher {
-  static constexpr size_t SMEM = 3 * (size_t)KS2_TILE_BYTES;
-  static cudaLaunchConfig_t config(dim3 grid, int cl, cudaStream_t h, cudaLaunchAttribute *at) {
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = (unsigned)cl;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t c = {};
-    c.gridDim = grid;
-    c.blockDim = dim3(THREADS);
-    c.dynamicSmemBytes = SMEM;
-    c.stream = h;
-    c.attrs = at;
-    c.numAttrs = 1;
-    return c;
-  }
-  /* whether clusters of cl blocks fit the device (cudaOccupancyMaxActiveClusters > 0), asked
-   * once per device and cluster size; sets the shared-memory attribute on the way */
-  static fh_status fits(int cl, bool *yes) {
-    static signed char known[64][9]; /* 0 not asked, 1 fits, -1 does not */
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (device)");
-    signed char *k = dev >= 0 && dev < 64 && cl >= 1 && cl <= 8 ? &known[dev][cl] : NULL;
-    if (k != NULL && *k != 0) {
-      *yes = *k > 0;
-      return FH_OK;
-    }
-    e = cudaFuncSetAttribute(ks2c_kernel<MIN_BLOCKS, FP_MAC, THREADS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)SMEM);
-    if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (shared memory)");
-    cudaLaunchAttribute at[1];
-    const cudaLaunchConfig_t c = config(dim3((unsigned)cl), cl, NULL, at);
-    int clusters = 0;
-    e = cudaOccupancyMaxActiveClusters(&clusters, ks2c_kernel<MIN_BLOCKS, FP_MAC, THREADS>, &c);
-    if (e != cudaSuccess) return fh__cuda_fail(e, "kernel 'ckks_ks_core' (clusters)");
-    *yes = clusters > 0;
-    if (k != NULL) *k = *yes ? 1 : -1;
-    return FH_OK;
-  }
-  static void go(const fh_ckks_ks_core_args *a, dim3 grid, int cl, cudaStream_t h) {
-    cudaLaunchAttribute at[2];
-    cudaLaunchConfig_t c = config(grid, cl, h, at);
-    const int m = pdl_mode();
-    if (m == 1 || (m == 2 && !fh__cuda_captures_active())) {
-      at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      at[1].val.programmaticStreamSerializationAllowed = 1;
-      c.numAttrs = 2;
-    }
-    (void)cudaLaunchKernelEx(&c, ks2c_kernel<MIN_BLOCKS, FP_MAC, THREADS>, *a, cl);
-  }
-  /* ks1, then ks2c; *launched_ false (nothing launched) when the clusters do not fit */
-  static fh_status run(const fh_ckks_ks_core_args *a, unsigned tiles, unsigned gz, int raw, cudaStream_t h,
-                       bool *launched_) {
-    const fh_ckks_modup_args *u = &a->up;
-    const int steps = (u->ndigits + 7) / 8, cl = (u->ndigits + steps - 1) / steps;
-    fh_status st = fits(cl, launched_);
-    if (st != FH_OK || !*launched_) return st;
-    ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h, raw);
-    go(a, dim3(tiles * (unsigned)cl, (unsigned)u->nrows, gz), cl, h);
-    return launched("kernel 'ckks_ks_core'");
-  }
-};
-
-/* The key switch's ks1 and ks2c (FHELIUM_CUDA_KS=cluster): at two blocks per SM, wide (512
- * threads, 4 words a thread) for N <= 2^WIDE_MAX_LOG_N as ks2 */
-fh_status ks_cluster(const fh_ckks_ks_core_args *a, unsigned tiles, unsigned gz, int raw, cudaStream_t h,
-                     bool *launched_) {
-  const bool fpm = ks_fp_products();
-  if (a->up.log_n <= WIDE_MAX_LOG_N)
-    return fpm ? ks2c_launcher<2, true, 2 * NTT_THREADS>::run(a, tiles, gz, raw, h, launched_)
-               : ks2c_launcher<2, false, 2 * NTT_THREADS>::run(a, tiles, gz, raw, h, launched_);
-  return fpm ? ks2c_launcher<2, true, NTT_THREADS>::run(a, tiles, gz, raw, h, launched_)
-             : ks2c_launcher<2, false, NTT_THREADS>::run(a, tiles, gz, raw, h, launched_);
 }
 
 fh_status k_ks_core(const void *argp, void *stream) {
@@ -1969,12 +1774,6 @@ fh_status k_ks_core(const void *argp, void *stream) {
     pdl(ks0_kernel, dim3(blocks_for(n, EW_THREADS * KS0_WORDS), nsrc_rows, gz), EW_THREADS, 0, h, *a);
   }
   const ks_mode_kind mode = ks_mode(tiles * (unsigned)u->nrows * gz);
-  if (a->key != NULL && mode == KS_CLUSTER && ks2_aligned(a)) {
-    bool done = false;
-    fh_status st = ks_cluster(a, tiles, gz, raw, h, &done);
-    if (st != FH_OK || done) return st;
-    /* the clusters do not fit this device: the split kernels */
-  }
   if (a->key != NULL && mode == KS_FUSED && ks2_aligned(a)) {
     ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h, raw);
     const dim3 grid(tiles, u->nrows, gz);
