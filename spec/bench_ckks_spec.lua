@@ -27,7 +27,7 @@ describe("scripts/bench/ckks.lua", function()
       assert.truthy(out:find("CKKS on cpu", 1, true), what)
       assert.truthy(out:find("operation +| slots 8192: eager +replay +floor +r/floor"), what)
       for _, op in ipairs { "encode", "encrypt", "relinearize", "rotate", "rotate_8_hoisted", "mul_relin_rescale",
-        "decrypt" } do
+        "mul_relin_rescale_1", "decrypt" } do
         assert.truthy(out:find("\n" .. op .. " +| +" .. NUM), op .. "\n" .. what)
       end
       assert.truthy(out:find("8192 slots, size +2: +" .. NUM .. " / +" .. NUM), what)

@@ -894,7 +894,32 @@ static int e_sub(lua_State *L) { return op2(L, "sub", "a", "b", fh_ckks_sub); }
 static int e_negate(lua_State *L) { return op1(L, "negate", "a", fh_ckks_negate); }
 static int e_add_plaintext(lua_State *L) { return op2(L, "add_plaintext", "ct", "pt", fh_ckks_add_plaintext); }
 static int e_sub_plaintext(lua_State *L) { return op2(L, "sub_plaintext", "ct", "pt", fh_ckks_sub_plaintext); }
-static int e_multiply(lua_State *L) { return op2(L, "multiply", "a", "b", fh_ckks_multiply); }
+/* engine:multiply(a, b[, {relinearize = rlk, rescale = true}]): with relinearize, multiply
+ * fused with relinearize (fh_ckks_multiply_relinearize) */
+static int e_multiply(lua_State *L) {
+  static const char *const allowed[] = {"relinearize", "rescale", NULL};
+  const char *fn = "CkksEngine:multiply";
+  fh__lua_checkopts(L, 4, fn, allowed);
+  const bool rescale = fh__lua_optbool(L, 4, "rescale", 0, fn);
+  fh_value *rlk = NULL;
+  if (lua_istable(L, 4)) {
+    lua_getfield(L, 4, "relinearize");
+    if (!lua_isnil(L, -1) && (rlk = fh__lua_tovalue(L, -1)) == NULL)
+      fh__lua_raise(L, FH_ERR_TYPE, "%s: option 'relinearize' expected a CKKS value (a RelinearizationKey), got %s", fn,
+                    fh__lua_typename(L, -1));
+    lua_pop(L, 1); /* (the options table keeps the key alive) */
+  }
+  if (rlk == NULL) {
+    if (rescale)
+      fh__lua_raise(L, FH_ERR_VALUE, "%s: option 'rescale' needs option 'relinearize' (the product has three components)",
+                    fn);
+    return op2(L, "multiply", "a", "b", fh_ckks_multiply);
+  }
+  fh_ckks_engine *e = check_engine(L, "multiply");
+  fh_value *x = arg_value(L, 2, "multiply", "a", false), *y = arg_value(L, 3, "multiply", "b", false), *v = NULL;
+  fh_status st_ = fh_ckks_multiply_relinearize(e, x, y, rlk, rescale, &v);
+  return push_result(L, st_, v, "multiply");
+}
 /* engine:relinearize(ct, rlk[, {rescale = true}]) */
 static int e_relinearize(lua_State *L) {
   static const char *const allowed[] = {"rescale", NULL};

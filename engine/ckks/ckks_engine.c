@@ -986,8 +986,11 @@ void fh__ckks_moddown_args(const fh_ckks_tables *tb, fh_ckks_moddown_args *m, ui
 
 /* a mod-down's outputs and addends (fh_ckks_moddown_args) */
 static void moddown_outputs(fh_ckks_moddown_args *m, uint64_t *out0, uint64_t *out1, int64_t out_gs,
-                            const uint64_t *add0, const uint64_t *add1, int64_t add_gs, uint64_t add_galois) {
+                            const uint64_t *add0, const uint64_t *add1, int64_t add_gs, uint64_t add_galois,
+                            const uint64_t *const *add_b) {
   m->add_galois = add_galois;
+  m->add_b[0] = add_b ? add_b[0] : NULL;
+  m->add_b[1] = add_b ? add_b[1] : NULL;
   m->out[0] = out0;
   m->out[1] = out1;
   m->add[0] = add0;
@@ -996,29 +999,48 @@ static void moddown_outputs(fh_ckks_moddown_args *m, uint64_t *out0, uint64_t *o
   m->add_gs = add_gs;
 }
 
+static fh_status ks_moddown_from(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k,
+                                 int64_t G, uint64_t *A, uint64_t *w, uint64_t *t, bool ntt_out, uint64_t *out0,
+                                 uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
+                                 int64_t add_gs, uint64_t add_galois, const uint64_t *const *add_b);
 /* add_galois (0: none): add0 and add1 read through that NTT-domain automorphism
- * (fh_ckks_moddown_args.add_galois; ntt_out only) */
+ * (fh_ckks_moddown_args.add_galois; ntt_out only); add_b (NULL: none): the addends are the
+ * tensor product of (add0, add1) and (add_b[0], add_b[1]) (fh_ckks_moddown_args.add_b;
+ * ntt_out only) */
 static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k, int64_t G,
                             uint64_t *A, uint64_t *w, uint64_t *t, bool ntt_out, uint64_t *out0, uint64_t *out1,
                             int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs,
-                            uint64_t add_galois) {
+                            uint64_t add_galois, const uint64_t *const *add_b) {
+  const int la = k->la, lk = k->lk, np = k->np;
+  const int64_t n = k->n;
+  fh_status st;
+  if ((st = fh__ckks_ntt(L, false, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, k->qp + la, np)))
+    return st;
+  return ks_moddown_from(e, L, level, k, G, A, w, t, ntt_out, out0, out1, out_gs, add0, add1, add_gs, add_galois,
+                         add_b);
+}
+
+/* ks_moddown once w holds the INTT of A's P rows ([2G][np][N]) */
+static fh_status ks_moddown_from(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k,
+                                 int64_t G, uint64_t *A, uint64_t *w, uint64_t *t, bool ntt_out, uint64_t *out0,
+                                 uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
+                                 int64_t add_gs, uint64_t add_galois, const uint64_t *const *add_b) {
   const fh_ckks_tables *tb = e->tb;
   const int la = k->la, lk = k->lk, np = k->np, nq = k->nq;
   const int64_t n = k->n;
   const int32_t *qp = k->qp;
   fh_status st;
-  if ((st = fh__ckks_ntt(L, false, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, qp + la, np)))
-    return st;
   fh_ckks_moddown_args m;
   fh__ckks_moddown_args(tb, &m, w, (int64_t)np * n, 2 * G, nq, np, level, la, tb->moddown[level], tb->p_inv + level, t,
                         A, (int64_t)lk * n);
   if (ntt_out) {
     /* conversion, NTT and (A - t) P^-1 (+ add) in one launch (fh_ckks_moddown_args) */
-    moddown_outputs(&m, out0, out1, out_gs, add0, add1, add_gs, add_galois);
+    moddown_outputs(&m, out0, out1, out_gs, add0, add1, add_gs, add_galois, add_b);
     return fh__ckks_submit(L, FH_K_CKKS_MODDOWN, &m, sizeof m);
   }
-  if (add_galois > 1)
-    return fh_error_set(FH_ERR_EXECUTION, "internal error: a coefficient-domain mod-down reads no automorphism of add");
+  if (add_galois > 1 || add_b)
+    return fh_error_set(FH_ERR_EXECUTION,
+                        "internal error: a coefficient-domain mod-down reads no automorphism or tensor product of add");
   if ((st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &m.conv, sizeof m.conv))) return st;
   if ((st = fh__ckks_ntt(L, false, A, (int64_t)lk * n, A, (int64_t)lk * n, 2 * G, qp, la))) return st;
   uint64_t *outs[2] = {out0, out1};
@@ -1050,7 +1072,7 @@ static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, 
 static fh_status ks_moddown_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k,
                                     int64_t G, uint64_t *A, uint64_t *w, uint64_t *t, uint64_t *out0, uint64_t *out1,
                                     int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs,
-                                    const uint64_t *v0, int64_t v0_gs, int64_t v0_cs) {
+                                    const uint64_t *v0, int64_t v0_gs, int64_t v0_cs, const uint64_t *const *add_b) {
   const fh_ckks_tables *tb = e->tb;
   const int la = k->la, lk = k->lk, np = k->np, nq = k->nq;
   const int64_t n = k->n, w_gs = (int64_t)(np + 2) * n;
@@ -1065,7 +1087,7 @@ static fh_status ks_moddown_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int
   fh_ckks_moddown_args m;
   fh__ckks_moddown_args(tb, &m, w, w_gs, 2 * G, nq, np, level, la, tb->moddown[level], tb->p_inv + level, t, A,
                         (int64_t)lk * n);
-  moddown_outputs(&m, out0, out1, out_gs, add0, add1, add_gs, 0);
+  moddown_outputs(&m, out0, out1, out_gs, add0, add1, add_gs, 0, add_b);
   m.rescale = 1;
   m.v0 = v0;
   m.v0_gs = v0_gs;
@@ -1106,7 +1128,8 @@ static fh_status keyswitch_impl(fh_ckks_engine *e, fh__ckks_launcher *L, int lev
                                 int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, const fh_tensor *key,
                                 bool ntt_out, uint64_t *out0,
                                 uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
-                                int64_t add_gs, const uint64_t *v0, int64_t v0_gs, int64_t v0_cs) {
+                                int64_t add_gs, const uint64_t *v0, int64_t v0_gs, int64_t v0_cs,
+                                uint64_t add_galois, const uint64_t *const *add_b) {
   const fh_ckks_tables *tb = e->tb;
   fh__ckks_ks_geo k;
   ks_geo_of(tb, level, &k);
@@ -1133,10 +1156,10 @@ static fh_status keyswitch_impl(fh_ckks_engine *e, fh__ckks_launcher *L, int lev
   }
   if (v0)
     st = ks_moddown_rescale(e, L, level, &k, G, fh__ckks_ptr(acc), fh__ckks_ptr(W), fh__ckks_ptr(T), out0, out1,
-                            out_gs, add0, add1, add_gs, v0, v0_gs, v0_cs);
+                            out_gs, add0, add1, add_gs, v0, v0_gs, v0_cs, add_b);
   else
     st = ks_moddown(e, L, level, &k, G, fh__ckks_ptr(acc), fh__ckks_ptr(W), fh__ckks_ptr(T), ntt_out, out0, out1,
-                    out_gs, add0, add1, add_gs, 0);
+                    out_gs, add0, add1, add_gs, add_galois, add_b);
 done:
   if (D) fh_tensor_release(D);
   if (acc) fh_tensor_release(acc);
@@ -1149,9 +1172,9 @@ done:
 fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
                              int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, bool ntt_out, uint64_t *out0,
                              uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
-                             int64_t add_gs) {
+                             int64_t add_gs, uint64_t add_galois) {
   return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, gs_d, key, ntt_out, out0, out1, out_gs, add0, add1, add_gs, NULL,
-                        0, 0);
+                        0, 0, add_galois, NULL);
 }
 
 fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G,
@@ -1160,7 +1183,17 @@ fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, in
                                      const uint64_t *add0, const uint64_t *add1, int64_t add_gs, const uint64_t *v0,
                                      int64_t v0_gs, int64_t v0_cs) {
   return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, d_ntt_gs, key, true, out0, out1, out_gs, add0, add1, add_gs, v0,
-                        v0_gs, v0_cs);
+                        v0_gs, v0_cs, 0, NULL);
+}
+
+fh_status fh__ckks_keyswitch_tensor(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
+                                    int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, const fh_tensor *key,
+                                    uint64_t *out0, uint64_t *out1, int64_t out_gs, const uint64_t *a0,
+                                    const uint64_t *a1, const uint64_t *b0, const uint64_t *b1, int64_t ab_gs,
+                                    const uint64_t *v0, int64_t v0_gs, int64_t v0_cs) {
+  const uint64_t *add_b[2] = {b0, b1};
+  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, d_ntt_gs, key, true, out0, out1, out_gs, a0, a1, ab_gs, v0,
+                        v0_gs, v0_cs, 0, add_b);
 }
 
 fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
@@ -1249,7 +1282,27 @@ fh_status fh__ckks_hoist_moddown_of(fh_ckks_engine *e, fh__ckks_launcher *L, fh_
                                     bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs,
                                     const uint64_t *add0, int64_t add_gs, uint64_t add_galois) {
   return ks_moddown(e, L, h->level, &h->k, h->G, acc, fh__ckks_ptr(h->W), fh__ckks_ptr(h->T), ntt_out, out0, out1,
-                    out_gs, add0, NULL, add_gs, add_galois);
+                    out_gs, add0, NULL, add_gs, add_galois, NULL);
+}
+
+fh_status fh__ckks_hoist_moddown_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, int nsteps,
+                                       uint64_t *acc, uint64_t *const *out, int64_t out_cs, int64_t out_gs,
+                                       const uint64_t *add0, int64_t add_gs, const uint64_t *add_galois) {
+  const fh__ckks_ks_geo *k = &h->k;
+  const int64_t n = k->n, G = h->G, step = 2 * G * (int64_t)k->lk * n, wstep = 2 * G * (int64_t)k->np * n;
+  /* the INTT of every step's P rows in one launch: nsteps x 2G groups of np rows */
+  int64_t wshape[3] = {nsteps * 2 * G, k->np, n};
+  fh_tensor *W = NULL;
+  fh_status st = fh__ckks_temp(L, 3, wshape, &W);
+  if (st == FH_OK)
+    st = fh__ckks_ntt(L, false, fh__ckks_ptr(W), (int64_t)k->np * n, acc + (int64_t)k->la * n, (int64_t)k->lk * n,
+                      nsteps * 2 * G, k->qp + k->la, k->np);
+  for (int s = 0; s < nsteps && st == FH_OK; ++s)
+    st = ks_moddown_from(e, L, h->level, k, G, acc + s * step, fh__ckks_ptr(W) + s * wstep, fh__ckks_ptr(h->T), true,
+                         out[s], out[s] + out_cs, out_gs, add0, NULL, add_gs, add_galois[s], NULL);
+  /* (released after its last launch: the device's allocator orders its reuse after it) */
+  if (W) fh_tensor_release(W);
+  return st;
 }
 
 fh_status fh__ckks_hoist_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *out0,
@@ -1263,7 +1316,7 @@ fh_status fh__ckks_hoist_moddown_rescale(fh_ckks_engine *e, fh__ckks_launcher *L
   if (h->W->shape[1] < h->k.np + 2)
     return fh_error_set(FH_ERR_EXECUTION, "ckks: a hoist begun with steps has no rows for a fused rescale");
   return ks_moddown_rescale(e, L, h->level, &h->k, h->G, fh__ckks_ptr(h->acc), fh__ckks_ptr(h->W), fh__ckks_ptr(h->T),
-                            out0, out1, out_gs, NULL, NULL, 0, NULL, 0, 0);
+                            out0, out1, out_gs, NULL, NULL, 0, NULL, 0, 0, NULL);
 }
 
 void fh__ckks_hoist_end(fh__ckks_hoist *h) {

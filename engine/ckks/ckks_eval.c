@@ -186,8 +186,10 @@ fh_status fh_ckks_sub_plaintext(fh_ckks_engine *e, const fh_value *ct, const fh_
 }
 
 /* ---- multiplication ------------------------------------------------------------------------ */
-fh_status fh_ckks_multiply(fh_ckks_engine *e, const fh_value *a, const fh_value *b, fh_value **out) {
-  const char *op = "multiply";
+/* multiply's operands: NTT-domain two-component ciphertexts of e at one level and batch
+ * whose product's scale is finite; *ga their geometry, *scale the product's */
+static fh_status multiply_check(fh_ckks_engine *e, const char *op, const fh_value *a, const fh_value *b,
+                                fh__ckks_geo *ga, double *scale) {
   const char *hint = " (convert with coefficient_domain_to_ntt_domain first)";
   fh_status st;
   if ((st = fh__ckks_need_ct(e, op, "a", a)) || (st = fh__ckks_need_ct(e, op, "b", b)) ||
@@ -195,13 +197,23 @@ fh_status fh_ckks_multiply(fh_ckks_engine *e, const fh_value *a, const fh_value 
       (st = need_components(op, "a", a, 2)) || (st = need_components(op, "b", b, 2)))
     return st;
   if (a->state.level != b->state.level) return level_mismatch(op, "a", a->state.level, "b", b->state.level);
-  fh__ckks_geo ga, gb;
-  fh__ckks_geo_of(a, &ga);
+  fh__ckks_geo gb;
+  fh__ckks_geo_of(a, ga);
   fh__ckks_geo_of(b, &gb);
-  if (!fh__ckks_same_batch(&ga, &gb)) return batch_mismatch(op);
-  double scale = a->state.scale * b->state.scale;
-  if (!isfinite(scale)) return fh_error_set(FH_ERR_STATE, "%s: scale of the product overflows (%.17g x %.17g)", op,
-                                            a->state.scale, b->state.scale);
+  if (!fh__ckks_same_batch(ga, &gb)) return batch_mismatch(op);
+  *scale = a->state.scale * b->state.scale;
+  if (!isfinite(*scale))
+    return fh_error_set(FH_ERR_STATE, "%s: scale of the product overflows (%.17g x %.17g)", op, a->state.scale,
+                        b->state.scale);
+  return FH_OK;
+}
+
+fh_status fh_ckks_multiply(fh_ckks_engine *e, const fh_value *a, const fh_value *b, fh_value **out) {
+  const char *op = "multiply";
+  fh_status st;
+  fh__ckks_geo ga;
+  double scale = 0.0;
+  if ((st = multiply_check(e, op, a, b, &ga, &scale))) return st;
   fh__ckks_launcher L;
   if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
   fh_tensor *ts[3] = {NULL, NULL, NULL};
@@ -224,6 +236,76 @@ fh_status fh_ckks_multiply(fh_ckks_engine *e, const fh_value *a, const fh_value 
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], ga.level, scale, FH_DOMAIN_NTT, out);
   release_all(ts, 3);
+  return st;
+}
+
+static fh_status rescale_room(fh_ckks_engine *e, const char *op, const char *arg, const fh_value *ct);
+
+/* multiply fused with relinearize (and the rescale): for N > 2^FH_CKKS_CUDA_ROW_LOG the tensor
+ * product is never written. One INTT launch forms a1 b1's rows (and with the rescale a0 b0's
+ * and a0 b1 + a1 b0's row 0) from the operands' words (fh_ckks_ntt_args.in_b) and keeps a1
+ * b1's NTT-domain rows (the key switch's own digit rows); the mod-down adds a0 b0 and a0 b1
+ * + a1 b0 formed from the operands' words (fh_ckks_moddown_args.add_b). The same words as
+ * multiply, then relinearize (with rescale = true). Smaller rings: the calls in turn. */
+fh_status fh_ckks_multiply_relinearize(fh_ckks_engine *e, const fh_value *a, const fh_value *b, const fh_value *rlk,
+                                       bool rescale, fh_value **out) {
+  const char *op = "multiply";
+  fh_status st;
+  fh__ckks_geo g;
+  double scale = 0.0;
+  if ((st = multiply_check(e, op, a, b, &g, &scale)) ||
+      (st = fh__ckks_need_key(e, op, "relinearize", rlk, FH_RELINEARIZATION_KEY, FH_BASIS_QP)) ||
+      (rescale && (st = rescale_room(e, op, "a", a))))
+    return st;
+  fh_ckks_context *ctx = fh_ckks_engine_context(e);
+  const fh_ckks_tables *tb = fh_ckks_engine_tables(e);
+  if (tb->log_n <= FH_CKKS_CUDA_ROW_LOG) {
+    fh_value *m = NULL;
+    st = fh_ckks_multiply(e, a, b, &m);
+    if (st == FH_OK) st = rescale ? fh_ckks_relinearize_rescale(e, m, rlk, out) : fh_ckks_relinearize(e, m, rlk, out);
+    if (m) fh_value_release(m);
+    return st;
+  }
+  const int la = g.la, lo = rescale ? la - 1 : la, nr = rescale ? la + 2 : la;
+  const int64_t n = ctx->ring_degree, gs = (int64_t)la * n, cs = g.B * gs, dgs = (int64_t)nr * n;
+  const int64_t ogs = (int64_t)lo * n, ocs = g.B * ogs;
+  if (rescale) scale /= (double)ctx->primes[g.level];
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, fh_ckks_engine_tables(e))) != FH_OK) return st;
+  fh_tensor *ts[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+  int32_t p[FH_CKKS_MAX_PRIMES];
+  fh__ckks_active_primes(e, g.level, p);
+  int64_t dshape[3] = {g.B, nr, n}, kshape[3] = {g.B, la, n};
+  if ((st = data_of(&L, a, &ts[0])) == FH_OK && (st = data_of(&L, b, &ts[1])) == FH_OK &&
+      (st = data_of(&L, rlk, &ts[2])) == FH_OK && (st = fh__ckks_alloc_poly(e, &L, 2, &g, lo, &ts[3])) == FH_OK &&
+      (st = fh__ckks_temp(&L, 3, dshape, &ts[4])) == FH_OK && (st = fh__ckks_temp(&L, 3, kshape, &ts[5])) == FH_OK) {
+    const uint64_t *A = fh__ckks_ptr(ts[0]), *B = fh__ckks_ptr(ts[1]);
+    uint64_t *d = fh__ckks_ptr(ts[4]), *keep = fh__ckks_ptr(ts[5]), *o = fh__ckks_ptr(ts[3]);
+    /* one INTT: a1 b1's rows, then (rescale) row 0 of a0 b0 and of a0 b1 + a1 b0 */
+    int32_t prime[FH_CKKS_MAX_PRIMES], in_row[FH_CKKS_MAX_PRIMES], out_row[FH_CKKS_MAX_PRIMES];
+    for (int r = 0; r < nr; ++r) {
+      prime[r] = r < la ? p[r] : p[0];
+      in_row[r] = r < la ? r : 0;
+      out_row[r] = r;
+    }
+    fh_ckks_ntt_args t;
+    fh__ckks_ntt_rows_args(&L, &t, d, dgs, A, gs, g.B, prime, nr, in_row, out_row);
+    t.in_cs = cs;
+    t.in_b = B;
+    t.in_b_gs = gs;
+    t.in_b_cs = cs;
+    t.keep = keep;
+    t.keep_gs = gs;
+    t.nkeep = la;
+    for (int r = 0; r < nr; ++r)
+      t.prod[r] = (int8_t)(r < la ? FH_CKKS_PROD_11 : r == la ? FH_CKKS_PROD_00 : FH_CKKS_PROD_X);
+    st = fh__ckks_submit(&L, FH_K_CKKS_INTT, &t, sizeof t);
+    if (st == FH_OK)
+      st = fh__ckks_keyswitch_tensor(e, &L, g.level, g.B, d, dgs, keep, gs, ts[2], o, o + ocs, ogs, A, A + cs, B,
+                                     B + cs, gs, rescale ? d + (int64_t)la * n : NULL, dgs, n);
+  }
+  if (st == FH_OK) st = wrap_ct(e, ts[3], rescale ? g.level + 1 : g.level, scale, FH_DOMAIN_NTT, out);
+  release_all(ts, 6);
   return st;
 }
 
@@ -259,21 +341,21 @@ fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_va
     }
     uint64_t *o = fh__ckks_ptr(ts[2]);
     if (st == FH_OK)
-      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, c, c + cs, gs);
+      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, c, c + cs, gs, 0);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], g.level, ct->state.scale, ct->state.polynomial_domain, out);
   release_all(ts, 4);
   return st;
 }
 
-/* The check of an operation's {rescale = true}: ct (checked as a ciphertext of e) has a prime
- * to drop, else a StateError naming op. */
-static fh_status rescale_room(fh_ckks_engine *e, const char *op, const fh_value *ct) {
+/* The check of an operation's {rescale = true}: ct (argument arg, checked as a ciphertext of
+ * e) has a prime to drop, else a StateError naming op. */
+static fh_status rescale_room(fh_ckks_engine *e, const char *op, const char *arg, const fh_value *ct) {
   const fh_ckks_context *ctx = fh_ckks_engine_context(e);
   if (ct->state.level < ctx->max_level) return FH_OK;
   return fh_error_set(FH_ERR_STATE,
-                      "%s: rescale = true needs a prime to drop, but the level of ct is %d, already max_level %d", op,
-                      ct->state.level, ctx->max_level);
+                      "%s: rescale = true needs a prime to drop, but the level of %s is %d, already max_level %d", op,
+                      arg, ct->state.level, ctx->max_level);
 }
 
 /* The unfused form of an operation with {rescale = true}: *r (made with status st) rescaled to
@@ -289,7 +371,7 @@ static fh_status then_rescale(fh_ckks_engine *e, fh_status st, fh_value **r, fh_
 fh_status fh_ckks_relinearize_rescale(fh_ckks_engine *e, const fh_value *ct, const fh_value *rlk, fh_value **out) {
   const char *op = "relinearize";
   fh_status st;
-  if ((st = relin_check(e, op, ct, rlk)) || (st = rescale_room(e, op, ct))) return st;
+  if ((st = relin_check(e, op, ct, rlk)) || (st = rescale_room(e, op, "ct", ct))) return st;
   fh_ckks_context *ctx = fh_ckks_engine_context(e);
   const fh_ckks_tables *tb = fh_ckks_engine_tables(e);
   if (ct->state.polynomial_domain != FH_DOMAIN_NTT || tb->log_n <= FH_CKKS_CUDA_ROW_LOG) {
@@ -544,11 +626,16 @@ static fh_status apply_galois(fh_ckks_engine *e, const char *op, const fh_value 
   int32_t p[FH_CKKS_MAX_PRIMES];
   fh__ckks_active_primes(e, g.level, p);
   int64_t gs = (int64_t)g.la * fh_ckks_engine_context(e)->ring_degree, cs = g.B * gs;
+  /* NTT-domain rows of N > 2^FH_CKKS_CUDA_ROW_LOG: the mod-down reads c0 through the
+   * automorphism (fh_ckks_moddown_args.add_galois), so only c1's is written; else both */
+  const bool fused_c0 = ntt && fh_ckks_engine_tables(e)->log_n > FH_CKKS_CUDA_ROW_LOG;
   if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = data_of(&L, key, &ts[1])) == FH_OK &&
       (st = fh__ckks_alloc_poly(e, &L, 2, &g, g.la, &ts[2])) == FH_OK &&
-      (st = fh__ckks_alloc_poly(e, &L, 2, &g, g.la, &ts[3])) == FH_OK) {
-    st = fh__ckks_automorph(&L, ntt, galois, fh__ckks_ptr(ts[3]), gs, fh__ckks_ptr(ts[0]), gs, 2 * g.B, p, g.la);
-    const uint64_t *A = fh__ckks_ptr(ts[3]), *d = A + cs, *d_ntt = NULL;
+      (st = fh__ckks_alloc_poly(e, &L, fused_c0 ? 0 : 2, &g, g.la, &ts[3])) == FH_OK) {
+    const uint64_t *c = fh__ckks_ptr(ts[0]);
+    uint64_t *sig = fh__ckks_ptr(ts[3]); /* sigma(c1), after sigma(c0) when not fused */
+    st = fh__ckks_automorph(&L, ntt, galois, sig, gs, fused_c0 ? c + cs : c, gs, fused_c0 ? g.B : 2 * g.B, p, g.la);
+    const uint64_t *A = fused_c0 ? c : sig, *d = fused_c0 ? sig : sig + cs, *d_ntt = NULL;
     if (st == FH_OK && ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &ts[4])) == FH_OK) {
       st = fh__ckks_ntt(&L, false, fh__ckks_ptr(ts[4]), gs, d, gs, g.B, p, g.la);
       d_ntt = d;
@@ -556,7 +643,8 @@ static fh_status apply_galois(fh_ckks_engine *e, const char *op, const fh_value 
     }
     uint64_t *o = fh__ckks_ptr(ts[2]);
     if (st == FH_OK)
-      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, A, NULL, gs);
+      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, A, NULL, gs,
+                              fused_c0 ? galois : 0);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], g.level, ct->state.scale, ct->state.polynomial_domain, out);
   release_all(ts, 5);
@@ -710,17 +798,23 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
         fh__ckks_use(&L, data[r0]);
         ++cnt;
       }
-      for (int i = 0; i < cnt && st == FH_OK; ++i)
-        if ((st = fh__ckks_temp(&L, 4, ashape, &acc[i])) == FH_OK) accp[i] = fh__ckks_ptr(acc[i]);
+      /* the batch's accumulators in one tensor [cnt][G][2][lk][N] (fh__ckks_hoist_moddown_steps) */
+      int64_t bshape[5] = {cnt, ashape[0], ashape[1], ashape[2], ashape[3]};
+      if (cnt > 0 && (st = fh__ckks_temp(&L, 5, bshape, &acc[0])) == FH_OK)
+        for (int i = 0; i < cnt; ++i) accp[i] = fh__ckks_ptr(acc[0]) + (int64_t)i * 2 * g.B * h.k.lk * n;
       if (st == FH_OK && cnt > 0) st = fh__ckks_hoist_inner_steps(e, &L, &h, cnt, gal, kt, accp);
-      for (int i = 0; i < cnt && st == FH_OK; ++i) {
+      if (st == FH_OK && cnt > 0 && fused_c0) {
+        /* the steps' mod-downs: their P rows' INTT in one launch, c0 read through each step's
+         * automorphism */
+        uint64_t *outs[FH_CKKS_KS_MAX_STEPS];
+        for (int i = 0; i < cnt; ++i) outs[i] = fh__ckks_ptr(data[idx[i]]);
+        st = fh__ckks_hoist_moddown_steps(e, &L, &h, cnt, accp[0], outs, cs, gs, c, gs, gal);
+      }
+      for (int i = 0; i < cnt && st == FH_OK && !fused_c0; ++i) {
         uint64_t *out = fh__ckks_ptr(data[idx[i]]);
-        /* the first component's automorphism, added after the mod-down: read through it by
-         * the mod-down for NTT-domain rows of N > 2^FH_CKKS_CUDA_ROW_LOG (no launch writes
-         * it), else written first */
-        if (fused_c0)
-          st = fh__ckks_hoist_moddown_of(e, &L, &h, accp[i], ntt, out, out + cs, gs, c, gs, gal[i]);
-        else if ((st = fh__ckks_automorph(&L, ntt, gal[i], fh__ckks_ptr(a0), gs, c, gs, g.B, p, g.la)) == FH_OK)
+        /* (smaller rings and the coefficient domain) the first component's automorphism
+         * written, then added by the mod-down */
+        if ((st = fh__ckks_automorph(&L, ntt, gal[i], fh__ckks_ptr(a0), gs, c, gs, g.B, p, g.la)) == FH_OK)
           st = fh__ckks_hoist_moddown_of(e, &L, &h, accp[i], ntt, out, out + cs, gs, fh__ckks_ptr(a0), gs, 0);
       }
       L.nuses = saved;
@@ -890,7 +984,7 @@ fh_status fh_ckks_linear_transform_rescale(fh_ckks_engine *e, const fh_value *ct
                                            const fh_value *const *pts, const fh_value *const *keys, fh_value **out) {
   const char *op = "linear_transform";
   fh_status st;
-  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) || (st = rescale_room(e, op, ct))) return st;
+  if ((st = fh__ckks_need_ct(e, op, "ct", ct)) || (st = rescale_room(e, op, "ct", ct))) return st;
   if (fh_ckks_engine_tables(e)->log_n > FH_CKKS_CUDA_ROW_LOG)
     return linear_transform(e, ct, steps, nsteps, pts, keys, true, out);
   fh_value *r = NULL; /* small rings: the two operations in turn */

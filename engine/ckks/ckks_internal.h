@@ -62,10 +62,13 @@ fh_status fh__ckks_no_capture(const fh_ckks_engine *e, const char *op);
  * [dnum, 2, #Q + #P, N]. Writes u0 + u1 s ~ d s' into out0/out1 (rows
  * [G, la, N] with group stride out_gs), in the NTT domain (ntt_out) or the
  * coefficient domain, adding add0/add1 (same layout as out, may alias out;
- * NULL: nothing added). */
+ * NULL: nothing added); add_galois > 1 (ntt_out only, N > 2^FH_CKKS_CUDA_ROW_LOG): the
+ * addends read through that NTT-domain automorphism (fh_ckks_moddown_args.add_galois, a
+ * rotation's sigma(c0) without a launch that writes it), else 0. */
 fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
                              int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
-                             int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs);
+                             int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs,
+                             uint64_t add_galois);
 
 /* fh__ckks_keyswitch (NTT-domain result) and a rescale by the first active Q prime in one
  * mod-down (fh_ckks_moddown_args.rescale; N > 2^FH_CKKS_CUDA_ROW_LOG): the la - 1 rows of
@@ -78,6 +81,18 @@ fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, in
                                      const fh_tensor *key, uint64_t *out0, uint64_t *out1, int64_t out_gs,
                                      const uint64_t *add0, const uint64_t *add1, int64_t add_gs, const uint64_t *v0,
                                      int64_t v0_gs, int64_t v0_cs);
+
+/* fh__ckks_keyswitch of d = a1 b1 (the tensor product's third component; NTT-domain rows at
+ * d_ntt) with a0 b0 and a0 b1 + a1 b0 added, formed by the mod-down from the operands' words
+ * (fh_ckks_moddown_args.add_b; N > 2^FH_CKKS_CUDA_ROW_LOG): multiply fused with relinearize.
+ * a0/a1 and b0/b1 are the two ciphertexts' components (group stride ab_gs). v0 not NULL:
+ * with the rescale, as fh__ckks_keyswitch_rescale (v0: the INTT of a0 b0's and
+ * a0 b1 + a1 b0's row 0). */
+fh_status fh__ckks_keyswitch_tensor(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
+                                    int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, const fh_tensor *key,
+                                    uint64_t *out0, uint64_t *out1, int64_t out_gs, const uint64_t *a0,
+                                    const uint64_t *a1, const uint64_t *b0, const uint64_t *b1, int64_t ab_gs,
+                                    const uint64_t *v0, int64_t v0_gs, int64_t v0_cs);
 
 /* Hoisted key switches of automorphisms of one polynomial d (as above): begin runs the
  * mod-up and the NTT of the extended digits once and keeps them (h->D, [G][ndig][lk][N])
@@ -127,6 +142,14 @@ fh_status fh__ckks_hoist_inner_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh
 fh_status fh__ckks_hoist_moddown_of(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *acc,
                                     bool ntt_out, uint64_t *out0, uint64_t *out1, int64_t out_gs,
                                     const uint64_t *add0, int64_t add_gs, uint64_t add_galois);
+/* The NTT-domain mod-downs of nsteps steps' inner products at once, acc [nsteps][G][2][lk][N]
+ * (contiguous, the steps' accumulators in turn): the INTT of every step's P rows in one
+ * launch, then each step's mod-down into out[s] (components out[s] and out[s] + out_cs, group
+ * stride out_gs) with add0 read through add_galois[s] (as fh__ckks_hoist_moddown_of; N >
+ * 2^FH_CKKS_CUDA_ROW_LOG). The same words as a fh__ckks_hoist_moddown_of a step. */
+fh_status fh__ckks_hoist_moddown_steps(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, int nsteps,
+                                       uint64_t *acc, uint64_t *const *out, int64_t out_cs, int64_t out_gs,
+                                       const uint64_t *add0, int64_t add_gs, const uint64_t *add_galois);
 void fh__ckks_hoist_end(fh__ckks_hoist *h);
 
 /* The arguments of a mod-down (fh_ckks_moddown_args) from the nsrc coefficient-domain rows of

@@ -73,7 +73,7 @@ int env_switch(const char *name, const char *const *choices) {
 }
 
 /* The SM count of the current device (the runtime's table, read at start-up): the launch
- * shapes that depend on whether a grid fills the GPU (ntt_wide, ks_split, ks1_blocks). */
+ * shapes that depend on whether a grid fills the GPU (ntt_wide, ks_mode, ks1_blocks). */
 unsigned sms_here() {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
@@ -474,6 +474,31 @@ __device__ __forceinline__ void ntt_col_fwd_fixed(uint64_t *sm, uint64_t *dst, c
   if constexpr (!LAST) ntt_col_fwd_fixed<LOG_M, LOG_N2, DONE + r>(sm, dst, ar);
 }
 
+/* ntt_stages_with's forward chunk stages as ks2 and md2 run them (PRE, not fused, the
+ * outputs reduced: ntt_stages_with<true, true, MAX_LOG_R>(src, sm, sm, ..) with sm's view
+ * {sm, 1, N2}) with the geometry known at compile time: LOG_M = log N2 stages over the
+ * tile's NTT_TILE >> LOG_M chunks (kstride 1, astride N2 = 2^LOG_M) of a transform of
+ * 2^LOG_N words (ntt_geom {2^LOG_N, base, N2}); the first pass reads src, the others
+ * work in place in sm. The passes are ntt_stages_with's (the same ntt_pass instances with
+ * the same R, flags, t_lo and reduce, in the same order: the same arithmetic, the same
+ * words), but their strides, t_lo and loop shapes are constants and there is no runtime
+ * choice among the passes' variants. The twiddle indices still depend on base (the tile's
+ * place in the row), a runtime value. */
+template <int LOG_N, int LOG_M, int MAX_LOG_R = 3, int DONE = 0, class A>
+__device__ __forceinline__ void ntt_chunk_fwd_fixed(uint64_t *src, uint64_t *sm, int64_t base, const A &ar) {
+  static_assert(MAX_LOG_R == 2 || MAX_LOG_R == 3, "passes of 2 or 3 stages at most");
+  static_assert(LOG_M < LOG_N, "the chunk stages of a transform of more than one chunk (not fused)");
+  constexpr int REM = LOG_M - DONE, r = REM >= MAX_LOG_R ? MAX_LOG_R : REM;
+  constexpr bool FIRST = DONE == 0, LAST = r == REM;
+  constexpr int CHUNKS = NTT_TILE >> LOG_M;
+  const ntt_view from = {FIRST ? src : sm, 1, 1 << LOG_M};
+  const ntt_view sv = {sm, 1, 1 << LOG_M};
+  const ntt_geom g = {(int64_t)1 << LOG_N, base, (int64_t)1 << LOG_M, LOG_N};
+  ntt_pass<1 << r, true, FIRST, LAST, false, true>(from, sv, CHUNKS, 1 << LOG_M, LOG_M - DONE - r, g, LAST, ar);
+  __syncthreads();
+  if constexpr (!LAST) ntt_chunk_fwd_fixed<LOG_N, LOG_M, MAX_LOG_R, DONE + r>(src, sm, base, ar);
+}
+
 /* The stages in the prime's arithmetic: FP64 when it has FP64 twiddle rows. */
 template <bool FORWARD, bool PRE = false, int MAX_LOG_R = 3>
 __device__ void ntt_stages(ntt_view src, ntt_view dst, ntt_view sm, int narr, int log_m, const ntt_geom g,
@@ -563,6 +588,11 @@ __device__ __forceinline__ const uint64_t *own_row_of(const own_rows &o, int64_t
   return o.in_ntt + g * o.in_ntt_gs + (int64_t)l * n;
 }
 __device__ __forceinline__ const uint64_t *own_row_of(const no_own_rows &, int64_t, int, int64_t) { return NULL; }
+/* The inverse chunk kernel's "input formed from two ciphertexts" (fh_ckks_ntt_args.in_b:
+ * multiply fused with relinearize): rows skipped none, each tile's words formed into shared
+ * memory (and kept, for the rows below nkeep) before the stages */
+struct tensor_in {};
+__device__ __forceinline__ int own_digit_of(const tensor_in &, int) { return -1; }
 
 /* The column kernel: NTT_TILE / N1 adjacent columns of the N1 x N2 matrix of a
  * row; forward reads in, inverse works in place on out. */
@@ -611,13 +641,28 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) nt
   const ntt_geom geo = {n, base, n2, a.log_n};
   const int own_digit = own_digit_of(own, l);
   CHUNK_GROUPS(g, a.ngroups, cp) {
-    if constexpr (!std::is_same<OWN, no_own_rows>::value)
+    if constexpr (std::is_same<OWN, own_rows>::value)
       if (own_digit >= 0 && g % own.ndigits == own_digit) continue;
     const uint64_t *in = FORWARD ? a.out + g * a.out_gs : a.in + g * a.in_gs;
     const int64_t ioff = FORWARD ? fh_ckks_ntt_out_off(&a, l) : fh_ckks_ntt_in_off(&a, l);
-    const ntt_view src = {(uint64_t *)(in + ioff + base), 1, n2};
+    ntt_view src = {(uint64_t *)(in + ioff + base), 1, n2};
     const ntt_view dst = {a.out + g * a.out_gs + fh_ckks_ntt_out_off(&a, l) + base, 1, n2};
     const ntt_view sv = {sm, 1, n2};
+    if constexpr (std::is_same<OWN, tensor_in>::value) {
+      /* the tile's input words formed from the two ciphertexts (the tensor product's words)
+       * into shared memory, the same layout as the tile; kept for the rows below nkeep */
+      const uint64_t *a0 = in + ioff + base, *b0 = a.in_b + g * a.in_b_gs + ioff + base;
+      uint64_t *kp = l < a.nkeep ? a.keep + g * a.keep_gs + ((int64_t)l << a.log_n) + base : NULL;
+      const int kind = a.prod[l];
+      __syncthreads(); /* the previous group's stages are done with sm */
+      for (int e = threadIdx.x; e < NTT_TILE; e += THREADS) {
+        const uint64_t v = fh_ckks_tensor_word(kind, a0[e], a0[e + a.in_cs], b0[e], b0[e + a.in_b_cs], c.q, c.qinv);
+        sm[e] = v;
+        if (kp) kp[e] = v;
+      }
+      __syncthreads();
+      src = sv;
+    }
     ntt_stages<FORWARD, true, THREADS == NTT_THREADS ? 3 : 2>(src, dst, sv, chunks, sp.log_n2, geo, false, FORWARD, c, P);
   }
 }
@@ -654,6 +699,25 @@ fh_status run_ntt(const void *argp, void *stream) {
   cudaStream_t h = (cudaStream_t)stream;
   const int64_t n = (int64_t)1 << a->log_n;
   const unsigned gz = grid_z(a->ngroups);
+  if (a->in_b != NULL) {
+    /* the inverse of a tensor product's words (multiply fused with relinearize) */
+    if (FORWARD || a->log_n <= NTT_TILE_LOG)
+      return fh_error_set(FH_ERR_EXECUTION, "ckks_ntt: a tensor-product input only for the inverse with N > 2^%d",
+                          NTT_TILE_LOG);
+    const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz), cg = chunk_grid(n, a->nlimbs, a->ngroups);
+    constexpr int W = 2 * NTT_THREADS;
+    if (ntt_wide(grid.x * grid.y * grid.z)) {
+      pdl(ntt_chunk_kernel<false, W, tensor_in>, cg, W, 0, h, *a, tensor_in{});
+      pdl(ntt_col_kernel<false, W>, grid, W, 0, h, *a);
+    } else if (ntt_blocks() == 4) {
+      pdl(ntt_chunk_kernel<false, NTT_THREADS, tensor_in, 4>, cg, NTT_THREADS, 0, h, *a, tensor_in{});
+      pdl(ntt_col_kernel<false, NTT_THREADS, 4>, grid, NTT_THREADS, 0, h, *a);
+    } else {
+      pdl(ntt_chunk_kernel<false, NTT_THREADS, tensor_in>, cg, NTT_THREADS, 0, h, *a, tensor_in{});
+      pdl(ntt_col_kernel<false>, grid, NTT_THREADS, 0, h, *a);
+    }
+    return launched("kernel 'ckks_intt'");
+  }
   if (a->log_n <= NTT_TILE_LOG) {
     const int threads = (int)(n / 8 < 32 ? 32 : n / 8);
     pdl(ntt_row_kernel<FORWARD>, dim3(1, a->nlimbs, gz), threads, 0, h, *a);
@@ -784,11 +848,9 @@ __global__ void __launch_bounds__(EW_THREADS) tensor_kernel(const __grid_constan
     uint64_t *d0 = a.out + g * a.out_gs + off, *d1 = d0 + a.out_cs, *d2 = d1 + a.out_cs;
     COEFFS(j, n) {
       const uint64_t x0 = a0[j], x1 = a1[j], y0 = b0[j], y1 = b1[j];
-      /* a0 b1 + a1 b0 < 2 q^2 < q 2^64: one Montgomery reduction */
-      const unsigned __int128 mid = (unsigned __int128)x0 * y1 + (unsigned __int128)x1 * y0;
-      d0[j] = fh_mont_mul(x0, y0, q, qi);
-      d1[j] = fh_mont_reduce((uint64_t)mid, (uint64_t)(mid >> 64), q, qi);
-      d2[j] = fh_mont_mul(x1, y1, q, qi);
+      d0[j] = fh_ckks_tensor_word(FH_CKKS_PROD_00, x0, x1, y0, y1, q, qi);
+      d1[j] = fh_ckks_tensor_word(FH_CKKS_PROD_X, x0, x1, y0, y1, q, qi);
+      d2[j] = fh_ckks_tensor_word(FH_CKKS_PROD_11, x0, x1, y0, y1, q, qi);
     }
   }
 }
@@ -850,7 +912,7 @@ __device__ __forceinline__ void bconv_block_consts(const bconv_src &S, const bco
   if (center && ns > 0)
     for (int t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
       const fh_modulus m = primes[dst_prime(D, t)].bar;
-      smt[t - t0] = fh_mod_mul(mat[(int64_t)t * ns], primes[src_prime(S, 0)].q % m.q, &m);
+      smt[t - t0] = fh_mod_mul(mat[(int64_t)t * ns], primes[src_prime(S, 0)].q, &m);
     }
   __syncthreads();
 }
@@ -1028,7 +1090,9 @@ __device__ __forceinline__ void conv_consts_init(conv_consts &k, const uint64_t 
       k.rowq[i] = fh_fp_twiddle(row[i], c.q);
     }
   }
-  if (center && threadIdx.x == 0) k.smt = fh_mod_mul(row[0], s0 % c.bar.q, &c.bar); /* S mod t */
+  /* S mod t: Shat_0 s_0, s_0 >= t allowed (fh_barrett128 takes any product below 2^128: no
+   * 64-bit remainder, a serial call of ~70 instructions before the block's barrier) */
+  if (center && threadIdx.x == 0) k.smt = fh_mod_mul(row[0], s0, &c.bar);
   __syncthreads();
   if (center)
     for (int m = threadIdx.x; m <= ns; m += blockDim.x) k.corr[m] = fh_mod_mul((uint64_t)m, k.smt, &c.bar);
@@ -1254,8 +1318,13 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
 /* NTT_THREADS threads, 8 words a thread (a wide variant as ks2's lost at every size:
  * WIDE_MAX_LOG_N) */
 /* RAW: every digit has one source row, read from up.in and scaled on load (ks0 skipped) */
-template <int MIN_BLOCKS, int LOADS, bool FP_CONV, bool RAW = false>
+/* T: column tiles a block (blockIdx.x * T + t, t < T, those past the row's last skipped),
+ * so that the block's setup per (digit, row) (the prime, the source check, conv_consts_init
+ * and its two barriers) is paid once per T tiles; the same arithmetic per tile, the same
+ * words (ks1_tiles; T = 1 is the kernel of one tile a block) */
+template <int MIN_BLOCKS, int LOADS, bool FP_CONV, bool RAW = false, int T = 1>
 __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
+  static_assert(T >= 1, "a tile a block at least");
   pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
   __shared__ conv_consts kc;
@@ -1268,7 +1337,6 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
   const ntt_split sp = ntt_split_of(u.log_n);
   const int64_t n = (int64_t)1 << u.log_n;
   const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1, tile = NTT_TILE, log_cols = NTT_TILE_LOG - sp.log_n1;
-  const int c0 = blockIdx.x * cols;
   const int p = u.prime[r];
   const fh_ckks_prime c = u.primes[p];
   const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
@@ -1283,26 +1351,41 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
   GROUPS(g, u.ngroups) {
     const uint64_t *in = u.in + g * u.in_gs;
     const uint64_t *ys = RAW ? in + (int64_t)f * n : a.scaled + g * a.scaled_gs + (int64_t)f * n;
-    if (own) {
-      for (int e = threadIdx.x; e < tile; e += blockDim.x)
-        sm[e] = in[(int64_t)r * n + (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1))];
-    } else if (fpc) {
-      conv_fill<true, LOADS, NTT_THREADS, RAW>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
-    } else {
-      conv_fill<false, LOADS, NTT_THREADS, RAW>(sm, ys, ns, kc, c, u.center, log_cols, n2, c0);
+    /* the block's tiles. sm is rewritten by the next tile's fill only after the barrier
+     * that ends every NTT pass (ntt_col_fwd_fixed, ntt_stages_with), the last one's
+     * included: every thread has then read the previous tile's words from sm */
+#pragma unroll 1
+    for (int tt = 0; tt < T; ++tt) {
+      const int ti = (int)blockIdx.x * T + tt;
+      if constexpr (T > 1)
+        if (ti >= (int)(n >> NTT_TILE_LOG)) break; /* past the row's last tile: uniform in the block */
+      const int c0 = ti * cols;
+      /* T > 1: the fill's geometry opaque per tile, so that its per-thread offsets and step
+       * are formed again each tile, not kept in registers across the tiles (ptxas, 80
+       * registers: else two values spilled and reloaded in the FP conversion's loops) */
+      int lc = log_cols, m2 = n2;
+      if constexpr (T > 1) asm volatile("" : "+r"(lc), "+r"(m2));
+      if (own) {
+        for (int e = threadIdx.x; e < tile; e += blockDim.x)
+          sm[e] = in[(int64_t)r * n + (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1))];
+      } else if (fpc) {
+        conv_fill<true, LOADS, NTT_THREADS, RAW>(sm, ys, ns, kc, c, u.center, lc, m2, c0);
+      } else {
+        conv_fill<false, LOADS, NTT_THREADS, RAW>(sm, ys, ns, kc, c, u.center, lc, m2, c0);
+      }
+      __syncthreads();
+      const ntt_view src = {sm, cols, 1};
+      const ntt_view dst = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + c0, n2, 1};
+      /* the usual rings' column stages with their geometry at compile time (ntt_col_fwd_fixed) */
+      if (fpc && u.log_n == 16)
+        ntt_col_fwd_fixed<8, 8>(sm, dst.p, fp_arith_in{fp_arith_of(c, P, true)});
+      else if (fpc && u.log_n == 15)
+        ntt_col_fwd_fixed<7, 8>(sm, dst.p, fp_arith_in{fp_arith_of(c, P, true)});
+      else if (fpc)
+        ntt_stages_with<true, false>(src, dst, src, cols, sp.log_n1, geo, true, false,
+                                     fp_arith_in{fp_arith_of(c, P, true)});
+      else ntt_stages<true, false>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
     }
-    __syncthreads();
-    const ntt_view src = {sm, cols, 1};
-    const ntt_view dst = {u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + c0, n2, 1};
-    /* the usual rings' column stages with their geometry at compile time (ntt_col_fwd_fixed) */
-    if (fpc && u.log_n == 16)
-      ntt_col_fwd_fixed<8, 8>(sm, dst.p, fp_arith_in{fp_arith_of(c, P, true)});
-    else if (fpc && u.log_n == 15)
-      ntt_col_fwd_fixed<7, 8>(sm, dst.p, fp_arith_in{fp_arith_of(c, P, true)});
-    else if (fpc)
-      ntt_stages_with<true, false>(src, dst, src, cols, sp.log_n1, geo, true, false,
-                                   fp_arith_in{fp_arith_of(c, P, true)});
-    else ntt_stages<true, false>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
   }
 }
 
@@ -1346,6 +1429,57 @@ __device__ __forceinline__ void tile_load(uint64_t *dst, const uint64_t *src, ui
                : "memory");
 }
 
+/* ks2's work on one digit tile db (NTT_TILE words in shared memory): the
+ * forward chunk stages in place (the usual rings' with their geometry at compile time, log
+ * N2 = 8: ntt_chunk_fwd_fixed, the same passes, the same words); with fp the outputs stay
+ * doubles for ks2_mac */
+template <int THREADS>
+__device__ __forceinline__ void ks2_chunk_stages(uint64_t *db, int log_n, int64_t base, bool fp,
+                                                 const fh_ckks_prime &c, const ntt_prime &P) {
+  constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
+  const ntt_split sp = ntt_split_of(log_n);
+  const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
+  const ntt_geom geo = {(int64_t)1 << log_n, base, n2, log_n};
+  const ntt_view sv = {db, 1, n2};
+  if (THREADS == NTT_THREADS && fp && log_n == 16)
+    ntt_chunk_fwd_fixed<16, 8, MAX_LOG_R>(db, db, base, fp_arith_raw{fp_arith_of(c, P, true)});
+  else if (THREADS == NTT_THREADS && fp && log_n == 15)
+    ntt_chunk_fwd_fixed<15, 8, MAX_LOG_R>(db, db, base, fp_arith_raw{fp_arith_of(c, P, true)});
+  else if (fp)
+    ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true,
+                                           fp_arith_raw{fp_arith_of(c, P, true)});
+  else ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
+}
+
+/* The inner product's terms of one digit tile db with its key tiles kb0, kb1 into a thread's
+ * accumulators (PER words: threadIdx.x + k THREADS). fp: doubles (fh_fp_mac_word): the
+ * digits' values as the stages leave them (|x| < 7 q from ks1's words: at most nine stages
+ * of at most 0.625 q each; words: the input's NTT words), terms within q (1/2 + 7 q 2^-52)
+ * < 0.55 q (fh_fp_mul_w), sums exact; else Montgomery products added mod q */
+template <int THREADS, int PER>
+__device__ __forceinline__ void ks2_mac(const uint64_t *db, const uint64_t *kb0, const uint64_t *kb1, bool words,
+                                        bool fp, const fh_ckks_prime &c, uint64_t (&acc0)[PER],
+                                        uint64_t (&acc1)[PER]) {
+  if (fp) {
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int e = threadIdx.x + k * THREADS;
+      const double x = words ? fh_fp_of_word(db[e]) : __longlong_as_double((long long)db[e]);
+      const double s0 = __longlong_as_double((long long)acc0[k]), s1 = __longlong_as_double((long long)acc1[k]);
+      acc0[k] = (uint64_t)__double_as_longlong(__dadd_rn(s0, fh_fp_mul_w(x, fh_fp_of_word(kb0[e]), c.fp_q, c.fp_qinv)));
+      acc1[k] = (uint64_t)__double_as_longlong(__dadd_rn(s1, fh_fp_mul_w(x, fh_fp_of_word(kb1[e]), c.fp_q, c.fp_qinv)));
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int e = threadIdx.x + k * THREADS;
+      const uint64_t x = db[e];
+      acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, kb0[e], c.q, c.qinv), c.q);
+      acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, kb1[e], c.q, c.qinv), c.q);
+    }
+  }
+}
+
 /* MIN_BLOCKS: blocks per SM the registers must allow (3: 80 registers, 2: 128); FP_MAC:
  * the inner product in doubles for primes below 2^45 (else Montgomery products);
  * THREADS: NTT_THREADS (8 words a thread, passes of up to 3 stages) or twice that (4 words a
@@ -1355,34 +1489,28 @@ template <int MIN_BLOCKS, bool FP_MAC, int THREADS>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_constant__ fh_ckks_ks_core_args a) {
   pdl_begin();
   constexpr int KS2_PER_THREAD = NTT_TILE / THREADS;
-  constexpr int MAX_LOG_R = THREADS == NTT_THREADS ? 3 : 2;
   static_assert(THREADS == NTT_THREADS || THREADS == 2 * NTT_THREADS, "ks2: 4 or 8 words a thread");
   extern __shared__ __align__(128) uint64_t ks2_sm[];
   __shared__ __align__(8) uint64_t bars[3]; /* the two digit buffers', the key's */
   uint64_t *kb0 = ks2_sm + 2 * NTT_TILE, *kb1 = ks2_sm + 3 * NTT_TILE;
   const fh_ckks_modup_args &u = a.up;
-  const int r = blockIdx.y;
-  const ntt_split sp = ntt_split_of(u.log_n);
+  /* the rows in reverse: the P rows (the last ones, 60-bit primes: the integer products and
+   * butterflies, two to two and a half times a Q row's time) start in the first wave instead
+   * of forming the grid's tail. The same words: a block's row only changes its position. */
+  const int r = (int)gridDim.y - 1 - (int)blockIdx.y;
   const int64_t n = (int64_t)1 << u.log_n;
-  const int n2 = 1 << sp.log_n2, chunks = NTT_TILE >> sp.log_n2;
   const int64_t base = (int64_t)blockIdx.x * NTT_TILE;
   const int p = u.prime[r];
   const fh_ckks_prime c = u.primes[p];
   const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
-  const ntt_geom geo = {n, base, n2, u.log_n};
   const uint64_t *key = a.key + (int64_t)a.key_row[r] * n + base;
   const int nd = u.ndigits;
   /* FP64 products for primes below 2^45 (the accumulators then hold doubles' bits), for
    * up to 16 digits as the CPU twin (_ckks.fp_mac) covers: |sum| <= 16 (0.55 q) < 2^49 */
   const bool fp = FP_MAC && P.fw != NULL && nd <= 16;
-  /* the block's (group, digit) steps in turn: step s is group blockIdx.z + (s / nd) gridDim.z */
-  const int64_t my_groups = blockIdx.z < u.ngroups ? (u.ngroups - 1 - blockIdx.z) / gridDim.z + 1 : 0;
-  const int64_t steps = my_groups * nd;
   /* digit jd's rows are its own when the input's NTT rows are given (ks1 skipped them) */
   auto own = [&](int jd) { return a.in_ntt && r >= u.first[jd] && r < u.first[jd] + u.nsrc[jd]; };
-  auto digit_tile = [&](int64_t s) -> const uint64_t * {
-    const int64_t g = blockIdx.z + (s / nd) * gridDim.z;
-    const int jd = (int)(s % nd);
+  auto digit_tile = [&](int64_t g, int jd) -> const uint64_t * {
     if (own(jd)) return a.in_ntt + g * a.in_ntt_gs + (int64_t)r * n + base;
     return u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n + base;
   };
@@ -1391,15 +1519,20 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
     mbar_init(&bars[1]);
     mbar_init(&bars[2]);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    if (steps > 0) {
+    if ((int64_t)blockIdx.z < u.ngroups && nd > 0) {
       mbar_expect(&bars[0], KS2_TILE_BYTES);
-      tile_load(ks2_sm, digit_tile(0), &bars[0]);
+      tile_load(ks2_sm, digit_tile(blockIdx.z, 0), &bars[0]);
     }
   }
   __syncthreads();
   uint64_t acc0[KS2_PER_THREAD], acc1[KS2_PER_THREAD];
-  for (int64_t s = 0; s < steps; ++s) {
-    const int jd = (int)(s % nd), b = (int)(s & 1);
+  /* the block's groups g = blockIdx.z, blockIdx.z + gridDim.z, .. and each group's digits in
+   * turn, a step each, counted by (g, jd): no 64-bit division or remainder a step (their
+   * 32-bit fast paths alone were about 60 instructions a thread a step) */
+  uint32_t s = 0; /* steps done: the digit buffer's parity and the barriers' phases */
+  for (int64_t g = blockIdx.z; g < u.ngroups; g += gridDim.z)
+    for (int jd = 0; jd < nd; ++jd, ++s) {
+    const int b = (int)(s & 1);
     uint64_t *db = ks2_sm + b * NTT_TILE; /* this step's digit buffer */
     /* the other digit buffer and the key buffers are free (the barrier that ended the
      * previous step): this digit's key tiles and the next step's digit tile */
@@ -1408,48 +1541,23 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) ks2_kernel(const __grid_c
       mbar_expect(&bars[2], 2 * KS2_TILE_BYTES);
       tile_load(kb0, k0, &bars[2]);
       tile_load(kb1, k0 + a.key_cs, &bars[2]);
-      if (s + 1 < steps) {
+      /* the next step: the group's next digit, or the next group's first */
+      const int64_t gn = jd + 1 < nd ? g : g + gridDim.z;
+      if (gn < u.ngroups) {
         mbar_expect(&bars[b ^ 1], KS2_TILE_BYTES);
-        tile_load(ks2_sm + (b ^ 1) * NTT_TILE, digit_tile(s + 1), &bars[b ^ 1]);
+        tile_load(ks2_sm + (b ^ 1) * NTT_TILE, digit_tile(gn, jd + 1 < nd ? jd + 1 : 0), &bars[b ^ 1]);
       }
     }
     if (jd == 0) {
 #pragma unroll
       for (int k = 0; k < KS2_PER_THREAD; ++k) acc0[k] = acc1[k] = 0;
     }
-    mbar_wait(&bars[b], (uint32_t)((s >> 1) & 1));
+    mbar_wait(&bars[b], (s >> 1) & 1u);
     const bool words = own(jd); /* the input's NTT words, else the stages' output */
-    if (!words) {
-      const ntt_view sv = {db, 1, n2};
-      if (fp)
-        ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true,
-                                               fp_arith_raw{fp_arith_of(c, P, true)});
-      else ntt_stages_with<true, true, MAX_LOG_R>(sv, sv, sv, chunks, sp.log_n2, geo, false, true, int_arith{P, c});
-    }
-    mbar_wait(&bars[2], (uint32_t)(s & 1));
-    if (fp) {
-      /* doubles (fh_fp_mac_word): the digits' values as the stages leave them (|x| < 7 q
-       * from ks1's words: at most nine stages of at most 0.625 q each), terms within
-       * q (1/2 + 7 q 2^-52) < 0.55 q (fh_fp_mul_w), sums exact */
-#pragma unroll
-      for (int k = 0; k < KS2_PER_THREAD; ++k) {
-        const int e = threadIdx.x + k * THREADS;
-        const double x = words ? fh_fp_of_word(db[e]) : __longlong_as_double((long long)db[e]);
-        const double s0 = __longlong_as_double((long long)acc0[k]), s1 = __longlong_as_double((long long)acc1[k]);
-        acc0[k] = (uint64_t)__double_as_longlong(__dadd_rn(s0, fh_fp_mul_w(x, fh_fp_of_word(kb0[e]), c.fp_q, c.fp_qinv)));
-        acc1[k] = (uint64_t)__double_as_longlong(__dadd_rn(s1, fh_fp_mul_w(x, fh_fp_of_word(kb1[e]), c.fp_q, c.fp_qinv)));
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < KS2_PER_THREAD; ++k) {
-        const int e = threadIdx.x + k * THREADS;
-        const uint64_t x = db[e];
-        acc0[k] = fh_mod_add(acc0[k], fh_mont_mul(x, kb0[e], c.q, c.qinv), c.q);
-        acc1[k] = fh_mod_add(acc1[k], fh_mont_mul(x, kb1[e], c.q, c.qinv), c.q);
-      }
-    }
+    if (!words) ks2_chunk_stages<THREADS>(db, u.log_n, base, fp, c, P);
+    mbar_wait(&bars[2], s & 1u);
+    ks2_mac<THREADS>(db, kb0, kb1, words, fp, c, acc0, acc1);
     if (jd == nd - 1) {
-      const int64_t g = blockIdx.z + (s / nd) * gridDim.z;
       uint64_t *o0 = a.out + g * a.out_gs + (int64_t)r * n + base, *o1 = o0 + a.out_cs;
 #pragma unroll
       for (int k = 0; k < KS2_PER_THREAD; ++k) {
@@ -1493,16 +1601,18 @@ int conv_loads() {
   return i == 0 ? 1 : i == 1 ? 8 : i == 2 ? 16 : CONV_LOADS_DEFAULT;
 }
 
-/* Whether a key switch whose fused second kernel (ks2) would run `blocks` blocks splits it
- * instead: ks2 walks every digit in one block, so a grid of fewer blocks than twice the SMs
- * leaves SMs idle (N = 2^14: 72 blocks on 132 SMs); split, the digits' chunk stages run in
- * parallel and the inner product reads them back (the digits cross memory twice more).
- * FHELIUM_CUDA_KS=fused or split overrides the choice (a benchmarking aid). */
-bool ks_split(unsigned blocks) {
+/* How a key switch with a key runs its second half, for a fused second kernel (ks2) of
+ * `blocks` blocks: KS_FUSED (ks2), or KS_SPLIT, since ks2 walks every digit in one block and a
+ * grid of fewer blocks than twice the SMs leaves SMs idle (N = 2^14: 72 blocks on 132 SMs):
+ * split, the digits' chunk stages run in parallel and the inner product reads them back (the
+ * digits cross memory twice more). FHELIUM_CUDA_KS=fused or split overrides the choice (a
+ * benchmarking aid). */
+enum ks_mode_kind { KS_FUSED = 0, KS_SPLIT = 1 };
+ks_mode_kind ks_mode(unsigned blocks) {
   static const char *const modes[] = {"fused", "split", NULL};
-  static const int mode = env_switch("FHELIUM_CUDA_KS", modes); /* -1 auto, 0 fused, 1 split */
-  if (mode >= 0) return mode == 1;
-  return blocks < 2u * sms_here();
+  static const int mode = env_switch("FHELIUM_CUDA_KS", modes); /* -1 auto */
+  if (mode >= 0) return (ks_mode_kind)mode;
+  return blocks < 2u * sms_here() ? KS_SPLIT : KS_FUSED;
 }
 
 /* Blocks of twice NTT_THREADS threads, 4 words a thread and passes of at most 2 stages (32
@@ -1550,21 +1660,45 @@ bool ks_fp_products() {
   return m != 1;
 }
 
+/* ks1's column tiles a block (ks1_kernel's T): FHELIUM_CUDA_KS1T=1, 2 or 4 (a benchmarking
+ * aid), else KS1T_DEFAULT. More than one only where ks1 runs at three blocks per SM with the
+ * default loads and the FP64 conversion (ks1_launch_with: the instances compiled); elsewhere
+ * one. On the H100 (2026-12-07) relinearize at N = 2^16 took 0.706 ms at one tile a block,
+ * 0.689 at two, 0.688 at four; N = 2^14 the same at each (ks1 at four blocks per SM there);
+ * the matrix-vector program at 8192 slots 0.150 / 0.151 / 0.164 ms: two. */
+constexpr int KS1T_DEFAULT = 2;
+int ks1_tiles() {
+  static const char *const kinds[] = {"1", "2", "4", NULL};
+  static const int i = env_switch("FHELIUM_CUDA_KS1T", kinds);
+  return i < 0 ? KS1T_DEFAULT : 1 << i;
+}
+/* ks1 with T tiles a block: the grid's x over ceil(tiles / T) */
+template <int MIN_BLOCKS, int LOADS, bool FP_CONV, bool RAW>
+void ks1_launch_tiles(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, int tiles) {
+  if (tiles == 4) pdl(ks1_kernel<MIN_BLOCKS, LOADS, FP_CONV, RAW, 4>, dim3((grid.x + 3) / 4, grid.y, grid.z), NTT_THREADS, 0, h, a);
+  else if (tiles == 2) pdl(ks1_kernel<MIN_BLOCKS, LOADS, FP_CONV, RAW, 2>, dim3((grid.x + 1) / 2, grid.y, grid.z), NTT_THREADS, 0, h, a);
+  else pdl(ks1_kernel<MIN_BLOCKS, LOADS, FP_CONV, RAW>, grid, NTT_THREADS, 0, h, a);
+}
+
 template <bool FP_CONV>
 void ks1_launch_with(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, int raw) {
   int own = 0; /* the rows that return at once */
   if (a.in_ntt)
     for (int j = 0; j < a.up.ndigits; ++j) own += a.up.nsrc[j];
+  /* the variant is chosen on the grid of one tile a block, whatever ks1_tiles says */
   const int loads = conv_loads(), kb = ks1_blocks(grid.x * (grid.y - (unsigned)own) * grid.z);
   /* raw only with the default loads and three or four blocks per SM (ks_raw); at four, four
    * coefficients a round, the variant measured (ptxas: 64 registers and about 250 bytes of
    * spills with the FP64 conversion, either way) */
   if (raw && kb == 4) pdl(ks1_kernel<4, 4, FP_CONV, true>, grid, NTT_THREADS, 0, h, a);
-  else if (raw) pdl(ks1_kernel<3, 8, FP_CONV, true>, grid, NTT_THREADS, 0, h, a);
-  else if (kb == 4) pdl(ks1_kernel<4, CONV_LOADS_DEFAULT, FP_CONV>, grid, NTT_THREADS, 0, h, a);
+  else if (raw) {
+    if constexpr (FP_CONV) ks1_launch_tiles<3, 8, FP_CONV, true>(a, grid, h, ks1_tiles());
+    else pdl(ks1_kernel<3, 8, FP_CONV, true>, grid, NTT_THREADS, 0, h, a);
+  } else if (kb == 4) pdl(ks1_kernel<4, CONV_LOADS_DEFAULT, FP_CONV>, grid, NTT_THREADS, 0, h, a);
   else if (kb == 2) pdl(ks1_kernel<2, CONV_LOADS_DEFAULT, FP_CONV>, grid, NTT_THREADS, 0, h, a);
   else if (loads == 1) pdl(ks1_kernel<3, 1, FP_CONV>, grid, NTT_THREADS, 0, h, a);
   else if (loads == 16) pdl(ks1_kernel<3, 16, FP_CONV>, grid, NTT_THREADS, 0, h, a);
+  else if constexpr (FP_CONV) ks1_launch_tiles<3, 8, FP_CONV, false>(a, grid, h, ks1_tiles());
   else pdl(ks1_kernel<3, 8, FP_CONV>, grid, NTT_THREADS, 0, h, a);
 }
 void ks1_launch(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, int raw) {
@@ -1639,7 +1773,8 @@ fh_status k_ks_core(const void *argp, void *stream) {
     if (a->scaled == NULL) return fh_error_set(FH_ERR_EXECUTION, "ckks_ks_core: no scratch for the scaled sources");
     pdl(ks0_kernel, dim3(blocks_for(n, EW_THREADS * KS0_WORDS), nsrc_rows, gz), EW_THREADS, 0, h, *a);
   }
-  if (a->key != NULL && !ks_split(tiles * (unsigned)u->nrows * gz) && ks2_aligned(a)) {
+  const ks_mode_kind mode = ks_mode(tiles * (unsigned)u->nrows * gz);
+  if (a->key != NULL && mode == KS_FUSED && ks2_aligned(a)) {
     ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h, raw);
     const dim3 grid(tiles, u->nrows, gz);
     const bool fpm = ks_fp_products();
@@ -1718,7 +1853,7 @@ __global__ void __launch_bounds__(EW_THREADS) md0r_kernel(const __grid_constant_
   const uint64_t q0 = p0.q, w0 = a.c_const[0], ws0 = a.c_shoup[0];
   const uint64_t *mat = b.consts + 2 * ns; /* row 0: Shat_i mod q_0 */
   /* S mod q_0 = (Shat_0 mod q_0)(s_0 mod q_0), the centred lift's correction per flag */
-  const uint64_t smt = ns > 0 ? fh_mod_mul(mat[0], b.primes[b.src_prime[0]].q % q0, &p0.bar) : 0;
+  const uint64_t smt = ns > 0 ? fh_mod_mul(mat[0], b.primes[b.src_prime[0]].q, &p0.bar) : 0;
   const int64_t n = (int64_t)1 << b.log_n;
   GROUPS(gg, b.ngroups) {
     uint64_t *w = (uint64_t *)b.in + gg * b.in_gs;
@@ -1774,7 +1909,7 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md1_k
       kc.l0bar = p0.bar;
       kc.l0q = p0.q;
       kc.l0mat = b.consts[2 * ns];
-      kc.l0smt = fh_mod_mul(kc.l0mat, b.primes[b.src_prime[0]].q % p0.q, &p0.bar);
+      kc.l0smt = fh_mod_mul(kc.l0mat, b.primes[b.src_prime[0]].q, &p0.bar);
       kc.l0w = a.c_const[0];
       kc.l0ws = a.c_shoup[0];
     }
@@ -1789,7 +1924,13 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? 3 : 2) md1_k
     __syncthreads();
     const ntt_view src = {sm, cols, 1};
     const ntt_view dst = {b.out + g * b.out_gs + (int64_t)b.dst_row[l] * n + c0, n2, 1};
-    ntt_stages<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
+    /* the usual rings' column stages with their geometry at compile time, as ks1's
+     * (ntt_col_fwd_fixed: the same passes, the same words) */
+    if (THREADS == NTT_THREADS && P.fw && b.log_n == 16)
+      ntt_col_fwd_fixed<8, 8>(sm, dst.p, fp_arith_of(c, P, true));
+    else if (THREADS == NTT_THREADS && P.fw && b.log_n == 15)
+      ntt_col_fwd_fixed<7, 8>(sm, dst.p, fp_arith_of(c, P, true));
+    else ntt_stages<true, false, MAX_LOG_R>(src, dst, src, cols, sp.log_n1, geo, true, false, c, P);
   }
 }
 
@@ -1834,22 +1975,36 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) md
     const ntt_view src = {b.out + gg * b.out_gs + (int64_t)b.dst_row[l] * n + base, 1, n2};
     /* add through an automorphism (add_galois): word e of the tile from the row's source slot */
     const uint64_t zg = a.add_galois;
+    /* add as a tensor product (add_b): formed from the operands' words after the stages */
+    const bool zp = a.add_b[0] != NULL;
 #pragma unroll
     for (int k = 0; k < MD2_PER_THREAD; ++k) {
       const int e = threadIdx.x + k * THREADS;
       cp_async_word(xs + e, x + e);
-      if (z)
+      if (z && !zp)
         cp_async_word(zs + e, zg > 1 ? z - base + fh_ckks_automorph_src((uint32_t)(base + e), zg, b.log_n) : z + e);
     }
     cp_async_commit();
-    ntt_stages<true, true, MAX_LOG_R>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
+    /* the usual rings' chunk stages with their geometry at compile time (log N2 = 8:
+     * ntt_chunk_fwd_fixed, the same passes, the same words) */
+    if (THREADS == NTT_THREADS && P.fw && b.log_n == 16)
+      ntt_chunk_fwd_fixed<16, 8, MAX_LOG_R>(src.p, sm, base, fp_arith_of(c, P, true));
+    else if (THREADS == NTT_THREADS && P.fw && b.log_n == 15)
+      ntt_chunk_fwd_fixed<15, 8, MAX_LOG_R>(src.p, sm, base, fp_arith_of(c, P, true));
+    else ntt_stages<true, true, MAX_LOG_R>(src, sv, sv, chunks, sp.log_n2, geo, false, true, c, P);
     cp_async_wait();
     uint64_t *o = a.out[comp] + g * a.out_gs + (int64_t)(l - (RESC ? 1 : 0)) * n + base;
+    const int64_t zo = g * a.add_gs + (int64_t)l * n + base;
 #pragma unroll
     for (int k = 0; k < MD2_PER_THREAD; ++k) {
       const int e = threadIdx.x + k * THREADS;
       uint64_t r = fh_shoup_mul(xs[e] + (c.q - sm[e]), w, ws, c.q);
-      r = z ? fh_mod_add(r, zs[e], c.q) : r;
+      if (zp)
+        r = fh_mod_add(r,
+                       fh_ckks_tensor_word(comp == 0 ? FH_CKKS_PROD_00 : FH_CKKS_PROD_X, a.add[0][zo + e],
+                                           a.add[1][zo + e], a.add_b[0][zo + e], a.add_b[1][zo + e], c.q, c.qinv),
+                       c.q);
+      else r = z ? fh_mod_add(r, zs[e], c.q) : r;
       o[e] = RESC ? fh_shoup_mul(r, a.d_const[l], a.d_shoup[l], c.q) : r;
     }
     __syncthreads();
@@ -1870,9 +2025,14 @@ bool md_wide(int log_n) {
 fh_status k_moddown(const void *argp, void *stream) {
   const fh_ckks_moddown_args *a = (const fh_ckks_moddown_args *)argp;
   const fh_ckks_bconv_args *b = &a->conv;
+  if (a->add_b[0] && (!a->add[0] || !a->add[1] || !a->add_b[1] || a->add_galois > 1)) /* as the CPU's */
+    return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a tensor-product add needs both components of both "
+                                          "operands and no automorphism");
   if (b->ngroups <= 0 || b->ndst <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << b->log_n;
   if (b->log_n <= NTT_TILE_LOG) {
+    if (a->add_b[0]) /* the evaluator forms the tensor product at these sizes */
+      return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: no tensor-product add for N <= 2^%d", NTT_TILE_LOG);
     if (a->rescale) /* the evaluator rescales in turn at these sizes */
       return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: no fused rescale for N <= 2^%d", NTT_TILE_LOG);
     if (a->add_galois > 1) /* the evaluator adds the automorphism's output at these sizes */

@@ -257,12 +257,25 @@ void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, const double *din, int 
 static fh_status run_ntt(const void *argp, bool forward) {
   const fh_ckks_ntt_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
+  if (a->in_b && (forward || a->log_n <= FH_CKKS_CUDA_ROW_LOG)) /* as CUDA's: fh_ckks_ntt_args.in_b */
+    return fh_error_set(FH_ERR_EXECUTION, "ckks_ntt: a tensor-product input only for the inverse with N > 2^%d",
+                        FH_CKKS_CUDA_ROW_LOG);
   const bool ifma = fh_cpu_simd()[0] == 'a'; /* "avx512ifma" */
   FH_FOR_ROWS(a->ngroups, a->nlimbs, n) {
       int p = a->prime[l];
       uint64_t *out = a->out + g * a->out_gs + fh_ckks_ntt_out_off(a, l);
       const uint64_t *in = a->in + g * a->in_gs + fh_ckks_ntt_in_off(a, l);
       const uint64_t *tw = a->ntt + (int64_t)p * 4 * n;
+      if (a->in_b) {
+        /* the input row formed from the two ciphertexts' words, in place in out */
+        const uint64_t *b = a->in_b + g * a->in_b_gs + fh_ckks_ntt_in_off(a, l);
+        const uint64_t q = a->primes[p].q, qi = a->primes[p].qinv;
+        const int kind = a->prod[l];
+        for (int64_t j = 0; j < n; ++j)
+          out[j] = fh_ckks_tensor_word(kind, in[j], in[j + a->in_cs], b[j], b[j + a->in_b_cs], q, qi);
+        if (l < a->nkeep) memcpy(a->keep + g * a->keep_gs + (int64_t)l * n, out, sizeof(uint64_t) * (size_t)n);
+        in = out;
+      }
       if (ifma && fh__ckks_ntt_row_ifma(out, in, a->log_n, &a->primes[p], tw, forward)) continue;
       if (forward) ntt_forward_row(out, in, a->log_n, &a->primes[p], tw);
       else ntt_inverse_row(out, in, a->log_n, &a->primes[p], tw);
@@ -365,12 +378,10 @@ static fh_status cpu_tensor(const void *argp) {
       const uint64_t *b0 = a->b + g * a->b_gs + off, *b1 = b0 + a->b_cs;
       uint64_t *d0 = a->out + g * a->out_gs + off, *d1 = d0 + a->out_cs, *d2 = d1 + a->out_cs;
       for (int64_t j = 0; j < n; ++j) {
-        uint64_t x0 = a0[j], x1 = a1[j], y0 = b0[j], y1 = b1[j];
-        /* a0 b1 + a1 b0 < 2 q^2 < q 2^64: one Montgomery reduction */
-        unsigned __int128 mid = (unsigned __int128)x0 * y1 + (unsigned __int128)x1 * y0;
-        d0[j] = fh_mont_mul(x0, y0, q, qi);
-        d1[j] = fh_mont_reduce((uint64_t)mid, (uint64_t)(mid >> 64), q, qi);
-        d2[j] = fh_mont_mul(x1, y1, q, qi);
+        const uint64_t x0 = a0[j], x1 = a1[j], y0 = b0[j], y1 = b1[j];
+        d0[j] = fh_ckks_tensor_word(FH_CKKS_PROD_00, x0, x1, y0, y1, q, qi);
+        d1[j] = fh_ckks_tensor_word(FH_CKKS_PROD_X, x0, x1, y0, y1, q, qi);
+        d2[j] = fh_ckks_tensor_word(FH_CKKS_PROD_11, x0, x1, y0, y1, q, qi);
       }
     }
   return FH_OK;
@@ -946,6 +957,11 @@ static fh_status cpu_moddown(const void *argp) {
   const fh_ckks_moddown_args *a = argp;
   const fh_ckks_bconv_args *b = &a->conv;
   const int64_t n = (int64_t)1 << b->log_n;
+  if (a->add_b[0] && (!a->add[0] || !a->add[1] || !a->add_b[1] || a->add_galois > 1)) /* as CUDA's */
+    return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a tensor-product add needs both components of both "
+                                          "operands and no automorphism");
+  if (a->add_b[0] && b->log_n <= FH_CKKS_CUDA_ROW_LOG) /* as CUDA's */
+    return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: no tensor-product add for N <= 2^%d", FH_CKKS_CUDA_ROW_LOG);
   fh_status st = cpu_bconv(b);
   if (st != FH_OK) return st;
   /* fused rescale: y0, the unrescaled result's row 0 in coefficients, from the conversion's
@@ -1006,9 +1022,16 @@ static fh_status cpu_moddown(const void *argp) {
       const uint64_t *y = b->out + gg * b->out_gs + (int64_t)b->dst_row[l] * n;
       const uint64_t *z = a->add[c] ? a->add[c] + gp * a->add_gs + (int64_t)l * n : NULL;
       uint64_t *o = a->out[c] + gp * a->out_gs + (int64_t)(l - l0) * n;
+      /* add as a tensor product: A0, A1 = add[0], add[1], B0, B1 = add_b[0], add_b[1] */
+      const int64_t zo = gp * a->add_gs + (int64_t)l * n;
+      const uint64_t *za0 = a->add_b[0] ? a->add[0] + zo : NULL, *za1 = za0 ? a->add[1] + zo : NULL;
+      const uint64_t *zb0 = za0 ? a->add_b[0] + zo : NULL, *zb1 = za0 ? a->add_b[1] + zo : NULL;
+      const int zk = c == 0 ? FH_CKKS_PROD_00 : FH_CKKS_PROD_X;
+      const uint64_t qi = b->primes[b->dst_prime[l]].qinv;
       for (int64_t j = 0; j < n; ++j) {
         uint64_t r = fh_shoup_mul(x[j] + (q - y[j]), w, ws, q);
-        r = z ? fh_mod_add(r, z[perm ? perm[j] : j], q) : r;
+        if (za0) r = fh_mod_add(r, fh_ckks_tensor_word(zk, za0[j], za1[j], zb0[j], zb1[j], q, qi), q);
+        else r = z ? fh_mod_add(r, z[perm ? perm[j] : j], q) : r;
         o[j] = l0 ? fh_shoup_mul(r, a->d_const[l], a->d_shoup[l], q) : r;
       }
     }

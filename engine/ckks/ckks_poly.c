@@ -51,26 +51,32 @@ fh_status fh__ckks_ntt(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_
   return fh__ckks_ntt_rows(L, forward, out, out_gs, in, in_gs, ngroups, prime, nlimbs, NULL, NULL);
 }
 
+void fh__ckks_ntt_rows_args(const fh__ckks_launcher *L, fh_ckks_ntt_args *a, uint64_t *out, int64_t out_gs,
+                            const uint64_t *in, int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs,
+                            const int32_t *in_row, const int32_t *out_row) {
+  memset(a, 0, sizeof *a);
+  a->out = out;
+  a->in = in;
+  a->out_gs = out_gs;
+  a->in_gs = in_gs;
+  a->ngroups = ngroups;
+  a->nlimbs = nlimbs;
+  a->log_n = L->tb->log_n;
+  a->primes = L->tb->primes_dev;
+  a->ntt = L->tb->ntt;
+  memcpy(a->prime, prime, sizeof(int32_t) * (size_t)nlimbs);
+  if (in_row && out_row) {
+    a->rows = 1;
+    memcpy(a->in_row, in_row, sizeof(int32_t) * (size_t)nlimbs);
+    memcpy(a->out_row, out_row, sizeof(int32_t) * (size_t)nlimbs);
+  }
+}
+
 fh_status fh__ckks_ntt_rows(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_t out_gs, const uint64_t *in,
                             int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs, const int32_t *in_row,
                             const int32_t *out_row) {
   fh_ckks_ntt_args a;
-  memset(&a, 0, sizeof a);
-  a.out = out;
-  a.in = in;
-  a.out_gs = out_gs;
-  a.in_gs = in_gs;
-  a.ngroups = ngroups;
-  a.nlimbs = nlimbs;
-  a.log_n = L->tb->log_n;
-  a.primes = L->tb->primes_dev;
-  a.ntt = L->tb->ntt;
-  memcpy(a.prime, prime, sizeof(int32_t) * (size_t)nlimbs);
-  if (in_row && out_row) {
-    a.rows = 1;
-    memcpy(a.in_row, in_row, sizeof(int32_t) * (size_t)nlimbs);
-    memcpy(a.out_row, out_row, sizeof(int32_t) * (size_t)nlimbs);
-  }
+  fh__ckks_ntt_rows_args(L, &a, out, out_gs, in, in_gs, ngroups, prime, nlimbs, in_row, out_row);
   if (ngroups == 0 || nlimbs == 0) return FH_OK;
   return fh__ckks_submit(L, forward ? FH_K_CKKS_NTT : FH_K_CKKS_INTT, &a, sizeof a);
 }

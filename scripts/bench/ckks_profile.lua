@@ -58,6 +58,7 @@ local ops = {
   rescale_coef = function() return e:rescale_to_next_level(relc) end,
   mul_relin_rescale = function() return e:rescale_to_next_level(e:relinearize(e:multiply(cn, cn), rlk)) end,
   mul_relin_rescale_fused = function() return e:relinearize(e:multiply(cn, cn), rlk, { rescale = true }) end,
+  mul_relin_rescale_1 = function() return e:multiply(cn, cn, { relinearize = rlk, rescale = true }) end,
   rotate = function() return e:rotate_with_key(cn, rk) end,
   rotate_8_hoisted = function() return e:rotate_many(cn, eight) end,
   encode = function() return e:encode(x) end,

@@ -138,6 +138,12 @@ fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_va
  * StateError when ct is at max_level. *out: a new reference. */
 fh_status fh_ckks_relinearize_rescale(fh_ckks_engine *e, const fh_value *ct, const fh_value *rlk, fh_value **out);
 fh_status fh_ckks_rescale_to_next_level(fh_ckks_engine *e, const fh_value *ct, fh_value **out);
+/* multiply, then relinearize (and with `rescale` rescale_to_next_level), the same words: for
+ * N > 2^11 fused (the tensor product's words formed where the key switch reads them, never
+ * written), else the calls in turn. Errors name "multiply" and the argument (a, b,
+ * relinearize). *out: a new reference. */
+fh_status fh_ckks_multiply_relinearize(fh_ckks_engine *e, const fh_value *a, const fh_value *b, const fh_value *rlk,
+                                       bool rescale, fh_value **out);
 /* NTT-domain ciphertext x prepared (NTT, Montgomery) plaintext at the same level. */
 fh_status fh_ckks_multiply_plaintext(fh_ckks_engine *e, const fh_value *ct, const fh_value *pt, fh_value **out);
 /* slots or RNS plaintext -> RNS, NTT domain, Montgomery residues. */

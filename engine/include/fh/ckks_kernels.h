@@ -138,7 +138,31 @@ typedef struct fh_ckks_ntt_args {
   int32_t prime[FH_CKKS_MAX_PRIMES];
   int32_t rows; /* 0: row l is limb l; else in_row / out_row */
   int32_t in_row[FH_CKKS_MAX_PRIMES], out_row[FH_CKKS_MAX_PRIMES];
+  /* The inverse transform's input formed from two ciphertexts' words (fh_ckks_tensor_word),
+   * where in_b is not NULL (multiply fused with relinearize: the tensor product's words go
+   * straight into the INTT, N > 2^FH_CKKS_CUDA_ROW_LOG): row l's input word j is
+   * fh_ckks_tensor_word(prod[l], A0[j], A1[j], B0[j], B1[j]) with A0 = in + g in_gs +
+   * in_off(l), A1 = A0 + in_cs, B0 = in_b + g in_b_gs + in_off(l), B1 = B0 + in_b_cs; rows
+   * l < nkeep also write those words (the NTT-domain input) to keep + g keep_gs + l N. */
+  const uint64_t *in_b;
+  int64_t in_b_gs, in_cs, in_b_cs;
+  uint64_t *keep;
+  int64_t keep_gs;
+  int32_t nkeep;
+  int8_t prod[FH_CKKS_MAX_PRIMES];
 } fh_ckks_ntt_args;
+
+/* The tensor product of (a0, a1) and (b0, b1), one word (NTT domain, Montgomery products as
+ * FH_K_CKKS_TENSOR writes them): kind FH_CKKS_PROD_11 a1 b1 (d2), FH_CKKS_PROD_00 a0 b0 (d0),
+ * FH_CKKS_PROD_X a0 b1 + a1 b0 (d1: < 2 q^2 < q 2^64, one Montgomery reduction). */
+enum { FH_CKKS_PROD_11 = 1, FH_CKKS_PROD_00 = 2, FH_CKKS_PROD_X = 3 };
+FH_HD uint64_t fh_ckks_tensor_word(int kind, uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1, uint64_t q,
+                                   uint64_t qinv) {
+  if (kind == FH_CKKS_PROD_11) return fh_mont_mul(a1, b1, q, qinv);
+  if (kind == FH_CKKS_PROD_00) return fh_mont_mul(a0, b0, q, qinv);
+  const unsigned __int128 mid = (unsigned __int128)a0 * b1 + (unsigned __int128)a1 * b0;
+  return fh_mont_reduce((uint64_t)mid, (uint64_t)(mid >> 64), q, qinv);
+}
 
 /* limb l's row offsets in words (fh_ckks_ntt_args) */
 FH_HD int64_t fh_ckks_ntt_in_off(const fh_ckks_ntt_args *a, int l) {
@@ -342,6 +366,11 @@ typedef struct fh_ckks_moddown_args {
    * rotation adds the rotation of c0 without a launch that writes it (N > 2^FH_CKKS_CUDA_ROW_LOG
    * on CUDA) */
   uint64_t add_galois;
+  /* add as a tensor product (multiply fused with relinearize), where add_b[0] is not NULL:
+   * component 0 adds fh_ckks_tensor_word(FH_CKKS_PROD_00, ..) and component 1
+   * fh_ckks_tensor_word(FH_CKKS_PROD_X, ..) of A0 = add[0], A1 = add[1], B0 = add_b[0],
+   * B1 = add_b[1] (group stride add_gs for both; add_galois 0 or 1) */
+  const uint64_t *add_b[2];
 } fh_ckks_moddown_args;
 
 /* A fused rescale's y0 = (u0 - conv_0) c_const[0] + v0 mod q_0 (above; w0, ws0: c_const[0]

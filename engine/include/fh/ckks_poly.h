@@ -17,6 +17,7 @@
 #ifndef FH_CKKS_POLY_H
 #define FH_CKKS_POLY_H
 
+#include "fh/ckks_kernels.h" /* fh_ckks_ntt_args */
 #include "fh/ckks_random.h"
 #include "fh/ckks_tables.h"
 
@@ -115,6 +116,11 @@ fh_status fh__ckks_submit(fh__ckks_launcher *L, int kernel, const void *args, si
 /* NTT / INTT of ngroups x nlimbs rows. */
 fh_status fh__ckks_ntt(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_t out_gs, const uint64_t *in,
                        int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs);
+/* fh__ckks_ntt_rows's arguments, filled into *a (for a caller that sets more fields, such as
+ * fh_ckks_ntt_args.in_b, before it submits them) */
+void fh__ckks_ntt_rows_args(const fh__ckks_launcher *L, fh_ckks_ntt_args *a, uint64_t *out, int64_t out_gs,
+                            const uint64_t *in, int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs,
+                            const int32_t *in_row, const int32_t *out_row);
 /* The same with limb l at row in_row[l] of each input group and out_row[l] of each output
  * group (fh_ckks_ntt_args.rows). */
 fh_status fh__ckks_ntt_rows(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_t out_gs, const uint64_t *in,
