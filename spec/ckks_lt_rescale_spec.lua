@@ -7,9 +7,7 @@ local fh = require "fhelium"
 local ex = require "fhelium.execution"
 local H = require "spec.helpers"
 
-local function params(log_n, p_bits)
-  return { log_n = log_n, q_bits = { 40, 40, 40, 60 }, p_bits = p_bits, scale = 2 ^ 40, allow_insecure = true }
-end
+local params = H.ckks_params
 
 local function diagonals(e, g, n, S)
   local d, pts = {}, {}

@@ -10,25 +10,12 @@ local fh = require "fhelium"
 local ex = require "fhelium.execution"
 local H = require "spec.helpers"
 
-local function params(log_n, p_bits)
-  return { log_n = log_n, q_bits = { 40, 40, 40, 60 }, p_bits = p_bits, scale = 2 ^ 40, allow_insecure = true }
-end
+local params = H.ckks_params
 
+-- (the seed does not name the device: the "devices" check compares two engines' words)
 local function setup(device, log_n, p_bits, batch, label)
-  -- (not the device: the "devices" check compares the two engines' words from the same seed)
   local seed = H.seed(("multiply relinearize %s %d %d %d"):format(label, log_n, #p_bits, batch))
-  local e = fh.CkksEngine(params(log_n, p_bits), { device = device, seed = seed })
-  local sk = e:create_secret_key()
-  local pk = e:create_public_key(sk)
-  local rlk = e:create_relinearization_key(sk)
-  local S = e.context.num_slots
-  local g = fh.Generator(seed)
-  local shape = batch > 1 and { batch, S } or { S }
-  local m1 = fh.rand(shape, { dtype = "float64", generator = g }) - 0.5
-  local m2 = fh.rand(shape, { dtype = "float64", generator = g }) - 0.5
-  local a = e:coefficient_domain_to_ntt_domain(e:encrypt_message(m1:to(device), pk))
-  local b = e:coefficient_domain_to_ntt_domain(e:encrypt_message(m2:to(device), pk))
-  return e, sk, rlk, a, b, m1 * m2
+  return H.ckks_operands(device, log_n, p_bits, batch, seed)
 end
 
 -- the fused and the separate calls' words, levels, scales and domains agree (at levels 0

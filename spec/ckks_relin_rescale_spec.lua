@@ -6,24 +6,12 @@
 local fh = require "fhelium"
 local H = require "spec.helpers"
 
-local function params(log_n, p_bits)
-  return { log_n = log_n, q_bits = { 40, 40, 40, 60 }, p_bits = p_bits, scale = 2 ^ 40, allow_insecure = true }
-end
+local params = H.ckks_params
 
 -- the fused and the sequential words, levels, scales and domains agree, and the result decrypts
 local function check(device, log_n, p_bits, batch)
   local seed = H.seed(("relin rescale %s %d %d %d"):format(device, log_n, #p_bits, batch))
-  local e = fh.CkksEngine(params(log_n, p_bits), { device = device, seed = seed })
-  local sk = e:create_secret_key()
-  local pk = e:create_public_key(sk)
-  local rlk = e:create_relinearization_key(sk)
-  local S = e.context.num_slots
-  local g = fh.Generator(seed)
-  local shape = batch > 1 and { batch, S } or { S }
-  local m1 = fh.rand(shape, { dtype = "float64", generator = g }) - 0.5
-  local m2 = fh.rand(shape, { dtype = "float64", generator = g }) - 0.5
-  local a = e:coefficient_domain_to_ntt_domain(e:encrypt_message(m1:to(device), pk))
-  local b = e:coefficient_domain_to_ntt_domain(e:encrypt_message(m2:to(device), pk))
+  local e, sk, rlk, a, b, want = H.ckks_operands(device, log_n, p_bits, batch, seed)
   for _, start in ipairs { 0, 1 } do
     local x, y = a, b
     for _ = 1, start do x, y = e:rescale_to_next_level(x), e:rescale_to_next_level(y) end
@@ -41,7 +29,7 @@ local function check(device, log_n, p_bits, batch)
       assert.are.same(seq.data.shape, fused.data.shape, what)
       if start == 0 and dom == "ntt" then
         local got = e:decrypt_message(fused, sk, { is_real = true }):cpu()
-        local err = fh.max_abs_diff(got, m1 * m2)
+        local err = fh.max_abs_diff(got, want)
         assert.is_true(err < 1e-6, what .. ": decryption error " .. err)
       end
     end

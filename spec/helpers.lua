@@ -110,4 +110,32 @@ function H.residues(shape, qs, n, seed)
   return t
 end
 
+--- ckks_params(log_n, p_bits): the small insecure CKKS parameters of the fused mod-down
+--- specs (Q primes of 40, 40, 40 and 60 bits, P primes of p_bits, scale 2^40).
+function H.ckks_params(log_n, p_bits)
+  return { log_n = log_n, q_bits = { 40, 40, 40, 60 }, p_bits = p_bits, scale = 2 ^ 40, allow_insecure = true }
+end
+
+--- ckks_operands(device, log_n, p_bits, batch, seed): an engine of ckks_params(log_n, p_bits)
+--- on device (seeded with seed), its secret key and relinearization key, and two NTT-domain
+--- ciphertexts of uniform messages in [-0.5, 0.5) of shape {batch, slots} (batch > 1) or
+--- {slots}, drawn from fh.Generator(seed). Returns e, sk, rlk, a, b and the messages'
+--- product (on the CPU). Engines on two devices with one seed hold the same keys and
+--- ciphertexts, word for word.
+function H.ckks_operands(device, log_n, p_bits, batch, seed)
+  local fh = require "fhelium"
+  local e = fh.CkksEngine(H.ckks_params(log_n, p_bits), { device = device, seed = seed })
+  local sk = e:create_secret_key()
+  local pk = e:create_public_key(sk)
+  local rlk = e:create_relinearization_key(sk)
+  local S = e.context.num_slots
+  local g = fh.Generator(seed)
+  local shape = batch > 1 and { batch, S } or { S }
+  local m1 = fh.rand(shape, { dtype = "float64", generator = g }) - 0.5
+  local m2 = fh.rand(shape, { dtype = "float64", generator = g }) - 0.5
+  local a = e:coefficient_domain_to_ntt_domain(e:encrypt_message(m1:to(device), pk))
+  local b = e:coefficient_domain_to_ntt_domain(e:encrypt_message(m2:to(device), pk))
+  return e, sk, rlk, a, b, m1 * m2
+end
+
 return H
