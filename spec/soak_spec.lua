@@ -26,7 +26,9 @@ describe("scripts/bench/soak.lua", function()
     -- 20000 copies: 15000 measured after the warm-up of a quarter. The heap can
     -- settle late: 17 pages over 1800 copies in one run on a loaded CI machine, 20
     -- pages between copies 1000 and 2000 under ASan in another, and 16 pages
-    -- between copies 2000 and 6000 under ASan in a third (2026-12-04), flat after.
+    -- between copies 2000 and 6000 under ASan in a third (2026-12-04), flat after;
+    -- 19 pages between replays 42 and 48 of 60 under ASan (2026-12-07): the
+    -- tolerance's floor is 64 pages.
     local r = soak { "--device", "cpu", "--replays", "60", "--copies", "20000", "--points", "10" }
     local what = ("exit %s\nstdout:\n%s\nstderr:\n%s"):format(tostring(r.code), r.stdout, r.stderr)
     assert(r.code == 0, what)
@@ -43,7 +45,7 @@ describe("scripts/bench/soak.lua", function()
           assert(tonumber(rss) > 0, l)
         end
         if l:find("^soak " .. name .. " growth rss=%-?%d+ bytes per 1e5 %(over %d+ iterations: %-?%d+ bytes; " ..
-            "tolerance %d+ bytes per 1e5: < 1 page per 1e4 iterations, at least 16 pages%) flat=yes$") then
+            "tolerance %d+ bytes per 1e5: < 1 page per 1e4 iterations, at least 64 pages%) flat=yes$") then
           growth = growth + 1
         end
         if l:find("^soak " .. name .. " done: " .. n .. " iterations, [%d.]+ s CPU$") then done = true end
@@ -73,7 +75,7 @@ describe("scripts/bench/soak.lua", function()
     local what = ("exit %s\nstdout:\n%s\nstderr:\n%s"):format(tostring(r.code), r.stdout, r.stderr)
     assert(r.code == 1, what)
     assert(r.stdout:find("\nsoak copies growth rss=%d+ bytes per 1e5 %(over %d+ iterations: %d+ bytes; tolerance %d+ " ..
-      "bytes per 1e5: < 1 page per 1e4 iterations, at least 16 pages%) flat=no\n"), what)
+      "bytes per 1e5: < 1 page per 1e4 iterations, at least 64 pages%) flat=no\n"), what)
     assert(cli.lines(r.stdout)[#cli.lines(r.stdout)] == "soak: flat=no", what)
   end)
 
