@@ -73,7 +73,7 @@ int env_switch(const char *name, const char *const *choices) {
 }
 
 /* The SM count of the current device (the runtime's table, read at start-up): the launch
- * shapes that depend on whether a grid fills the GPU (ntt_wide, ks_mode, ks1_blocks). */
+ * shapes that depend on whether a grid fills the GPU (ntt_wide, ks_split, ks1_blocks). */
 unsigned sms_here() {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
@@ -692,61 +692,40 @@ int ntt_blocks() {
   return m == 0 ? 3 : 4;
 }
 
+/* The column and chunk kernels of one transform of N > 2^NTT_TILE_LOG (forward: columns,
+ * then chunks; inverse: chunks, then columns), at THREADS threads and MINB blocks per SM;
+ * OWN: the chunk kernel's input (no_own_rows, or tensor_in: a tensor product's words) */
+template <bool FORWARD, int THREADS, int MINB, class OWN>
+void ntt_pair(const fh_ckks_ntt_args &a, dim3 grid, dim3 cg, cudaStream_t h) {
+  if (FORWARD) pdl(ntt_col_kernel<true, THREADS, MINB>, grid, THREADS, 0, h, a);
+  pdl(ntt_chunk_kernel<FORWARD, THREADS, OWN, MINB>, cg, THREADS, 0, h, a, OWN{});
+  if (!FORWARD) pdl(ntt_col_kernel<false, THREADS, MINB>, grid, THREADS, 0, h, a);
+}
+/* ... wide (512 threads) below two blocks per SM, else at ntt_blocks() blocks per SM */
+template <bool FORWARD, class OWN>
+void ntt_pair_of(const fh_ckks_ntt_args &a, dim3 grid, dim3 cg, cudaStream_t h) {
+  if (ntt_wide(grid.x * grid.y * grid.z)) ntt_pair<FORWARD, 2 * NTT_THREADS, 3, OWN>(a, grid, cg, h);
+  else if (ntt_blocks() == 4) ntt_pair<FORWARD, NTT_THREADS, 4, OWN>(a, grid, cg, h);
+  else ntt_pair<FORWARD, NTT_THREADS, 3, OWN>(a, grid, cg, h);
+}
+
 template <bool FORWARD>
 fh_status run_ntt(const void *argp, void *stream) {
   const fh_ckks_ntt_args *a = (const fh_ckks_ntt_args *)argp;
+  const char *why = fh_ckks_ntt_in_b_refusal(a, FORWARD);
+  if (why) return fh_error_set(FH_ERR_EXECUTION, "%s", why);
   if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
   cudaStream_t h = (cudaStream_t)stream;
   const int64_t n = (int64_t)1 << a->log_n;
   const unsigned gz = grid_z(a->ngroups);
-  if (a->in_b != NULL) {
-    /* the inverse of a tensor product's words (multiply fused with relinearize) */
-    if (FORWARD || a->log_n <= NTT_TILE_LOG)
-      return fh_error_set(FH_ERR_EXECUTION, "ckks_ntt: a tensor-product input only for the inverse with N > 2^%d",
-                          NTT_TILE_LOG);
-    const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz), cg = chunk_grid(n, a->nlimbs, a->ngroups);
-    constexpr int W = 2 * NTT_THREADS;
-    if (ntt_wide(grid.x * grid.y * grid.z)) {
-      pdl(ntt_chunk_kernel<false, W, tensor_in>, cg, W, 0, h, *a, tensor_in{});
-      pdl(ntt_col_kernel<false, W>, grid, W, 0, h, *a);
-    } else if (ntt_blocks() == 4) {
-      pdl(ntt_chunk_kernel<false, NTT_THREADS, tensor_in, 4>, cg, NTT_THREADS, 0, h, *a, tensor_in{});
-      pdl(ntt_col_kernel<false, NTT_THREADS, 4>, grid, NTT_THREADS, 0, h, *a);
-    } else {
-      pdl(ntt_chunk_kernel<false, NTT_THREADS, tensor_in>, cg, NTT_THREADS, 0, h, *a, tensor_in{});
-      pdl(ntt_col_kernel<false>, grid, NTT_THREADS, 0, h, *a);
-    }
-    return launched("kernel 'ckks_intt'");
-  }
   if (a->log_n <= NTT_TILE_LOG) {
     const int threads = (int)(n / 8 < 32 ? 32 : n / 8);
     pdl(ntt_row_kernel<FORWARD>, dim3(1, a->nlimbs, gz), threads, 0, h, *a);
   } else {
     const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz), cg = chunk_grid(n, a->nlimbs, a->ngroups);
-    if (ntt_wide(grid.x * grid.y * grid.z)) {
-      constexpr int W = 2 * NTT_THREADS;
-      if (FORWARD) {
-        pdl(ntt_col_kernel<true, W>, grid, W, 0, h, *a);
-        pdl(ntt_chunk_kernel<true, W>, cg, W, 0, h, *a, no_own_rows{});
-      } else {
-        pdl(ntt_chunk_kernel<false, W>, cg, W, 0, h, *a, no_own_rows{});
-        pdl(ntt_col_kernel<false, W>, grid, W, 0, h, *a);
-      }
-    } else if (ntt_blocks() == 4) {
-      if (FORWARD) {
-        pdl(ntt_col_kernel<true, NTT_THREADS, 4>, grid, NTT_THREADS, 0, h, *a);
-        pdl(ntt_chunk_kernel<true, NTT_THREADS, no_own_rows, 4>, cg, NTT_THREADS, 0, h, *a, no_own_rows{});
-      } else {
-        pdl(ntt_chunk_kernel<false, NTT_THREADS, no_own_rows, 4>, cg, NTT_THREADS, 0, h, *a, no_own_rows{});
-        pdl(ntt_col_kernel<false, NTT_THREADS, 4>, grid, NTT_THREADS, 0, h, *a);
-      }
-    } else if (FORWARD) {
-      pdl(ntt_col_kernel<true>, grid, NTT_THREADS, 0, h, *a);
-      pdl(ntt_chunk_kernel<true>, cg, NTT_THREADS, 0, h, *a, no_own_rows{});
-    } else {
-      pdl(ntt_chunk_kernel<false>, cg, NTT_THREADS, 0, h, *a, no_own_rows{});
-      pdl(ntt_col_kernel<false>, grid, NTT_THREADS, 0, h, *a);
-    }
+    /* (in_b: the inverse of a tensor product's words, multiply fused with relinearize) */
+    if (!FORWARD && a->in_b != NULL) ntt_pair_of<false, tensor_in>(*a, grid, cg, h);
+    else ntt_pair_of<FORWARD, no_own_rows>(*a, grid, cg, h);
   }
   return launched(FORWARD ? "kernel 'ckks_ntt'" : "kernel 'ckks_intt'");
 }
@@ -1601,18 +1580,16 @@ int conv_loads() {
   return i == 0 ? 1 : i == 1 ? 8 : i == 2 ? 16 : CONV_LOADS_DEFAULT;
 }
 
-/* How a key switch with a key runs its second half, for a fused second kernel (ks2) of
- * `blocks` blocks: KS_FUSED (ks2), or KS_SPLIT, since ks2 walks every digit in one block and a
- * grid of fewer blocks than twice the SMs leaves SMs idle (N = 2^14: 72 blocks on 132 SMs):
- * split, the digits' chunk stages run in parallel and the inner product reads them back (the
- * digits cross memory twice more). FHELIUM_CUDA_KS=fused or split overrides the choice (a
- * benchmarking aid). */
-enum ks_mode_kind { KS_FUSED = 0, KS_SPLIT = 1 };
-ks_mode_kind ks_mode(unsigned blocks) {
+/* Whether a key switch whose fused second kernel (ks2) would run `blocks` blocks splits it
+ * instead: ks2 walks every digit in one block, so a grid of fewer blocks than twice the SMs
+ * leaves SMs idle (N = 2^14: 72 blocks on 132 SMs); split, the digits' chunk stages run in
+ * parallel and the inner product reads them back (the digits cross memory twice more).
+ * FHELIUM_CUDA_KS=fused or split overrides the choice (a benchmarking aid). */
+bool ks_split(unsigned blocks) {
   static const char *const modes[] = {"fused", "split", NULL};
-  static const int mode = env_switch("FHELIUM_CUDA_KS", modes); /* -1 auto */
-  if (mode >= 0) return (ks_mode_kind)mode;
-  return blocks < 2u * sms_here() ? KS_SPLIT : KS_FUSED;
+  static const int mode = env_switch("FHELIUM_CUDA_KS", modes); /* -1 auto, 0 fused, 1 split */
+  if (mode >= 0) return mode == 1;
+  return blocks < 2u * sms_here();
 }
 
 /* Blocks of twice NTT_THREADS threads, 4 words a thread and passes of at most 2 stages (32
@@ -1773,8 +1750,7 @@ fh_status k_ks_core(const void *argp, void *stream) {
     if (a->scaled == NULL) return fh_error_set(FH_ERR_EXECUTION, "ckks_ks_core: no scratch for the scaled sources");
     pdl(ks0_kernel, dim3(blocks_for(n, EW_THREADS * KS0_WORDS), nsrc_rows, gz), EW_THREADS, 0, h, *a);
   }
-  const ks_mode_kind mode = ks_mode(tiles * (unsigned)u->nrows * gz);
-  if (a->key != NULL && mode == KS_FUSED && ks2_aligned(a)) {
+  if (a->key != NULL && !ks_split(tiles * (unsigned)u->nrows * gz) && ks2_aligned(a)) {
     ks1_launch(*a, dim3(tiles, u->ndigits * u->nrows, gz), h, raw);
     const dim3 grid(tiles, u->nrows, gz);
     const bool fpm = ks_fp_products();
@@ -2025,14 +2001,11 @@ bool md_wide(int log_n) {
 fh_status k_moddown(const void *argp, void *stream) {
   const fh_ckks_moddown_args *a = (const fh_ckks_moddown_args *)argp;
   const fh_ckks_bconv_args *b = &a->conv;
-  if (a->add_b[0] && (!a->add[0] || !a->add[1] || !a->add_b[1] || a->add_galois > 1)) /* as the CPU's */
-    return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a tensor-product add needs both components of both "
-                                          "operands and no automorphism");
+  const char *why = fh_ckks_moddown_add_b_refusal(a);
+  if (why) return fh_error_set(FH_ERR_EXECUTION, "%s", why);
   if (b->ngroups <= 0 || b->ndst <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << b->log_n;
   if (b->log_n <= NTT_TILE_LOG) {
-    if (a->add_b[0]) /* the evaluator forms the tensor product at these sizes */
-      return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: no tensor-product add for N <= 2^%d", NTT_TILE_LOG);
     if (a->rescale) /* the evaluator rescales in turn at these sizes */
       return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: no fused rescale for N <= 2^%d", NTT_TILE_LOG);
     if (a->add_galois > 1) /* the evaluator adds the automorphism's output at these sizes */

@@ -257,9 +257,8 @@ void fh_ckks_ntt_row_fp(uint64_t *a, const uint64_t *in, const double *din, int 
 static fh_status run_ntt(const void *argp, bool forward) {
   const fh_ckks_ntt_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
-  if (a->in_b && (forward || a->log_n <= FH_CKKS_CUDA_ROW_LOG)) /* as CUDA's: fh_ckks_ntt_args.in_b */
-    return fh_error_set(FH_ERR_EXECUTION, "ckks_ntt: a tensor-product input only for the inverse with N > 2^%d",
-                        FH_CKKS_CUDA_ROW_LOG);
+  const char *why = fh_ckks_ntt_in_b_refusal(a, forward);
+  if (why) return fh_error_set(FH_ERR_EXECUTION, "%s", why);
   const bool ifma = fh_cpu_simd()[0] == 'a'; /* "avx512ifma" */
   FH_FOR_ROWS(a->ngroups, a->nlimbs, n) {
       int p = a->prime[l];
@@ -957,11 +956,8 @@ static fh_status cpu_moddown(const void *argp) {
   const fh_ckks_moddown_args *a = argp;
   const fh_ckks_bconv_args *b = &a->conv;
   const int64_t n = (int64_t)1 << b->log_n;
-  if (a->add_b[0] && (!a->add[0] || !a->add[1] || !a->add_b[1] || a->add_galois > 1)) /* as CUDA's */
-    return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: a tensor-product add needs both components of both "
-                                          "operands and no automorphism");
-  if (a->add_b[0] && b->log_n <= FH_CKKS_CUDA_ROW_LOG) /* as CUDA's */
-    return fh_error_set(FH_ERR_EXECUTION, "ckks_moddown: no tensor-product add for N <= 2^%d", FH_CKKS_CUDA_ROW_LOG);
+  const char *why = fh_ckks_moddown_add_b_refusal(a);
+  if (why) return fh_error_set(FH_ERR_EXECUTION, "%s", why);
   fh_status st = cpu_bconv(b);
   if (st != FH_OK) return st;
   /* fused rescale: y0, the unrescaled result's row 0 in coefficients, from the conversion's

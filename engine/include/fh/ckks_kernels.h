@@ -373,6 +373,28 @@ typedef struct fh_ckks_moddown_args {
   const uint64_t *add_b[2];
 } fh_ckks_moddown_args;
 
+/* Why a kernel refuses the tensor-product form of its input (fh_ckks_ntt_args.in_b) or of
+ * its addend (fh_ckks_moddown_args.add_b), or NULL where it takes it: only the inverse
+ * transform and the NTT-domain mod-down of N > 2^FH_CKKS_CUDA_ROW_LOG (below, the evaluator
+ * runs multiply and relinearize in turn), with both components of both operands and no
+ * automorphism. Both back ends refuse alike (FH_ERR_EXECUTION: an internal error). */
+#define FH__CKKS_STR(x) #x
+#define FH__CKKS_XSTR(x) FH__CKKS_STR(x)
+static inline const char *fh_ckks_ntt_in_b_refusal(const fh_ckks_ntt_args *a, bool forward) {
+  if (a->in_b == NULL) return NULL;
+  if (forward || a->log_n <= FH_CKKS_CUDA_ROW_LOG)
+    return "ckks_ntt: a tensor-product input only for the inverse with N > 2^" FH__CKKS_XSTR(FH_CKKS_CUDA_ROW_LOG);
+  return NULL;
+}
+static inline const char *fh_ckks_moddown_add_b_refusal(const fh_ckks_moddown_args *a) {
+  if (a->add_b[0] == NULL) return NULL;
+  if (!a->add[0] || !a->add[1] || !a->add_b[1] || a->add_galois > 1)
+    return "ckks_moddown: a tensor-product add needs both components of both operands and no automorphism";
+  if (a->conv.log_n <= FH_CKKS_CUDA_ROW_LOG)
+    return "ckks_moddown: no tensor-product add for N <= 2^" FH__CKKS_XSTR(FH_CKKS_CUDA_ROW_LOG);
+  return NULL;
+}
+
 /* A fused rescale's y0 = (u0 - conv_0) c_const[0] + v0 mod q_0 (above; w0, ws0: c_const[0]
  * and its Shoup companion), both back ends' code: the CPU twin and CUDA's md0r write it,
  * CUDA's md1 computes it on load when md0r does not run. */
