@@ -91,6 +91,37 @@ describe("CkksEngine:rotate_many", function()
     prog:close()
   end)
 
+  H.gpu_it("replays ten steps (two launches of inner products) at N = 2^12 inside a CUDA graph program, captured "
+    .. "from the default stream and from a stream of its own", function()
+    local e, _, pk = setup("cuda:0", 10, larger)
+    local steps = { 1, -3, 5, 100, 1, -3, 5, 100, 1, 5 }
+    local function fn(ct) return e:rotate_many(ct, steps) end
+    local S = e.context.num_slots
+    local function input(i)
+      local m = fh.rand({ 2, S }, { dtype = "float64", generator = fh.Generator(i) }):to("cuda:0")
+      return e:coefficient_domain_to_ntt_domain(e:encrypt_message(m, pk))
+    end
+    local ct0 = input(1)
+    local own = fh.cuda.Stream()
+    local progs = {
+      ex.CudaGraphProgram.capture(fn, { example_inputs = { ct0 } }),
+      fh.cuda.with_stream(own, function() return ex.CudaGraphProgram.capture(fn, { example_inputs = { ct0 } }) end),
+    }
+    for p, prog in ipairs(progs) do
+      for i = 2, 3 do
+        local ct = input(i + 10 * p)
+        local out = prog:replay({ ct }, { copy_output = true, synchronize = true })
+        assert.are.equal(#steps, #out)
+        for k, r in ipairs(steps) do
+          local one = e:rotate_by_step(ct, r)
+          assert.is_true(fh.equal(out[k].data, one.data), ("program %d, replay %d, step %d"):format(p, i, r))
+          assert.are.equal("ntt", out[k].polynomial_domain)
+        end
+      end
+      prog:close()
+    end
+  end)
+
   it("checks every step's key before launching anything", function()
     local e, sk, pk, keys = setup("cpu", 9)
     local ct = e:encrypt_message(1.0, pk)
