@@ -100,6 +100,19 @@ describe("CKKS kernels on CUDA", function()
         same(ic, ig, "intt, " .. inp[1] .. " groups")
         same(C.intt(tc, fc, ids), C.intt(tg, fg, ids), "intt of the ntt")
       end
+      -- the inverse with its outputs made a key switch's conversion sources (fh_ckks_ntt_args.scale):
+      -- the active Q rows of levels 0 and 1, and the P rows of a mod-down, contiguous and strided
+      for _, level in ipairs { 0, 1 } do
+        local qrows = residues({ G }, { unpack(qs, level + 1, nq) }, n, seed + 150 + level)
+        local sc, sg = both("intt_sources", qrows, level)
+        same(sc, sg, "intt_sources, level " .. level)
+        local qwide = residues({ G }, { qs[1], unpack(qs, level + 1, nq) }, n, seed + 160 + level)
+        sc, sg = both("intt_sources", qwide:narrow(2, 2, nq - level), level)
+        same(sc, sg, "intt_sources, strided groups, level " .. level)
+      end
+      local prows = residues({ G }, { unpack(qs, nq + 1) }, n, seed + 170)
+      local mc, mg = both("intt_sources", prows, 1, "moddown")
+      same(mc, mg, "intt_sources of P rows")
       -- element-wise: every operation, per-limb constants
       local ks, cs = {}, {}
       for i = 1, #qs do

@@ -135,6 +135,68 @@ describe("ckks polynomial entries (CPU)", function()
     H.expect_error("ValueError", "level 3 is outside", C.modup, tb, residues({ 1 }, { qs[1] }, n, 1), 3)
   end)
 
+  it("intt_sources: the inverse NTT's words scaled by each row's shat_inv, bit 63 flagging the centred lift", function()
+    -- shat_inv of prime ids ps at row k: (prod of the others)^-1 mod ps[k]
+    local function shat_inv(group, k)
+      local q = group[k]
+      local prod = 1ULL
+      for i, s in ipairs(group) do
+        if i ~= k then prod = H.mulmod(prod, s % q, q) end
+      end
+      return H.powmod(prod, q - 2, q)
+    end
+    local flag = bit.lshift(1ULL, 63)
+    local function check(t, want_rows, got)
+      local x, y = t:tolist(), got:tolist()
+      assert.are.same(t.shape, got.shape)
+      local flagged = 0
+      for g = 1, #x do
+        for r, wr in ipairs(want_rows) do
+          for j = 1, n do
+            local v = H.mulmod(x[g][r][j], wr.w, wr.q)
+            local want = v > wr.q / 2ULL and v + flag or v
+            flagged = flagged + (v > wr.q / 2ULL and 1 or 0)
+            assert.are.equal(want, y[g][r][j])
+          end
+        end
+      end
+      assert.is_true(flagged > 0, "some words flagged")
+    end
+    -- the mod-up's sources at every level (digits {q0, q1}, {q2}; at level 1 the first digit is q1 alone)
+    local digits = { { 1, 2 }, { 1, 2 }, { 3 } }
+    for level = 0, 2 do
+      local act = {}
+      for i = level + 1, 3 do act[#act + 1] = qs[i] end
+      local t = residues({ 2 }, act, n, seed + 700 + level)
+      local ids_l = {}
+      for i = level, 2 do ids_l[#ids_l + 1] = i end
+      local rows = {}
+      for r = level + 1, 3 do
+        local group = {}
+        for _, i in ipairs(digits[r]) do
+          if i >= level + 1 then group[#group + 1] = qs[i] end
+        end
+        local k = 1
+        for i, s in ipairs(group) do
+          if s == qs[r] then k = i end
+        end
+        rows[#rows + 1] = { q = qs[r], w = shat_inv(group, k) }
+      end
+      check(C.intt(tb, t, ids_l), rows, C.intt_sources(tb, t, level))
+      check(C.intt(tb, t, ids_l), rows, C.intt_sources(tb, t, level, "modup"))
+    end
+    -- a mod-down's sources: the P rows, shat_inv over P (the same at every level)
+    local tp = residues({ 3 }, { ps[1], ps[2] }, n, seed + 800)
+    local prow = { { q = ps[1], w = shat_inv({ ps[1], ps[2] }, 1) }, { q = ps[2], w = shat_inv({ ps[1], ps[2] }, 2) } }
+    for level = 0, 2 do check(C.intt(tb, tp, { 3, 4 }), prow, C.intt_sources(tb, tp, level, "moddown")) end
+    H.expect_error("ValueError", "level 3 is outside", C.intt_sources, tb, tp, 3, "moddown")
+    H.expect_error("ValueError", "intt_sources", C.intt_sources, tb, tp, 0) -- 2 rows, level 0 has 3
+    H.expect_error("ValueError", 'kind%) expected "modup" or "moddown", got "up"', C.intt_sources, tb, tp, 0, "up")
+    H.expect_error("TypeError", "kind%) expected a string, got number", C.intt_sources, tb, tp, 0, 1)
+    local no_p = C.tables(log_n, u64 { qs[1], qs[2] }, 2)
+    H.expect_error("ValueError", "the tables have no P primes", C.intt_sources, no_p, residues({ 1 }, { qs[1], qs[2] }, n, 1), 0)
+  end)
+
   it("strided groups (a narrowed batch) give the results of their contiguous copy", function()
     local wide = residues({ 3 }, { qs[1], qs[1], qs[2], qs[3] }, n, seed + 600)
     local v = wide:narrow(2, 2, 3)

@@ -452,6 +452,27 @@ static int l_modup(lua_State *L) {
   return 1;
 }
 
+/* _ckks.intt_sources(tables, t, level [, "modup" | "moddown"]) */
+static int l_intt_sources(lua_State *L) {
+  const char *fn = "_ckks.intt_sources";
+  fh_ckks_tables *tb = check_tables(L, 1, fn);
+  fh_tensor *t = fh__lua_checktensor(L, 2, fn, "t");
+  int level = (int)fh__lua_checkint(L, 3, fn, "level", 0, FH_CKKS_MAX_PRIMES);
+  static const char *const kinds[] = {"modup", "moddown", NULL};
+  if (!lua_isnoneornil(L, 4) && lua_type(L, 4) != LUA_TSTRING)
+    return fh__lua_raise(L, FH_ERR_TYPE, "%s: argument 4 (kind) expected a string, got %s", fn,
+                         fh__lua_typename(L, 4));
+  const char *kind = lua_isnoneornil(L, 4) ? "modup" : lua_tostring(L, 4);
+  int k = 0;
+  while (kinds[k] && strcmp(kinds[k], kind) != 0) ++k;
+  if (!kinds[k])
+    return fh__lua_raise(L, FH_ERR_VALUE, "%s: argument 4 (kind) expected \"modup\" or \"moddown\", got \"%s\"", fn,
+                         kind);
+  fh_tensor_box *box = fh__lua_new_tensor_box(L);
+  fh__lua_check(L, fh_ckks_poly_intt_sources(tb, t, level, k == 1, &box->t));
+  return 1;
+}
+
 /* _ckks.encode(tables, msg, scale, nlimbs [, with_p]) */
 static int l_encode(lua_State *L) {
   const char *fn = "_ckks.encode";
@@ -625,7 +646,8 @@ void fh__lua_open_ckks(lua_State *L) {
       {"ew", l_ew},                   {"automorph", l_automorph},
       {"encode", l_encode},           {"decode", l_decode},     {"sample", l_sample}, {"sample_run", l_sample_run},
       {"capture", l_capture},         {"tensor", l_tensor},     {"bconv", l_bconv},
-      {"ks_inner", l_ks_inner},       {"modup", l_modup},       {NULL, NULL}};
+      {"ks_inner", l_ks_inner},       {"modup", l_modup},       {"intt_sources", l_intt_sources},
+      {NULL, NULL}};
   lua_newtable(L);
   fh__lua_setfuncs(L, internal);
   lua_setfield(L, -2, "_ckks");

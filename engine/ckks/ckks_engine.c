@@ -926,6 +926,33 @@ static void modup_args(const fh_ckks_tables *tb, int level, const fh__ckks_ks_ge
   memcpy(u->prime, k->qp, sizeof(int32_t) * (size_t)k->lk);
 }
 
+bool fh__ckks_ks_source_scale(const fh_ckks_tables *tb, int level, fh_ckks_ntt_args *t) {
+  if (!tb->fold_sources) return false;
+  fh__ckks_source_scale_rows(tb, level, false, t);
+  return true;
+}
+
+fh_status fh__ckks_ks_intt(fh__ckks_launcher *L, int level, uint64_t *d, int64_t d_gs, const uint64_t *in,
+                           int64_t in_gs, int64_t G, const int32_t *prime, int la, bool *scaled) {
+  fh_ckks_ntt_args t;
+  fh__ckks_ntt_rows_args(L, &t, d, d_gs, in, in_gs, G, prime, la, NULL, NULL);
+  *scaled = fh__ckks_ks_source_scale(L->tb, level, &t);
+  return fh__ckks_submit(L, FH_K_CKKS_INTT, &t, sizeof t);
+}
+
+/* The INTT of a mod-down's P rows: as fh__ckks_ntt (np limbs of primes qp), with the outputs
+ * the mod-down's conversion sources where the tables fold them (fh_ckks_moddown_args.prescaled;
+ * *scaled: whether) */
+static fh_status moddown_intt(fh__ckks_launcher *L, int level, uint64_t *w, int64_t w_gs, const uint64_t *in,
+                              int64_t in_gs, int64_t ngroups, const int32_t *qp, int np, bool *scaled) {
+  fh_ckks_ntt_args t;
+  fh__ckks_ntt_rows_args(L, &t, w, w_gs, in, in_gs, ngroups, qp, np, NULL, NULL);
+  *scaled = L->tb->fold_sources != 0;
+  if (*scaled) fh__ckks_source_scale_rows(L->tb, level, true, &t);
+  if (ngroups == 0 || np == 0) return FH_OK;
+  return fh__ckks_submit(L, FH_K_CKKS_INTT, &t, sizeof t);
+}
+
 /* The key's digits from j0 on, as the inner product reads them. */
 const uint64_t *fh__ckks_key_digits(const fh__ckks_ks_geo *k, const fh_tensor *key, int64_t *ds, int64_t *cs) {
   int64_t krows = (int64_t)(k->nq + k->np) * k->n;
@@ -1000,9 +1027,10 @@ static void moddown_outputs(fh_ckks_moddown_args *m, uint64_t *out0, uint64_t *o
 }
 
 static fh_status ks_moddown_from(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k,
-                                 int64_t G, uint64_t *A, uint64_t *w, uint64_t *t, bool ntt_out, uint64_t *out0,
-                                 uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
-                                 int64_t add_gs, uint64_t add_galois, const uint64_t *const *add_b);
+                                 int64_t G, uint64_t *A, uint64_t *w, bool w_scaled, uint64_t *t, bool ntt_out,
+                                 uint64_t *out0, uint64_t *out1, int64_t out_gs, const uint64_t *add0,
+                                 const uint64_t *add1, int64_t add_gs, uint64_t add_galois,
+                                 const uint64_t *const *add_b);
 /* add_galois (0: none): add0 and add1 read through that NTT-domain automorphism
  * (fh_ckks_moddown_args.add_galois; ntt_out only); add_b (NULL: none): the addends are the
  * tensor product of (add0, add1) and (add_b[0], add_b[1]) (fh_ckks_moddown_args.add_b;
@@ -1014,17 +1042,24 @@ static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, 
   const int la = k->la, lk = k->lk, np = k->np;
   const int64_t n = k->n;
   fh_status st;
-  if ((st = fh__ckks_ntt(L, false, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, k->qp + la, np)))
-    return st;
-  return ks_moddown_from(e, L, level, k, G, A, w, t, ntt_out, out0, out1, out_gs, add0, add1, add_gs, add_galois,
-                         add_b);
+  /* (the conversion sources folded into the INTT for the NTT-domain mod-down only) */
+  bool scaled = false;
+  if (ntt_out)
+    st = moddown_intt(L, level, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, k->qp + la, np,
+                      &scaled);
+  else st = fh__ckks_ntt(L, false, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, k->qp + la, np);
+  if (st != FH_OK) return st;
+  return ks_moddown_from(e, L, level, k, G, A, w, scaled, t, ntt_out, out0, out1, out_gs, add0, add1, add_gs,
+                         add_galois, add_b);
 }
 
-/* ks_moddown once w holds the INTT of A's P rows ([2G][np][N]) */
+/* ks_moddown once w holds the INTT of A's P rows ([2G][np][N]; w_scaled: made the
+ * conversion's sources, moddown_intt, ntt_out only) */
 static fh_status ks_moddown_from(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k,
-                                 int64_t G, uint64_t *A, uint64_t *w, uint64_t *t, bool ntt_out, uint64_t *out0,
-                                 uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
-                                 int64_t add_gs, uint64_t add_galois, const uint64_t *const *add_b) {
+                                 int64_t G, uint64_t *A, uint64_t *w, bool w_scaled, uint64_t *t, bool ntt_out,
+                                 uint64_t *out0, uint64_t *out1, int64_t out_gs, const uint64_t *add0,
+                                 const uint64_t *add1, int64_t add_gs, uint64_t add_galois,
+                                 const uint64_t *const *add_b) {
   const fh_ckks_tables *tb = e->tb;
   const int la = k->la, lk = k->lk, np = k->np, nq = k->nq;
   const int64_t n = k->n;
@@ -1036,11 +1071,13 @@ static fh_status ks_moddown_from(fh_ckks_engine *e, fh__ckks_launcher *L, int le
   if (ntt_out) {
     /* conversion, NTT and (A - t) P^-1 (+ add) in one launch (fh_ckks_moddown_args) */
     moddown_outputs(&m, out0, out1, out_gs, add0, add1, add_gs, add_galois, add_b);
+    m.prescaled = w_scaled;
     return fh__ckks_submit(L, FH_K_CKKS_MODDOWN, &m, sizeof m);
   }
-  if (add_galois > 1 || add_b)
+  if (add_galois > 1 || add_b || w_scaled)
     return fh_error_set(FH_ERR_EXECUTION,
-                        "internal error: a coefficient-domain mod-down reads no automorphism or tensor product of add");
+                        "internal error: a coefficient-domain mod-down reads no automorphism or tensor product of "
+                        "add, and no scaled sources");
   if ((st = fh__ckks_submit(L, FH_K_CKKS_BCONV, &m.conv, sizeof m.conv))) return st;
   if ((st = fh__ckks_ntt(L, false, A, (int64_t)lk * n, A, (int64_t)lk * n, 2 * G, qp, la))) return st;
   uint64_t *outs[2] = {out0, out1};
@@ -1107,25 +1144,35 @@ static fh_status ks_moddown_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int
 /* A key-switch core's mod-up of d into the digits D (c: everything but the key and the
  * outputs), with its scratch of scaled sources *S on CUDA for N > 2^11 (a new temp in L's
  * uses; else NULL) */
+/* d_scaled: d's rows are already the scaled sources (fh__ckks_ks_intt): no scratch, and they
+ * are the core's `scaled` rows (prescaled) */
 static fh_status ks_core_modup(fh__ckks_launcher *L, const fh_ckks_tables *tb, int level, const fh__ckks_ks_geo *k,
-                               int64_t G, const uint64_t *d, int64_t gs_d, uint64_t *D, fh_tensor **S,
+                               int64_t G, const uint64_t *d, int64_t gs_d, bool d_scaled, uint64_t *D, fh_tensor **S,
                                fh_ckks_ks_core_args *c) {
   int64_t sshape[3] = {G, k->la, k->n};
   fh_status st;
   *S = NULL;
-  if (fh_device_is_cuda(L->dev) && tb->log_n > FH_CKKS_CUDA_ROW_LOG && (st = fh__ckks_temp(L, 3, sshape, S)) != FH_OK)
+  if (!d_scaled && fh_device_is_cuda(L->dev) && tb->log_n > FH_CKKS_CUDA_ROW_LOG &&
+      (st = fh__ckks_temp(L, 3, sshape, S)) != FH_OK)
     return st;
   memset(c, 0, sizeof *c);
   modup_args(tb, level, k, G, d, gs_d, D, &c->up);
   c->ntt = tb->ntt;
   c->scaled = *S ? fh__ckks_ptr(*S) : NULL;
   c->scaled_gs = (int64_t)k->la * k->n;
+  if (d_scaled) {
+    /* (read only: with prescaled no kernel writes the scaled rows) */
+    c->scaled = (uint64_t *)(uintptr_t)d;
+    c->scaled_gs = gs_d;
+    c->prescaled = 1;
+  }
   return FH_OK;
 }
 
 /* fh__ckks_keyswitch, or with v0 (not NULL) its fused rescale (ks_moddown_rescale) */
 static fh_status keyswitch_impl(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                                int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, const fh_tensor *key,
+                                int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, bool d_scaled,
+                                const fh_tensor *key,
                                 bool ntt_out, uint64_t *out0,
                                 uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
                                 int64_t add_gs, const uint64_t *v0, int64_t v0_gs, int64_t v0_cs,
@@ -1140,7 +1187,7 @@ static fh_status keyswitch_impl(fh_ckks_engine *e, fh__ckks_launcher *L, int lev
   fh_status st;
   if ((st = fh__ckks_temp(L, 4, dshape, &D)) || (st = fh__ckks_temp(L, 4, ashape, &acc)) ||
       (st = ks_temps(L, &k, G, v0 ? 2 : 0, &W, &T)) ||
-      (st = ks_core_modup(L, tb, level, &k, G, d, gs_d, fh__ckks_ptr(D), &S, &c)))
+      (st = ks_core_modup(L, tb, level, &k, G, d, gs_d, d_scaled, fh__ckks_ptr(D), &S, &c)))
     goto done;
   /* 1-3. mod-up, NTT of the extended digits, inner product with the key: one launch
    * (fh_ckks_ks_core_args), D its scratch */
@@ -1170,29 +1217,31 @@ done:
 }
 
 fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                             int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, bool ntt_out, uint64_t *out0,
-                             uint64_t *out1, int64_t out_gs, const uint64_t *add0, const uint64_t *add1,
-                             int64_t add_gs, uint64_t add_galois) {
-  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, gs_d, key, ntt_out, out0, out1, out_gs, add0, add1, add_gs, NULL,
+                             int64_t gs_d, const uint64_t *d_ntt, bool d_scaled, const fh_tensor *key, bool ntt_out,
+                             uint64_t *out0, uint64_t *out1, int64_t out_gs, const uint64_t *add0,
+                             const uint64_t *add1, int64_t add_gs, uint64_t add_galois) {
+  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, gs_d, d_scaled, key, ntt_out, out0, out1, out_gs, add0, add1, add_gs, NULL,
                         0, 0, add_galois, NULL);
 }
 
 fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G,
                                      const uint64_t *d, int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs,
-                                     const fh_tensor *key, uint64_t *out0, uint64_t *out1, int64_t out_gs,
-                                     const uint64_t *add0, const uint64_t *add1, int64_t add_gs, const uint64_t *v0,
-                                     int64_t v0_gs, int64_t v0_cs) {
-  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, d_ntt_gs, key, true, out0, out1, out_gs, add0, add1, add_gs, v0,
+                                     bool d_scaled, const fh_tensor *key, uint64_t *out0, uint64_t *out1,
+                                     int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs,
+                                     const uint64_t *v0, int64_t v0_gs, int64_t v0_cs) {
+  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, d_ntt_gs, d_scaled, key, true, out0, out1, out_gs, add0, add1, add_gs, v0,
                         v0_gs, v0_cs, 0, NULL);
 }
 
 fh_status fh__ckks_keyswitch_tensor(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                                    int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, const fh_tensor *key,
+                                    int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, bool d_scaled,
+                                    const fh_tensor *key,
                                     uint64_t *out0, uint64_t *out1, int64_t out_gs, const uint64_t *a0,
                                     const uint64_t *a1, const uint64_t *b0, const uint64_t *b1, int64_t ab_gs,
                                     const uint64_t *v0, int64_t v0_gs, int64_t v0_cs) {
   const uint64_t *add_b[2] = {b0, b1};
-  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, d_ntt_gs, key, true, out0, out1, out_gs, a0, a1, ab_gs, v0,
+  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, d_ntt_gs, d_scaled, key, true, out0, out1, out_gs, a0, a1,
+                        ab_gs, v0,
                         v0_gs, v0_cs, 0, add_b);
 }
 
@@ -1221,7 +1270,7 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
    * (on CUDA the conversion fused into the NTT's first kernel, as a key switch does) */
   /* (S stays with h: L lists it among the storages of every later submit) */
   fh_ckks_ks_core_args c;
-  if ((st = ks_core_modup(L, tb, level, k, G, d, gs_d, fh__ckks_ptr(h->D), &h->S, &c)) == FH_OK)
+  if ((st = ks_core_modup(L, tb, level, k, G, d, gs_d, false, fh__ckks_ptr(h->D), &h->S, &c)) == FH_OK)
     st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &c, sizeof c);
   if (st != FH_OK) fh__ckks_hoist_end(h);
   return st;
@@ -1294,11 +1343,13 @@ fh_status fh__ckks_hoist_moddown_steps(fh_ckks_engine *e, fh__ckks_launcher *L, 
   int64_t wshape[3] = {nsteps * 2 * G, k->np, n};
   fh_tensor *W = NULL;
   fh_status st = fh__ckks_temp(L, 3, wshape, &W);
+  bool scaled = false;
   if (st == FH_OK)
-    st = fh__ckks_ntt(L, false, fh__ckks_ptr(W), (int64_t)k->np * n, acc + (int64_t)k->la * n, (int64_t)k->lk * n,
-                      nsteps * 2 * G, k->qp + k->la, k->np);
+    st = moddown_intt(L, h->level, fh__ckks_ptr(W), (int64_t)k->np * n, acc + (int64_t)k->la * n,
+                      (int64_t)k->lk * n, nsteps * 2 * G, k->qp + k->la, k->np, &scaled);
   for (int s = 0; s < nsteps && st == FH_OK; ++s)
-    st = ks_moddown_from(e, L, h->level, k, G, acc + s * step, fh__ckks_ptr(W) + s * wstep, fh__ckks_ptr(h->T), true,
+    st = ks_moddown_from(e, L, h->level, k, G, acc + s * step, fh__ckks_ptr(W) + s * wstep, scaled,
+                         fh__ckks_ptr(h->T), true,
                          out[s], out[s] + out_cs, out_gs, add0, NULL, add_gs, add_galois[s], NULL);
   /* (released after its last launch: the device's allocator orders its reuse after it) */
   if (W) fh_tensor_release(W);

@@ -299,10 +299,13 @@ fh_status fh_ckks_multiply_relinearize(fh_ckks_engine *e, const fh_value *a, con
     t.nkeep = la;
     for (int r = 0; r < nr; ++r)
       t.prod[r] = (int8_t)(r < la ? FH_CKKS_PROD_11 : r == la ? FH_CKKS_PROD_00 : FH_CKKS_PROD_X);
+    /* a1 b1's rows as the key switch's conversion sources where the tables fold them (v0's
+     * rows stay coefficients) */
+    const bool scaled = fh__ckks_ks_source_scale(tb, g.level, &t);
     st = fh__ckks_submit(&L, FH_K_CKKS_INTT, &t, sizeof t);
     if (st == FH_OK)
-      st = fh__ckks_keyswitch_tensor(e, &L, g.level, g.B, d, dgs, keep, gs, ts[2], o, o + ocs, ogs, A, A + cs, B,
-                                     B + cs, gs, rescale ? d + (int64_t)la * n : NULL, dgs, n);
+      st = fh__ckks_keyswitch_tensor(e, &L, g.level, g.B, d, dgs, keep, gs, scaled, ts[2], o, o + ocs, ogs, A,
+                                     A + cs, B, B + cs, gs, rescale ? d + (int64_t)la * n : NULL, dgs, n);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[3], rescale ? g.level + 1 : g.level, scale, FH_DOMAIN_NTT, out);
   release_all(ts, 6);
@@ -334,14 +337,15 @@ fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_va
   if ((st = data_of(&L, ct, &ts[0])) == FH_OK && (st = data_of(&L, rlk, &ts[1])) == FH_OK &&
       (st = fh__ckks_alloc_poly(e, &L, 2, &g, g.la, &ts[2])) == FH_OK) {
     const uint64_t *c = fh__ckks_ptr(ts[0]), *d = c + 2 * cs, *d_ntt = NULL;
+    bool scaled = false;
     if (ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &ts[3])) == FH_OK) {
-      st = fh__ckks_ntt(&L, false, fh__ckks_ptr(ts[3]), gs, d, gs, g.B, p, g.la);
+      st = fh__ckks_ks_intt(&L, g.level, fh__ckks_ptr(ts[3]), gs, d, gs, g.B, p, g.la, &scaled);
       d_ntt = d;
       d = fh__ckks_ptr(ts[3]);
     }
     uint64_t *o = fh__ckks_ptr(ts[2]);
     if (st == FH_OK)
-      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, c, c + cs, gs, 0);
+      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, scaled, ts[1], ntt, o, o + cs, gs, c, c + cs, gs, 0);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], g.level, ct->state.scale, ct->state.polynomial_domain, out);
   release_all(ts, 4);
@@ -400,11 +404,15 @@ fh_status fh_ckks_relinearize_rescale(fh_ckks_engine *e, const fh_value *ct, con
       in_row[r] = r < la ? (int32_t)(2 * cs / n + r) : r == la ? 0 : (int32_t)(cs / n);
       out_row[r] = r;
     }
-    st = fh__ckks_ntt_rows(&L, false, d, dgs, c, gs, g.B, prime, la + 2, in_row, out_row);
+    /* c2's rows as the key switch's conversion sources where the tables fold them */
+    fh_ckks_ntt_args t;
+    fh__ckks_ntt_rows_args(&L, &t, d, dgs, c, gs, g.B, prime, la + 2, in_row, out_row);
+    const bool scaled = fh__ckks_ks_source_scale(tb, g.level, &t);
+    st = fh__ckks_submit(&L, FH_K_CKKS_INTT, &t, sizeof t);
     const int64_t ogs = (int64_t)lo * n, ocs = g.B * ogs;
     if (st == FH_OK)
-      st = fh__ckks_keyswitch_rescale(e, &L, g.level, g.B, d, dgs, c + 2 * cs, gs, ts[1], o, o + ocs, ogs, c, c + cs,
-                                      gs, d + (int64_t)la * n, dgs, n);
+      st = fh__ckks_keyswitch_rescale(e, &L, g.level, g.B, d, dgs, c + 2 * cs, gs, scaled, ts[1], o, o + ocs, ogs, c,
+                                      c + cs, gs, d + (int64_t)la * n, dgs, n);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], g.level + 1, scale, FH_DOMAIN_NTT, out);
   release_all(ts, 4);
@@ -636,14 +644,15 @@ static fh_status apply_galois(fh_ckks_engine *e, const char *op, const fh_value 
     uint64_t *sig = fh__ckks_ptr(ts[3]); /* sigma(c1), after sigma(c0) when not fused */
     st = fh__ckks_automorph(&L, ntt, galois, sig, gs, fused_c0 ? c + cs : c, gs, fused_c0 ? g.B : 2 * g.B, p, g.la);
     const uint64_t *A = fused_c0 ? c : sig, *d = fused_c0 ? sig : sig + cs, *d_ntt = NULL;
+    bool scaled = false;
     if (st == FH_OK && ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &ts[4])) == FH_OK) {
-      st = fh__ckks_ntt(&L, false, fh__ckks_ptr(ts[4]), gs, d, gs, g.B, p, g.la);
+      st = fh__ckks_ks_intt(&L, g.level, fh__ckks_ptr(ts[4]), gs, d, gs, g.B, p, g.la, &scaled);
       d_ntt = d;
       d = fh__ckks_ptr(ts[4]);
     }
     uint64_t *o = fh__ckks_ptr(ts[2]);
     if (st == FH_OK)
-      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, ts[1], ntt, o, o + cs, gs, A, NULL, gs,
+      st = fh__ckks_keyswitch(e, &L, g.level, g.B, d, gs, d_ntt, scaled, ts[1], ntt, o, o + cs, gs, A, NULL, gs,
                               fused_c0 ? galois : 0);
   }
   if (st == FH_OK) st = wrap_ct(e, ts[2], g.level, ct->state.scale, ct->state.polynomial_domain, out);

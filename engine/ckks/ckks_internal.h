@@ -56,6 +56,15 @@ fh_status fh__ckks_alloc_poly(fh_ckks_engine *e, fh__ckks_launcher *L, int lead,
 fh_status fh__ckks_no_capture(const fh_ckks_engine *e, const char *op);
 
 /* ---- key switching ------------------------------------------------------------ */
+/* The conversion sources of a key switch's input made by the INTT before it (CUDA tables with
+ * fold_sources): ks_source_scale sets t->scale for t's first limbs, the la active Q rows at
+ * `level` (fh__ckks_source_scale_rows), and returns whether it did
+ * (false, nothing set, where the tables do not fold). ks_intt submits the INTT of the la
+ * NTT-domain rows `in` (group stride in_gs, G groups) into d (stride d_gs) so, *scaled
+ * telling whether d holds sources (pass it on as d_scaled) or coefficients. */
+bool fh__ckks_ks_source_scale(const fh_ckks_tables *tb, int level, fh_ckks_ntt_args *t);
+fh_status fh__ckks_ks_intt(fh__ckks_launcher *L, int level, uint64_t *d, int64_t d_gs, const uint64_t *in,
+                           int64_t in_gs, int64_t G, const int32_t *prime, int la, bool *scaled);
 /* d: coefficient-domain standard rows [G, la, N] (group stride gs_d) over the
  * active Q rows of `level`; d_ntt: the same rows in the NTT domain (same
  * stride) when the caller has them, else NULL; key: contiguous key-switching data
@@ -64,9 +73,11 @@ fh_status fh__ckks_no_capture(const fh_ckks_engine *e, const char *op);
  * coefficient domain, adding add0/add1 (same layout as out, may alias out;
  * NULL: nothing added); add_galois > 1 (ntt_out only, N > 2^FH_CKKS_CUDA_ROW_LOG): the
  * addends read through that NTT-domain automorphism (fh_ckks_moddown_args.add_galois, a
- * rotation's sigma(c0) without a launch that writes it), else 0. */
+ * rotation's sigma(c0) without a launch that writes it), else 0.
+ * d_scaled: d's rows are the conversion sources (fh__ckks_ks_intt wrote them with *scaled
+ * true; d_ntt is then required), not the coefficients; the words out are the same. */
 fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                             int64_t gs_d, const uint64_t *d_ntt, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
+                             int64_t gs_d, const uint64_t *d_ntt, bool d_scaled, const fh_tensor *key, bool ntt_out, uint64_t *out0, uint64_t *out1,
                              int64_t out_gs, const uint64_t *add0, const uint64_t *add1, int64_t add_gs,
                              uint64_t add_galois);
 
@@ -75,10 +86,10 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
  * level + 1 into out0/out1 (group stride out_gs), the same words as fh__ckks_keyswitch then
  * fh_ckks_rescale_to_next_level. d_ntt has its own group stride d_ntt_gs; add0/add1 are
  * required; v0 holds the INTT of their row 0 (component c of group g at v0 + g * v0_gs +
- * c * v0_cs). */
+ * c * v0_cs). d_scaled as fh__ckks_keyswitch. */
 fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G,
                                      const uint64_t *d, int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs,
-                                     const fh_tensor *key, uint64_t *out0, uint64_t *out1, int64_t out_gs,
+                                     bool d_scaled, const fh_tensor *key, uint64_t *out0, uint64_t *out1, int64_t out_gs,
                                      const uint64_t *add0, const uint64_t *add1, int64_t add_gs, const uint64_t *v0,
                                      int64_t v0_gs, int64_t v0_cs);
 
@@ -87,9 +98,10 @@ fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, in
  * (fh_ckks_moddown_args.add_b; N > 2^FH_CKKS_CUDA_ROW_LOG): multiply fused with relinearize.
  * a0/a1 and b0/b1 are the two ciphertexts' components (group stride ab_gs). v0 not NULL:
  * with the rescale, as fh__ckks_keyswitch_rescale (v0: the INTT of a0 b0's and
- * a0 b1 + a1 b0's row 0). */
+ * a0 b1 + a1 b0's row 0). d_scaled as fh__ckks_keyswitch. */
 fh_status fh__ckks_keyswitch_tensor(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                                    int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, const fh_tensor *key,
+                                    int64_t gs_d, const uint64_t *d_ntt, int64_t d_ntt_gs, bool d_scaled,
+                                    const fh_tensor *key,
                                     uint64_t *out0, uint64_t *out1, int64_t out_gs, const uint64_t *a0,
                                     const uint64_t *a1, const uint64_t *b0, const uint64_t *b1, int64_t ab_gs,
                                     const uint64_t *v0, int64_t v0_gs, int64_t v0_cs);

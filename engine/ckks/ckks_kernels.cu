@@ -508,6 +508,37 @@ __device__ void ntt_stages(ntt_view src, ntt_view dst, ntt_view sm, int narr, in
   else ntt_stages_with<FORWARD, PRE, MAX_LOG_R>(src, dst, sm, narr, log_m, g, fuse, reduce, int_arith{P, c});
 }
 
+/* An arithmetic whose transform's output words (the last pass's stores to dst) are written as
+ * a key switch's conversion sources (fh_ckks_ntt_args.scale: fh_ckks_ks_source_word of the
+ * canonical word); the passes between are A's */
+template <class A>
+struct scaled_out : A {
+  uint64_t sw, sws, sq;
+  __device__ __forceinline__ uint64_t store(typename A::T v, bool words, bool reduce, bool forward) const {
+    const uint64_t x = A::store(v, words, reduce, forward);
+    return words ? fh_ckks_ks_source_word(x, sw, sws, sq) : x;
+  }
+};
+template <class A>
+__device__ __forceinline__ scaled_out<A> scaled_of(const A &ar, const uint64_t *scale, uint64_t q) {
+  scaled_out<A> s;
+  static_cast<A &>(s) = ar;
+  s.sw = __ldg(scale);
+  s.sws = __ldg(scale + 1);
+  s.sq = q;
+  return s;
+}
+/* ntt_stages of an inverse transform whose output is scaled (scale: the row's pair) */
+template <int MAX_LOG_R = 3>
+__device__ void intt_stages_scaled(ntt_view src, ntt_view dst, ntt_view sm, int narr, int log_m, const ntt_geom g,
+                                   const fh_ckks_prime &c, const ntt_prime &P, const uint64_t *scale) {
+  if (P.fw)
+    ntt_stages_with<false, false, MAX_LOG_R>(src, dst, sm, narr, log_m, g, true, false,
+                                             scaled_of(fp_arith_of(c, P, false), scale, c.q));
+  else ntt_stages_with<false, false, MAX_LOG_R>(src, dst, sm, narr, log_m, g, true, false,
+                                                scaled_of(int_arith{P, c}, scale, c.q));
+}
+
 /* N = N1 x N2 with N2 = 2^ceil(log N / 2) contiguous words per chunk and N1 rows:
  * the "column" kernel transforms the N2 columns (stride N2, the stages t >= N2),
  * the "chunk" kernel the N1 chunks (the stages t < N2). A block takes NTT_TILE words:
@@ -551,8 +582,9 @@ __device__ __forceinline__ chunk_place chunk_place_of(int log_n) {
 #define CHUNK_GROUPS(g, ngroups, cp)                                                                                   \
   for (int64_t g = (int64_t)blockIdx.z * (cp).fold + (cp).slot; g < (ngroups); g += (int64_t)gridDim.z * (cp).fold)
 
-/* A whole row (N <= NTT_TILE): every stage, global to global through shared memory. */
-template <bool FORWARD>
+/* A whole row (N <= NTT_TILE): every stage, global to global through shared memory.
+ * SCALE (inverse): rows with a.scale[l] write the scaled words (scaled_out) */
+template <bool FORWARD, bool SCALE = false>
 __global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
   pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
@@ -561,11 +593,13 @@ __global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_const
   const fh_ckks_prime c = a.primes[a.prime[l]];
   const ntt_prime P = ntt_prime_of(a, l, FORWARD);
   const ntt_geom geo = {n, 0, 0, a.log_n};
+  const uint64_t *scale = SCALE ? a.scale[l] : NULL;
   GROUPS(g, a.ngroups) {
     const ntt_view src = {(uint64_t *)(a.in + g * a.in_gs + fh_ckks_ntt_in_off(&a, l)), 1, 0};
     const ntt_view dst = {a.out + g * a.out_gs + fh_ckks_ntt_out_off(&a, l), 1, 0};
     const ntt_view sv = {sm, 1, 0};
-    ntt_stages<FORWARD>(src, dst, sv, 1, a.log_n, geo, true, FORWARD, c, P);
+    if (SCALE && !FORWARD && scale) intt_stages_scaled(src, dst, sv, 1, a.log_n, geo, c, P, scale);
+    else ntt_stages<FORWARD>(src, dst, sv, 1, a.log_n, geo, true, FORWARD, c, P);
   }
 }
 
@@ -600,7 +634,8 @@ __device__ __forceinline__ int own_digit_of(const tensor_in &, int) { return -1;
  * twice that (wide: 4 words a thread, passes of 2 stages, two blocks per SM: for small grids,
  * ntt_wide). MINB: blocks per SM that the registers allow at NTT_THREADS (3: 80 registers,
  * 4: 64; ntt_blocks chooses) */
-template <bool FORWARD, int THREADS = NTT_THREADS, int MINB = 3>
+/* SCALE (inverse): rows with a.scale[l] write the scaled words (scaled_out) */
+template <bool FORWARD, int THREADS = NTT_THREADS, int MINB = 3, bool SCALE = false>
 __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
   pdl_begin();
   __shared__ uint64_t sm[NTT_TILE];
@@ -611,13 +646,16 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) nt
   const fh_ckks_prime c = a.primes[a.prime[l]];
   const ntt_prime P = ntt_prime_of(a, l, FORWARD);
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
+  const uint64_t *scale = SCALE ? a.scale[l] : NULL;
   GROUPS(g, a.ngroups) {
     const uint64_t *in = FORWARD ? a.in + g * a.in_gs : a.out + g * a.out_gs;
     const int64_t ioff = FORWARD ? fh_ckks_ntt_in_off(&a, l) : fh_ckks_ntt_out_off(&a, l);
     const ntt_view src = {(uint64_t *)(in + ioff + c0), n2, 1};
     const ntt_view dst = {a.out + g * a.out_gs + fh_ckks_ntt_out_off(&a, l) + c0, n2, 1};
     const ntt_view sv = {sm, cols, 1};
-    ntt_stages<FORWARD, false, THREADS == NTT_THREADS ? 3 : 2>(src, dst, sv, cols, sp.log_n1, geo, true, false, c, P);
+    if (SCALE && !FORWARD && scale)
+      intt_stages_scaled<THREADS == NTT_THREADS ? 3 : 2>(src, dst, sv, cols, sp.log_n1, geo, c, P, scale);
+    else ntt_stages<FORWARD, false, THREADS == NTT_THREADS ? 3 : 2>(src, dst, sv, cols, sp.log_n1, geo, true, false, c, P);
   }
 }
 
@@ -695,37 +733,49 @@ int ntt_blocks() {
 /* The column and chunk kernels of one transform of N > 2^NTT_TILE_LOG (forward: columns,
  * then chunks; inverse: chunks, then columns), at THREADS threads and MINB blocks per SM;
  * OWN: the chunk kernel's input (no_own_rows, or tensor_in: a tensor product's words) */
-template <bool FORWARD, int THREADS, int MINB, class OWN>
+/* SCALE: the inverse's column kernel writes scaled rows (fh_ckks_ntt_args.scale) */
+template <bool FORWARD, int THREADS, int MINB, class OWN, bool SCALE>
 void ntt_pair(const fh_ckks_ntt_args &a, dim3 grid, dim3 cg, cudaStream_t h) {
   if (FORWARD) pdl(ntt_col_kernel<true, THREADS, MINB>, grid, THREADS, 0, h, a);
   pdl(ntt_chunk_kernel<FORWARD, THREADS, OWN, MINB>, cg, THREADS, 0, h, a, OWN{});
-  if (!FORWARD) pdl(ntt_col_kernel<false, THREADS, MINB>, grid, THREADS, 0, h, a);
+  if (!FORWARD) pdl(ntt_col_kernel<false, THREADS, MINB, SCALE>, grid, THREADS, 0, h, a);
 }
 /* ... wide (512 threads) below two blocks per SM, else at ntt_blocks() blocks per SM */
-template <bool FORWARD, class OWN>
+template <bool FORWARD, class OWN, bool SCALE = false>
 void ntt_pair_of(const fh_ckks_ntt_args &a, dim3 grid, dim3 cg, cudaStream_t h) {
-  if (ntt_wide(grid.x * grid.y * grid.z)) ntt_pair<FORWARD, 2 * NTT_THREADS, 3, OWN>(a, grid, cg, h);
-  else if (ntt_blocks() == 4) ntt_pair<FORWARD, NTT_THREADS, 4, OWN>(a, grid, cg, h);
-  else ntt_pair<FORWARD, NTT_THREADS, 3, OWN>(a, grid, cg, h);
+  if (ntt_wide(grid.x * grid.y * grid.z)) ntt_pair<FORWARD, 2 * NTT_THREADS, 3, OWN, SCALE>(a, grid, cg, h);
+  else if (ntt_blocks() == 4) ntt_pair<FORWARD, NTT_THREADS, 4, OWN, SCALE>(a, grid, cg, h);
+  else ntt_pair<FORWARD, NTT_THREADS, 3, OWN, SCALE>(a, grid, cg, h);
 }
 
 template <bool FORWARD>
 fh_status run_ntt(const void *argp, void *stream) {
   const fh_ckks_ntt_args *a = (const fh_ckks_ntt_args *)argp;
   const char *why = fh_ckks_ntt_in_b_refusal(a, FORWARD);
+  if (!why) why = fh_ckks_ntt_scale_refusal(a, FORWARD);
   if (why) return fh_error_set(FH_ERR_EXECUTION, "%s", why);
   if (a->ngroups <= 0 || a->nlimbs <= 0) return FH_OK;
   cudaStream_t h = (cudaStream_t)stream;
   const int64_t n = (int64_t)1 << a->log_n;
   const unsigned gz = grid_z(a->ngroups);
+  /* rows with scaled outputs: the inverse's last kernel in its SCALE form */
+  bool scaled = false;
+  for (int l = 0; l < a->nlimbs && !FORWARD; ++l) scaled = scaled || a->scale[l] != NULL;
   if (a->log_n <= NTT_TILE_LOG) {
     const int threads = (int)(n / 8 < 32 ? 32 : n / 8);
-    pdl(ntt_row_kernel<FORWARD>, dim3(1, a->nlimbs, gz), threads, 0, h, *a);
+    if (scaled) pdl(ntt_row_kernel<false, true>, dim3(1, a->nlimbs, gz), threads, 0, h, *a);
+    else pdl(ntt_row_kernel<FORWARD>, dim3(1, a->nlimbs, gz), threads, 0, h, *a);
   } else {
     const dim3 grid((unsigned)(n / NTT_TILE), a->nlimbs, gz), cg = chunk_grid(n, a->nlimbs, a->ngroups);
     /* (in_b: the inverse of a tensor product's words, multiply fused with relinearize) */
-    if (!FORWARD && a->in_b != NULL) ntt_pair_of<false, tensor_in>(*a, grid, cg, h);
-    else ntt_pair_of<FORWARD, no_own_rows>(*a, grid, cg, h);
+    if (!FORWARD && a->in_b != NULL) {
+      if (scaled) ntt_pair_of<false, tensor_in, true>(*a, grid, cg, h);
+      else ntt_pair_of<false, tensor_in>(*a, grid, cg, h);
+    } else if (scaled) {
+      ntt_pair_of<false, no_own_rows, true>(*a, grid, cg, h);
+    } else {
+      ntt_pair_of<FORWARD, no_own_rows>(*a, grid, cg, h);
+    }
   }
   return launched(FORWARD ? "kernel 'ckks_ntt'" : "kernel 'ckks_intt'");
 }
@@ -1005,7 +1055,7 @@ fh_status k_modup(const void *argp, void *stream) {
  *      scratch tile and accumulates the product with the key's two rows, then writes
  *      both outputs: the transformed digits never go back to memory.
  * Small rings (N <= NTT_TILE) run the three kernels in turn. */
-constexpr uint64_t KS_FLAG = (uint64_t)1 << 63;
+constexpr uint64_t KS_FLAG = FH_CKKS_KS_FLAG;
 
 /* The centred conversion of one coefficient (ks1, md1) from the flagged scaled source
  * residues y_i = base[off[i] + j] (ks0, md0: bit 63 is the lift's flag, y_i > s_i / 2) to
@@ -1045,8 +1095,7 @@ __device__ __forceinline__ uint64_t conv_lift(uint64_t r, uint64_t y0, const con
 
 /* the word ks0 / md0 make of a raw source word x (conv_consts.raw) */
 __device__ __forceinline__ uint64_t conv_raw(uint64_t x, const conv_consts &k) {
-  const uint64_t v = fh_shoup_mul(x, k.rw, k.rws, k.rq);
-  return v | (v > (k.rq >> 1) ? ((uint64_t)1 << 63) : 0);
+  return fh_ckks_ks_source_word(x, k.rw, k.rws, k.rq);
 }
 
 /* every thread of the block: row the target's factors (Shat_i mod t), s0 the first
@@ -1268,7 +1317,7 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
   int jd = 0;
   while (jd + 1 < u.ndigits && u.first[jd + 1] <= row) ++jd;
   const int i = row - u.first[jd];
-  const uint64_t q = u.primes[u.prime[row]].q, half = q >> 1;
+  const uint64_t q = u.primes[u.prime[row]].q;
   const uint64_t w = u.consts[jd][2 * i], ws = u.consts[jd][2 * i + 1];
   const int64_t n = (int64_t)1 << u.log_n;
   GROUPS(g, u.ngroups) {
@@ -1286,8 +1335,8 @@ __global__ void __launch_bounds__(EW_THREADS) ks0_kernel(const __grid_constant__
 #pragma unroll
     for (int k = 0; k < KS0_WORDS; ++k) {
       const int64_t j = j0 + k * EW_THREADS;
-      const uint64_t r = fh_shoup_mul(v[k], w, ws, q);
-      if (j < n) y[j] = r | (r > half ? KS_FLAG : 0);
+      const uint64_t r = fh_ckks_ks_source_word(v[k], w, ws, q);
+      if (j < n) y[j] = r;
     }
   }
 }
@@ -1720,6 +1769,8 @@ fh_status ks2_launch(const fh_ckks_ks_core_args *a, dim3 grid, cudaStream_t h) {
 fh_status k_ks_core(const void *argp, void *stream) {
   const fh_ckks_ks_core_args *a = (const fh_ckks_ks_core_args *)argp;
   const fh_ckks_modup_args *u = &a->up;
+  const char *why = fh_ckks_ks_core_prescaled_refusal(a, true);
+  if (why) return fh_error_set(FH_ERR_EXECUTION, "%s", why);
   if (u->ngroups <= 0 || u->ndigits <= 0 || u->nrows <= 0) return FH_OK;
   if (u->log_n <= NTT_TILE_LOG) {
     /* small rings: the three kernels in turn */
@@ -1745,8 +1796,9 @@ fh_status k_ks_core(const void *argp, void *stream) {
   const int64_t n = (int64_t)1 << u->log_n;
   const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(u->ngroups);
   const int nsrc_rows = u->first[u->ndigits - 1] + u->nsrc[u->ndigits - 1];
-  const int raw = ks_raw(u);
-  if (!raw) {
+  /* prescaled: the INTT before wrote the scaled rows (ks0's words); ks1 reads them */
+  const int raw = a->prescaled ? 0 : ks_raw(u);
+  if (!raw && !a->prescaled) {
     if (a->scaled == NULL) return fh_error_set(FH_ERR_EXECUTION, "ckks_ks_core: no scratch for the scaled sources");
     pdl(ks0_kernel, dim3(blocks_for(n, EW_THREADS * KS0_WORDS), nsrc_rows, gz), EW_THREADS, 0, h, *a);
   }
@@ -1807,15 +1859,12 @@ __global__ void __launch_bounds__(EW_THREADS) md0_kernel(const __grid_constant__
   pdl_begin();
   const fh_ckks_bconv_args &b = a.conv;
   const int i = blockIdx.y;
-  const uint64_t q = b.primes[b.src_prime[i]].q, half = q >> 1;
+  const uint64_t q = b.primes[b.src_prime[i]].q;
   const uint64_t w = b.consts[2 * i], ws = b.consts[2 * i + 1];
   const int64_t n = (int64_t)1 << b.log_n;
   GROUPS(g, b.ngroups) {
     uint64_t *x = (uint64_t *)b.in + g * b.in_gs + (int64_t)b.src_row[i] * n;
-    COEFFS(j, n) {
-      const uint64_t v = fh_shoup_mul(x[j], w, ws, q);
-      x[j] = v | (v > half ? KS_FLAG : 0);
-    }
+    COEFFS(j, n) x[j] = fh_ckks_ks_source_word(x[j], w, ws, q);
   }
 }
 
@@ -2002,6 +2051,7 @@ fh_status k_moddown(const void *argp, void *stream) {
   const fh_ckks_moddown_args *a = (const fh_ckks_moddown_args *)argp;
   const fh_ckks_bconv_args *b = &a->conv;
   const char *why = fh_ckks_moddown_add_b_refusal(a);
+  if (!why) why = fh_ckks_moddown_prescaled_refusal(a, true);
   if (why) return fh_error_set(FH_ERR_EXECUTION, "%s", why);
   if (b->ngroups <= 0 || b->ndst <= 0) return FH_OK;
   const int64_t n = (int64_t)1 << b->log_n;
@@ -2053,8 +2103,9 @@ fh_status k_moddown(const void *argp, void *stream) {
   }
   cudaStream_t h = (cudaStream_t)stream;
   const unsigned tiles = (unsigned)(n / NTT_TILE), gz = grid_z(b->ngroups);
-  /* one P row (or the dropped row of a rescale): md1 scales it on load, md0 and md0r do not run */
-  const bool raw = b->nsrc == 1 && raw_sources() && conv_loads() == CONV_LOADS_DEFAULT;
+  /* one P row (or the dropped row of a rescale): md1 scales it on load, md0 and md0r do not
+   * run; prescaled: the INTT before wrote md0's words, md1 reads them */
+  const bool raw = !a->prescaled && b->nsrc == 1 && raw_sources() && conv_loads() == CONV_LOADS_DEFAULT;
   if (a->rescale) {
     /* md0r: the P rows scaled, y0; md1 and md2 over rows 1.. */
     if (b->ndst < 2 || (a->add[0] == NULL) != (a->v0 == NULL) || (a->add[1] == NULL) != (a->v0 == NULL))
@@ -2074,7 +2125,7 @@ fh_status k_moddown(const void *argp, void *stream) {
     }
     return launched("kernel 'ckks_moddown'");
   }
-  if (b->nsrc > 0 && !raw) pdl(md0_kernel, dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h, *a);
+  if (b->nsrc > 0 && !raw && !a->prescaled) pdl(md0_kernel, dim3(blocks_for(n, EW_THREADS), b->nsrc, gz), EW_THREADS, 0, h, *a);
   const dim3 grid(tiles, b->ndst, gz);
   const int loads = conv_loads();
   if (md_wide(b->log_n)) {

@@ -258,6 +258,7 @@ static fh_status run_ntt(const void *argp, bool forward) {
   const fh_ckks_ntt_args *a = argp;
   const int64_t n = (int64_t)1 << a->log_n;
   const char *why = fh_ckks_ntt_in_b_refusal(a, forward);
+  if (!why) why = fh_ckks_ntt_scale_refusal(a, forward);
   if (why) return fh_error_set(FH_ERR_EXECUTION, "%s", why);
   const bool ifma = fh_cpu_simd()[0] == 'a'; /* "avx512ifma" */
   FH_FOR_ROWS(a->ngroups, a->nlimbs, n) {
@@ -275,9 +276,13 @@ static fh_status run_ntt(const void *argp, bool forward) {
         if (l < a->nkeep) memcpy(a->keep + g * a->keep_gs + (int64_t)l * n, out, sizeof(uint64_t) * (size_t)n);
         in = out;
       }
-      if (ifma && fh__ckks_ntt_row_ifma(out, in, a->log_n, &a->primes[p], tw, forward)) continue;
-      if (forward) ntt_forward_row(out, in, a->log_n, &a->primes[p], tw);
-      else ntt_inverse_row(out, in, a->log_n, &a->primes[p], tw);
+      if (!(ifma && fh__ckks_ntt_row_ifma(out, in, a->log_n, &a->primes[p], tw, forward))) {
+        if (forward) ntt_forward_row(out, in, a->log_n, &a->primes[p], tw);
+        else ntt_inverse_row(out, in, a->log_n, &a->primes[p], tw);
+      }
+      const uint64_t *sc = a->scale[l];
+      if (sc) /* (inverse only: the refusal above) the key switch's conversion sources */
+        for (int64_t j = 0; j < n; ++j) out[j] = fh_ckks_ks_source_word(out[j], sc[0], sc[1], a->primes[p].q);
     }
   return FH_OK;
 }
@@ -908,6 +913,8 @@ static fh_status cpu_modup(const void *argp) {
 static fh_status cpu_ks_core(const void *argp) {
   const fh_ckks_ks_core_args *a = argp;
   const fh_ckks_modup_args *u = &a->up;
+  const char *why = fh_ckks_ks_core_prescaled_refusal(a, false);
+  if (why) return fh_error_set(FH_ERR_EXECUTION, "%s", why);
   fh_status st = cpu_modup(u);
   if (st != FH_OK) return st;
   const int64_t n = (int64_t)1 << u->log_n;
@@ -957,6 +964,7 @@ static fh_status cpu_moddown(const void *argp) {
   const fh_ckks_bconv_args *b = &a->conv;
   const int64_t n = (int64_t)1 << b->log_n;
   const char *why = fh_ckks_moddown_add_b_refusal(a);
+  if (!why) why = fh_ckks_moddown_prescaled_refusal(a, false);
   if (why) return fh_error_set(FH_ERR_EXECUTION, "%s", why);
   fh_status st = cpu_bconv(b);
   if (st != FH_OK) return st;

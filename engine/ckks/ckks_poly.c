@@ -72,6 +72,20 @@ void fh__ckks_ntt_rows_args(const fh__ckks_launcher *L, fh_ckks_ntt_args *a, uin
   }
 }
 
+void fh__ckks_source_scale_rows(const fh_ckks_tables *tb, int level, bool moddown, fh_ckks_ntt_args *a) {
+  if (moddown) {
+    for (int i = 0; i < tb->np; ++i) a->scale[i] = tb->moddown[level] + 2 * i;
+    return;
+  }
+  /* the digits of the mod-up at `level` (fh_ckks_poly_modup): the first active one may start
+   * below level; row r of the digit [first, last) is limb r - level */
+  for (int j = fh_ckks_tables_first_digit(tb, level); j < tb->dnum; ++j) {
+    const int first = tb->digit_start[j] > level ? tb->digit_start[j] : level, last = tb->digit_start[j + 1];
+    const uint64_t *c = tb->modup[level * tb->dnum + j];
+    for (int r = first; r < last; ++r) a->scale[r - level] = c + 2 * (r - first);
+  }
+}
+
 fh_status fh__ckks_ntt_rows(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_t out_gs, const uint64_t *in,
                             int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs, const int32_t *in_row,
                             const int32_t *out_row) {
@@ -851,6 +865,31 @@ fh_status fh_ckks_poly_modup(fh_ckks_tables *tb, fh_tensor *t, int level, fh_ten
     for (int k = 0; k < np; ++k) u.prime[la + k] = nq + k;
     st = fh__ckks_submit(&L, FH_K_CKKS_MODUP, &u, sizeof u);
   }
+  fh_tensor_release(in);
+  return fh__deliver(st, out, result);
+}
+
+fh_status fh_ckks_poly_intt_sources(fh_ckks_tables *tb, fh_tensor *t, int level, bool moddown, fh_tensor **result) {
+  const char *what = "ckks intt_sources";
+  fh_status st;
+  if (tb->np == 0) return fh_error_set(FH_ERR_VALUE, "%s: the tables have no P primes", what);
+  if (level < 0 || level >= tb->nq)
+    return fh_error_set(FH_ERR_VALUE, "%s: level %d is outside [0, %d)", what, level, tb->nq);
+  const int rows = moddown ? tb->np : tb->nq - level;
+  int64_t ngroups = 0;
+  if ((st = check_rows(what, tb, t, rows, FH_UINT64, &ngroups))) return st;
+  fh__ckks_launcher L;
+  if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
+  fh_tensor *in = NULL, *out = NULL;
+  int64_t in_gs;
+  if ((st = unary_io(&L, t, &in, &in_gs, &out)) != FH_OK) return st;
+  int32_t prime[FH_CKKS_MAX_PRIMES];
+  for (int i = 0; i < rows; ++i) prime[i] = moddown ? tb->nq + i : level + i;
+  fh_ckks_ntt_args a;
+  fh__ckks_ntt_rows_args(&L, &a, fh__ckks_ptr(out), (int64_t)rows * tb->n, fh__ckks_ptr(in), in_gs, ngroups, prime,
+                         rows, NULL, NULL);
+  fh__ckks_source_scale_rows(tb, level, moddown, &a);
+  if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_INTT, &a, sizeof a);
   fh_tensor_release(in);
   return fh__deliver(st, out, result);
 }

@@ -260,6 +260,8 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
   lo.ntt = w;
   w += (size_t)np_all * 4 * (size_t)n;
   /* the FP64 twiddle rows of the primes that take FP64 butterflies on CUDA */
+  const char *fold_env = getenv("FHELIUM_CUDA_FOLD");
+  t->fold_sources = dev.type == FH_DEVICE_CUDA && log_n > FH_CKKS_CUDA_ROW_LOG && !(fold_env && strcmp(fold_env, "0") == 0);
   const char *fp_env = getenv("FHELIUM_CUDA_FP");
   const bool use_fp = dev.type != FH_DEVICE_CPU && !(fp_env && strcmp(fp_env, "0") == 0);
   for (int p = 0; p < np_all; ++p) {

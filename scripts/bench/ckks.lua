@@ -28,7 +28,7 @@
 -- figures. Absolute times are only meaningful from the GPU machine; the
 -- ratios hold anywhere. On CUDA the second line names the kernel switches in
 -- effect (FHELIUM_CUDA_FP, _KS, _KS1, _KS1T, _KS2, _KSFP, _CONV, _LT,
--- _MD, _RAW, _NTTW, _NTTB, _PDL: docs/ckks.md), so that an A/B of two runs
+-- _MD, _RAW, _FOLD, _NTTW, _NTTB, _PDL: docs/ckks.md), so that an A/B of two runs
 -- says which side each table is.
 -- Then, on a GPU, every GPU target of issue 14 (FHElium 0.30's figures on the
 -- same H200 beside each, yes/no, or "not run" where --slots or --matvec leave
@@ -247,7 +247,7 @@ print(("fhelium %s, CKKS on %s, build %s; median ms per call; floor = D2D copy o
 if cuda then
   -- the CUDA kernels' benchmarking switches (docs/ckks.md), so that a table says what ran
   local knobs = {}
-  for _, k in ipairs { "FHELIUM_CUDA_FP", "FHELIUM_CUDA_KS", "FHELIUM_CUDA_KS1", "FHELIUM_CUDA_KS1T", "FHELIUM_CUDA_KS2", "FHELIUM_CUDA_KSFP", "FHELIUM_CUDA_CONV", "FHELIUM_CUDA_LT", "FHELIUM_CUDA_MD", "FHELIUM_CUDA_RAW", "FHELIUM_CUDA_NTTW", "FHELIUM_CUDA_NTTB", "FHELIUM_CUDA_PDL" } do
+  for _, k in ipairs { "FHELIUM_CUDA_FP", "FHELIUM_CUDA_KS", "FHELIUM_CUDA_KS1", "FHELIUM_CUDA_KS1T", "FHELIUM_CUDA_KS2", "FHELIUM_CUDA_KSFP", "FHELIUM_CUDA_CONV", "FHELIUM_CUDA_LT", "FHELIUM_CUDA_MD", "FHELIUM_CUDA_RAW", "FHELIUM_CUDA_FOLD", "FHELIUM_CUDA_NTTW", "FHELIUM_CUDA_NTTB", "FHELIUM_CUDA_PDL" } do
     knobs[#knobs + 1] = k .. "=" .. (os.getenv(k) or "default")
   end
   print("kernel switches: " .. table.concat(knobs, " "))

@@ -150,7 +150,23 @@ typedef struct fh_ckks_ntt_args {
   int64_t keep_gs;
   int32_t nkeep;
   int8_t prod[FH_CKKS_MAX_PRIMES];
+  /* The inverse transform's output made a key switch's conversion sources (inverse only),
+   * for each limb l whose scale[l] is not NULL: output word x is written as
+   * fh_ckks_ks_source_word(x, scale[l][0], scale[l][1], q), scale[l] pointing at the pair
+   * (shat_inv, Shoup companion) of the row's conversion constants (fh_ckks_bconv_args.consts,
+   * on the tables' device). The words that CUDA's key switch and mod-down otherwise make in
+   * a pass of their own (fh_ckks_ks_core_args.prescaled, fh_ckks_moddown_args.prescaled). */
+  const uint64_t *scale[FH_CKKS_MAX_PRIMES];
 } fh_ckks_ntt_args;
+
+/* A conversion source word as the key switch's base conversion takes it: [x shat_inv]_q (a
+ * Shoup product, fully reduced) with bit 63 (FH_CKKS_KS_FLAG; primes are below 2^63) set when
+ * it is above q / 2, the flag of its centred lift. Both back ends' code. */
+#define FH_CKKS_KS_FLAG ((uint64_t)1 << 63)
+FH_HD uint64_t fh_ckks_ks_source_word(uint64_t x, uint64_t w, uint64_t ws, uint64_t q) {
+  const uint64_t r = fh_shoup_mul(x, w, ws, q);
+  return r | (r > (q >> 1) ? FH_CKKS_KS_FLAG : 0);
+}
 
 /* The tensor product of (a0, a1) and (b0, b1), one word (NTT domain, Montgomery products as
  * FH_K_CKKS_TENSOR writes them): kind FH_CKKS_PROD_11 a1 b1 (d2), FH_CKKS_PROD_00 a0 b0 (d0),
@@ -319,7 +335,13 @@ typedef struct fh_ckks_ks_core_args {
    * transformed again (the same result: the NTT of up.in's rows) */
   const uint64_t *in_ntt;
   int64_t in_ntt_gs;
+  /* not 0: `scaled` already holds the scaled sources (an INTT with fh_ckks_ntt_args.scale
+   * wrote them), and CUDA's pass that makes them does not run; up.in is then not read. CUDA
+   * with N > 2^FH_CKKS_CUDA_ROW_LOG, a key and in_ntt only (fh_ckks_ks_core_prescaled_refusal):
+   * the digits' own rows come from in_ntt, the converted ones from `scaled` */
+  int32_t prescaled;
 } fh_ckks_ks_core_args;
+
 
 /* ---- the mod-down of a key switch, NTT-domain result ------------------------------
  * conv converts the P rows of each group gg (coefficient domain, centred) to its Q rows
@@ -371,6 +393,11 @@ typedef struct fh_ckks_moddown_args {
    * fh_ckks_tensor_word(FH_CKKS_PROD_X, ..) of A0 = add[0], A1 = add[1], B0 = add_b[0],
    * B1 = add_b[1] (group stride add_gs for both; add_galois 0 or 1) */
   const uint64_t *add_b[2];
+  /* not 0: conv.in's P rows are already the conversion's sources (an INTT with
+   * fh_ckks_ntt_args.scale wrote them), and CUDA's pass that makes them in place does not
+   * run. CUDA with N > 2^FH_CKKS_CUDA_ROW_LOG and no fused rescale only
+   * (fh_ckks_moddown_prescaled_refusal) */
+  int32_t prescaled;
 } fh_ckks_moddown_args;
 
 /* Why a kernel refuses the tensor-product form of its input (fh_ckks_ntt_args.in_b) or of
@@ -386,12 +413,38 @@ static inline const char *fh_ckks_ntt_in_b_refusal(const fh_ckks_ntt_args *a, bo
     return "ckks_ntt: a tensor-product input only for the inverse with N > 2^" FH__CKKS_XSTR(FH_CKKS_CUDA_ROW_LOG);
   return NULL;
 }
+/* Why a kernel refuses fh_ckks_ntt_args.scale (NULL where it takes it): the inverse only */
+static inline const char *fh_ckks_ntt_scale_refusal(const fh_ckks_ntt_args *a, bool forward) {
+  if (!forward) return NULL;
+  for (int l = 0; l < a->nlimbs && l < FH_CKKS_MAX_PRIMES; ++l)
+    if (a->scale[l] != NULL) return "ckks_ntt: scaled outputs only for the inverse";
+  return NULL;
+}
 static inline const char *fh_ckks_moddown_add_b_refusal(const fh_ckks_moddown_args *a) {
   if (a->add_b[0] == NULL) return NULL;
   if (!a->add[0] || !a->add[1] || !a->add_b[1] || a->add_galois > 1)
     return "ckks_moddown: a tensor-product add needs both components of both operands and no automorphism";
   if (a->conv.log_n <= FH_CKKS_CUDA_ROW_LOG)
     return "ckks_moddown: no tensor-product add for N <= 2^" FH__CKKS_XSTR(FH_CKKS_CUDA_ROW_LOG);
+  return NULL;
+}
+
+/* Why a back end refuses fh_ckks_ks_core_args.prescaled (NULL where it takes it; cuda: the
+ * CUDA back end, else the CPU, which keeps no scaled sources) */
+static inline const char *fh_ckks_ks_core_prescaled_refusal(const fh_ckks_ks_core_args *a, bool cuda) {
+  if (!a->prescaled) return NULL;
+  if (!cuda || a->up.log_n <= FH_CKKS_CUDA_ROW_LOG)
+    return "ckks_ks_core: prescaled sources only on CUDA with N > 2^" FH__CKKS_XSTR(FH_CKKS_CUDA_ROW_LOG);
+  if (a->scaled == NULL || a->key == NULL || a->in_ntt == NULL)
+    return "ckks_ks_core: prescaled sources need the scaled rows, a key and the input's NTT rows";
+  return NULL;
+}
+/* Why a back end refuses fh_ckks_moddown_args.prescaled (NULL where it takes it) */
+static inline const char *fh_ckks_moddown_prescaled_refusal(const fh_ckks_moddown_args *a, bool cuda) {
+  if (!a->prescaled) return NULL;
+  if (!cuda || a->conv.log_n <= FH_CKKS_CUDA_ROW_LOG || a->rescale)
+    return "ckks_moddown: prescaled sources only on CUDA with N > 2^" FH__CKKS_XSTR(FH_CKKS_CUDA_ROW_LOG)
+           " and no fused rescale";
   return NULL;
 }
 

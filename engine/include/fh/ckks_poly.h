@@ -95,6 +95,13 @@ fh_status fh_ckks_poly_ks_inner_steps(fh_ckks_tables *tb, fh_tensor *digits, fh_
  * tables' digit constants (fh_ckks_modup_args; centered). */
 fh_status fh_ckks_poly_modup(fh_ckks_tables *tb, fh_tensor *t, int level, fh_tensor **result);
 
+/* The inverse NTT of t [*, rows, N] with its output words made the conversion sources of a
+ * key switch (fh_ckks_ntt_args.scale, fh_ckks_ks_source_word: [x shat_inv]_q, bit 63 the
+ * centred lift's flag), whatever the tables fold: without moddown the rows are the la =
+ * nq - level active Q rows of `level` (shat_inv of each row's digit, as the mod-up's
+ * constants), with moddown the np P rows of a mod-down (shat_inv over P). */
+fh_status fh_ckks_poly_intt_sources(fh_ckks_tables *tb, fh_tensor *t, int level, bool moddown, fh_tensor **result);
+
 /* nt ternary rows, then ng Gaussian rows, of N int64 coefficients on the tables' device, from
  * the next run of r's stream (FH_K_CKKS_SAMPLE; r continues after it): result [nt + ng, N]. */
 fh_status fh_ckks_poly_sample(fh_ckks_tables *tb, fh_ckks_rng *r, int nt, int ng, fh_tensor **result);
@@ -121,6 +128,11 @@ fh_status fh__ckks_ntt(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_
 void fh__ckks_ntt_rows_args(const fh__ckks_launcher *L, fh_ckks_ntt_args *a, uint64_t *out, int64_t out_gs,
                             const uint64_t *in, int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs,
                             const int32_t *in_row, const int32_t *out_row);
+/* a->scale (fh_ckks_ntt_args.scale) for a key switch's conversion sources, limb by limb:
+ * the la active Q rows at `level` (limb r: the (shat_inv, Shoup companion) pair of its
+ * digit's constants, tb->modup), or with moddown the np P rows of a mod-down (limb i: the
+ * pair i of tb->moddown[level]) */
+void fh__ckks_source_scale_rows(const fh_ckks_tables *tb, int level, bool moddown, fh_ckks_ntt_args *a);
 /* The same with limb l at row in_row[l] of each input group and out_row[l] of each output
  * group (fh_ckks_ntt_args.rows). */
 fh_status fh__ckks_ntt_rows(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_t out_gs, const uint64_t *in,

@@ -93,6 +93,11 @@ typedef struct fh_ckks_tables {
   uint64_t *rescale_inv;  /* [nq][nq] (level-major) */
   uint64_t *p_inv;        /* [nq] */
   uint64_t *p_mod;        /* [nq]: P mod q_i (a linear transform's P x terms, FH_K_CKKS_LT) */
+  /* 1: a key switch's INTTs write its conversion sources scaled (fh_ckks_ntt_args.scale), so
+   * that CUDA's passes of their own that scale them do not run (CUDA tables with N >
+   * 2^FH_CKKS_CUDA_ROW_LOG, unless FHELIUM_CUDA_FOLD=0 at their creation: a benchmarking
+   * aid); 0 on the CPU */
+  int32_t fold_sources;
 } fh_ckks_tables;
 
 /* Build the tables for N = 2^log_n and the chain primes[0..nq+np-1] on
