@@ -239,23 +239,35 @@ static fh_status unary_io(fh__ckks_launcher *L, fh_tensor *t, fh_tensor **in, in
 }
 
 /* ---- NTT ------------------------------------------------------------------------------ */
-fh_status fh_ckks_poly_ntt(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int nids, bool forward,
-                           fh_tensor **result) {
-  const char *what = forward ? "ckks ntt" : "ckks intt";
+/* The NTT / INTT entries' launch: t's nids rows (primes prime) into a new tensor; with
+ * scale_level >= 0 (inverse) the outputs made conversion sources (fh__ckks_source_scale_rows) */
+static fh_status ntt_entry(fh_ckks_tables *tb, fh_tensor *t, const int32_t *prime, int nids, bool forward,
+                           int scale_level, bool moddown, const char *what, fh_tensor **result) {
   int64_t ngroups = 0;
   fh_status st;
-  if ((st = check_ids(what, tb, ids, nids)) || (st = check_rows(what, tb, t, nids, FH_UINT64, &ngroups))) return st;
+  if ((st = check_rows(what, tb, t, nids, FH_UINT64, &ngroups))) return st;
   fh__ckks_launcher L;
   if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
   fh_tensor *in = NULL, *out = NULL;
   int64_t in_gs;
   if ((st = unary_io(&L, t, &in, &in_gs, &out)) != FH_OK) return st;
-  int32_t prime[FH_CKKS_MAX_PRIMES];
-  for (int i = 0; i < nids; ++i) prime[i] = ids[i];
-  int64_t gs = (int64_t)nids * tb->n;
-  st = fh__ckks_ntt(&L, forward, fh__ckks_ptr(out), gs, fh__ckks_ptr(in), in_gs, ngroups, prime, nids);
+  fh_ckks_ntt_args a;
+  fh__ckks_ntt_rows_args(&L, &a, fh__ckks_ptr(out), (int64_t)nids * tb->n, fh__ckks_ptr(in), in_gs, ngroups, prime,
+                         nids, NULL, NULL);
+  if (scale_level >= 0) fh__ckks_source_scale_rows(tb, scale_level, moddown, &a);
+  if (ngroups > 0 && nids > 0) st = fh__ckks_submit(&L, forward ? FH_K_CKKS_NTT : FH_K_CKKS_INTT, &a, sizeof a);
   fh_tensor_release(in);
   return fh__deliver(st, out, result);
+}
+
+fh_status fh_ckks_poly_ntt(fh_ckks_tables *tb, fh_tensor *t, const int *ids, int nids, bool forward,
+                           fh_tensor **result) {
+  const char *what = forward ? "ckks ntt" : "ckks intt";
+  fh_status st;
+  if ((st = check_ids(what, tb, ids, nids))) return st;
+  int32_t prime[FH_CKKS_MAX_PRIMES];
+  for (int i = 0; i < nids; ++i) prime[i] = ids[i];
+  return ntt_entry(tb, t, prime, nids, forward, -1, false, what, result);
 }
 
 /* ---- element-wise --------------------------------------------------------------------- */
@@ -871,27 +883,13 @@ fh_status fh_ckks_poly_modup(fh_ckks_tables *tb, fh_tensor *t, int level, fh_ten
 
 fh_status fh_ckks_poly_intt_sources(fh_ckks_tables *tb, fh_tensor *t, int level, bool moddown, fh_tensor **result) {
   const char *what = "ckks intt_sources";
-  fh_status st;
   if (tb->np == 0) return fh_error_set(FH_ERR_VALUE, "%s: the tables have no P primes", what);
   if (level < 0 || level >= tb->nq)
     return fh_error_set(FH_ERR_VALUE, "%s: level %d is outside [0, %d)", what, level, tb->nq);
   const int rows = moddown ? tb->np : tb->nq - level;
-  int64_t ngroups = 0;
-  if ((st = check_rows(what, tb, t, rows, FH_UINT64, &ngroups))) return st;
-  fh__ckks_launcher L;
-  if ((st = fh__ckks_launcher_init(&L, tb)) != FH_OK) return st;
-  fh_tensor *in = NULL, *out = NULL;
-  int64_t in_gs;
-  if ((st = unary_io(&L, t, &in, &in_gs, &out)) != FH_OK) return st;
   int32_t prime[FH_CKKS_MAX_PRIMES];
   for (int i = 0; i < rows; ++i) prime[i] = moddown ? tb->nq + i : level + i;
-  fh_ckks_ntt_args a;
-  fh__ckks_ntt_rows_args(&L, &a, fh__ckks_ptr(out), (int64_t)rows * tb->n, fh__ckks_ptr(in), in_gs, ngroups, prime,
-                         rows, NULL, NULL);
-  fh__ckks_source_scale_rows(tb, level, moddown, &a);
-  if (ngroups > 0) st = fh__ckks_submit(&L, FH_K_CKKS_INTT, &a, sizeof a);
-  fh_tensor_release(in);
-  return fh__deliver(st, out, result);
+  return ntt_entry(tb, t, prime, rows, false, level, moddown, what, result);
 }
 
 fh_status fh_ckks_poly_sample(fh_ckks_tables *tb, fh_ckks_rng *r, int nt, int ng, fh_tensor **result) {
