@@ -12,7 +12,7 @@ local CHILD = cli.root .. "/spec/support/switch_words.lua"
 local settings = {
   { "FHELIUM_CUDA_KS", "fused" }, { "FHELIUM_CUDA_KS", "split" }, { "FHELIUM_CUDA_KS1T", "1" },
   { "FHELIUM_CUDA_KS1T", "4" }, { "FHELIUM_CUDA_KS2", "3" }, { "FHELIUM_CUDA_KS2", "w" },
-  { "FHELIUM_CUDA_RAW", "0" }, { "FHELIUM_CUDA_NTTB", "3" }, { "FHELIUM_CUDA_FOLD", "0" },
+  { "FHELIUM_CUDA_RAW", "0" }, { "FHELIUM_CUDA_NTTB", "3" }, { "FHELIUM_CUDA_FOLD", "1" },
 }
 
 describe("CUDA kernel switches", function()

@@ -583,7 +583,7 @@ __device__ __forceinline__ chunk_place chunk_place_of(int log_n) {
   for (int64_t g = (int64_t)blockIdx.z * (cp).fold + (cp).slot; g < (ngroups); g += (int64_t)gridDim.z * (cp).fold)
 
 /* A whole row (N <= NTT_TILE): every stage, global to global through shared memory.
- * SCALE (inverse): rows with a.scale[l] write the scaled words (scaled_out) */
+ * SCALE (inverse): the rows l < a.nscale write the scaled words (scaled_out) */
 template <bool FORWARD, bool SCALE = false>
 __global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
   pdl_begin();
@@ -593,7 +593,7 @@ __global__ void __launch_bounds__(NTT_THREADS) ntt_row_kernel(const __grid_const
   const fh_ckks_prime c = a.primes[a.prime[l]];
   const ntt_prime P = ntt_prime_of(a, l, FORWARD);
   const ntt_geom geo = {n, 0, 0, a.log_n};
-  const uint64_t *scale = SCALE ? a.scale[l] : NULL;
+  const uint64_t *scale = SCALE && l < a.nscale ? a.scale + 2 * l : NULL;
   GROUPS(g, a.ngroups) {
     const ntt_view src = {(uint64_t *)(a.in + g * a.in_gs + fh_ckks_ntt_in_off(&a, l)), 1, 0};
     const ntt_view dst = {a.out + g * a.out_gs + fh_ckks_ntt_out_off(&a, l), 1, 0};
@@ -634,7 +634,7 @@ __device__ __forceinline__ int own_digit_of(const tensor_in &, int) { return -1;
  * twice that (wide: 4 words a thread, passes of 2 stages, two blocks per SM: for small grids,
  * ntt_wide). MINB: blocks per SM that the registers allow at NTT_THREADS (3: 80 registers,
  * 4: 64; ntt_blocks chooses) */
-/* SCALE (inverse): rows with a.scale[l] write the scaled words (scaled_out) */
+/* SCALE (inverse): the rows l < a.nscale write the scaled words (scaled_out) */
 template <bool FORWARD, int THREADS = NTT_THREADS, int MINB = 3, bool SCALE = false>
 __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) ntt_col_kernel(const __grid_constant__ fh_ckks_ntt_args a) {
   pdl_begin();
@@ -646,7 +646,7 @@ __global__ void __launch_bounds__(THREADS, THREADS == NTT_THREADS ? MINB : 2) nt
   const fh_ckks_prime c = a.primes[a.prime[l]];
   const ntt_prime P = ntt_prime_of(a, l, FORWARD);
   const ntt_geom geo = {(int64_t)1 << sp.log_n1, 0, 0, sp.log_n1};
-  const uint64_t *scale = SCALE ? a.scale[l] : NULL;
+  const uint64_t *scale = SCALE && l < a.nscale ? a.scale + 2 * l : NULL;
   GROUPS(g, a.ngroups) {
     const uint64_t *in = FORWARD ? a.in + g * a.in_gs : a.out + g * a.out_gs;
     const int64_t ioff = FORWARD ? fh_ckks_ntt_in_off(&a, l) : fh_ckks_ntt_out_off(&a, l);
@@ -759,8 +759,7 @@ fh_status run_ntt(const void *argp, void *stream) {
   const int64_t n = (int64_t)1 << a->log_n;
   const unsigned gz = grid_z(a->ngroups);
   /* rows with scaled outputs: the inverse's last kernel in its SCALE form */
-  bool scaled = false;
-  for (int l = 0; l < a->nlimbs && !FORWARD; ++l) scaled = scaled || a->scale[l] != NULL;
+  const bool scaled = !FORWARD && a->nscale > 0;
   if (a->log_n <= NTT_TILE_LOG) {
     const int threads = (int)(n / 8 < 32 ? 32 : n / 8);
     if (scaled) pdl(ntt_row_kernel<false, true>, dim3(1, a->nlimbs, gz), threads, 0, h, *a);

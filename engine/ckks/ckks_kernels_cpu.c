@@ -280,9 +280,10 @@ static fh_status run_ntt(const void *argp, bool forward) {
         if (forward) ntt_forward_row(out, in, a->log_n, &a->primes[p], tw);
         else ntt_inverse_row(out, in, a->log_n, &a->primes[p], tw);
       }
-      const uint64_t *sc = a->scale[l];
-      if (sc) /* (inverse only: the refusal above) the key switch's conversion sources */
-        for (int64_t j = 0; j < n; ++j) out[j] = fh_ckks_ks_source_word(out[j], sc[0], sc[1], a->primes[p].q);
+      if (l < a->nscale) { /* (inverse only: the refusal above) the key switch's conversion sources */
+        const uint64_t w = a->scale[2 * l], ws = a->scale[2 * l + 1];
+        for (int64_t j = 0; j < n; ++j) out[j] = fh_ckks_ks_source_word(out[j], w, ws, a->primes[p].q);
+      }
     }
   return FH_OK;
 }
@@ -393,8 +394,9 @@ static fh_status cpu_tensor(const void *argp) {
 
 /* ---- fast base conversion ------------------------------------------------------------ */
 #define BCONV_BLOCK 64
-static fh_status cpu_bconv(const void *argp) {
-  const fh_ckks_bconv_args *a = argp;
+/* prescaled: the sources are already the scaled residues with the lift's flag in bit 63
+ * (fh_ckks_ks_source_word; fh_ckks_ks_core_args.prescaled, fh_ckks_moddown_args.prescaled) */
+static fh_status bconv_impl(const fh_ckks_bconv_args *a, bool prescaled) {
   const int64_t n = (int64_t)1 << a->log_n;
   const int ns = a->nsrc, ndst = a->ndst;
   const bool center = a->center;
@@ -415,7 +417,7 @@ static fh_status cpu_bconv(const void *argp) {
   }
   /* one source prime with Shat^-1 = 1 and Shat = 1 (a mod-up digit of one prime, a rescale, a
    * mod-down from one P prime): the scaled residues are the inputs themselves */
-  bool direct = ns == 1 && shat_inv[0] == 1;
+  bool direct = !prescaled && ns == 1 && shat_inv[0] == 1;
   for (int t = 0; t < ndst && direct; ++t) direct = mat[t] == 1;
   if (a->copy_src)
     for (int64_t g = 0; g < a->ngroups; ++g)
@@ -439,7 +441,10 @@ static fh_status cpu_bconv(const void *argp) {
     for (int i = 0; i < ns && !direct; ++i) {
       const uint64_t *x = in + (int64_t)a->src_row[i] * n + j0;
       const uint64_t q = a->primes[a->src_prime[i]].q, w = shat_inv[2 * i], ws = shat_inv[2 * i + 1];
-      for (int64_t j = 0; j < bl; ++j) y[i][j] = fh_shoup_mul(x[j], w, ws, q);
+      if (prescaled)
+        for (int64_t j = 0; j < bl; ++j) y[i][j] = x[j] & ~FH_CKKS_KS_FLAG;
+      else
+        for (int64_t j = 0; j < bl; ++j) y[i][j] = fh_shoup_mul(x[j], w, ws, q);
     }
     if (center && !direct) {
       for (int64_t j = 0; j < bl; ++j) v[j] = 0;
@@ -491,6 +496,7 @@ static fh_status cpu_bconv(const void *argp) {
   fh_free(ys);
   return FH_OK;
 }
+static fh_status cpu_bconv(const void *argp) { return bconv_impl(argp, false); }
 
 /* The NTT-domain automorphism X -> X^galois as the source slot of every slot
  * (fh_ckks_automorph_src), once per launch: *perm NULL for galois 0 or 1 (none), else a new
@@ -875,16 +881,16 @@ static fh_status cpu_decode(const void *argp) {
 }
 
 /* ---- mod-up of every digit: one base conversion per digit -------------------------------- */
-static fh_status cpu_modup(const void *argp) {
-  const fh_ckks_modup_args *a = argp;
+/* in, in_gs: the sources (a->in, or prescaled: the scaled rows of fh_ckks_ks_core_args) */
+static fh_status modup_impl(const fh_ckks_modup_args *a, const uint64_t *in, int64_t in_gs, bool prescaled) {
   const int64_t n = (int64_t)1 << a->log_n;
   for (int j = 0; j < a->ndigits; ++j) {
     fh_ckks_bconv_args b;
     memset(&b, 0, sizeof b);
     b.out = a->out + (int64_t)j * a->out_ds;
-    b.in = a->in;
+    b.in = in;
     b.out_gs = a->out_gs;
-    b.in_gs = a->in_gs;
+    b.in_gs = in_gs;
     b.ngroups = a->ngroups;
     b.nsrc = a->nsrc[j];
     b.log_n = a->log_n;
@@ -903,10 +909,14 @@ static fh_status cpu_modup(const void *argp) {
       b.ndst++;
     }
     (void)n;
-    fh_status st = cpu_bconv(&b);
+    fh_status st = bconv_impl(&b, prescaled);
     if (st != FH_OK) return st;
   }
   return FH_OK;
+}
+static fh_status cpu_modup(const void *argp) {
+  const fh_ckks_modup_args *a = argp;
+  return modup_impl(a, a->in, a->in_gs, false);
 }
 
 /* ---- key-switch core: mod-up, NTT, inner product in turn ---------------------------------- */
@@ -915,7 +925,9 @@ static fh_status cpu_ks_core(const void *argp) {
   const fh_ckks_modup_args *u = &a->up;
   const char *why = fh_ckks_ks_core_prescaled_refusal(a, false);
   if (why) return fh_error_set(FH_ERR_EXECUTION, "%s", why);
-  fh_status st = cpu_modup(u);
+  /* prescaled: the conversions from the scaled rows (the own rows they copy are then
+   * replaced by in_ntt's, which prescaled requires) */
+  fh_status st = a->prescaled ? modup_impl(u, a->scaled, a->scaled_gs, true) : cpu_modup(u);
   if (st != FH_OK) return st;
   const int64_t n = (int64_t)1 << u->log_n;
   fh_ckks_ntt_args t;
@@ -966,7 +978,7 @@ static fh_status cpu_moddown(const void *argp) {
   const char *why = fh_ckks_moddown_add_b_refusal(a);
   if (!why) why = fh_ckks_moddown_prescaled_refusal(a, false);
   if (why) return fh_error_set(FH_ERR_EXECUTION, "%s", why);
-  fh_status st = cpu_bconv(b);
+  fh_status st = bconv_impl(b, a->prescaled != 0);
   if (st != FH_OK) return st;
   /* fused rescale: y0, the unrescaled result's row 0 in coefficients, from the conversion's
    * row 0 (before its NTT), then P [y0]_{q_l} added to the conversion's other rows */

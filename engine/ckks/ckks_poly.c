@@ -73,17 +73,10 @@ void fh__ckks_ntt_rows_args(const fh__ckks_launcher *L, fh_ckks_ntt_args *a, uin
 }
 
 void fh__ckks_source_scale_rows(const fh_ckks_tables *tb, int level, bool moddown, fh_ckks_ntt_args *a) {
-  if (moddown) {
-    for (int i = 0; i < tb->np; ++i) a->scale[i] = tb->moddown[level] + 2 * i;
-    return;
-  }
-  /* the digits of the mod-up at `level` (fh_ckks_poly_modup): the first active one may start
-   * below level; row r of the digit [first, last) is limb r - level */
-  for (int j = fh_ckks_tables_first_digit(tb, level); j < tb->dnum; ++j) {
-    const int first = tb->digit_start[j] > level ? tb->digit_start[j] : level, last = tb->digit_start[j + 1];
-    const uint64_t *c = tb->modup[level * tb->dnum + j];
-    for (int r = first; r < last; ++r) a->scale[r - level] = c + 2 * (r - first);
-  }
+  /* a mod-down's sources: the np pairs at the head of its constants; a mod-up's: the level's
+   * row of fh_ckks_tables.sources */
+  a->scale = moddown ? tb->moddown[level] : tb->sources + 2 * (size_t)level * (size_t)tb->nq;
+  a->nscale = moddown ? tb->np : tb->nq - level;
 }
 
 fh_status fh__ckks_ntt_rows(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_t out_gs, const uint64_t *in,

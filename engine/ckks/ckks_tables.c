@@ -89,7 +89,7 @@ fh_status fh_ckks_fhelium_ntt_order(uint64_t q, int log_n, uint64_t psi, uint32_
 _Static_assert(sizeof(fh_ckks_prime) % sizeof(uint64_t) == 0, "fh_ckks_prime is a whole number of words");
 
 typedef struct layout {
-  size_t primes, ntt, rot, ksi, garner, bconv, rescale, total;
+  size_t primes, ntt, rot, ksi, garner, bconv, rescale, sources, total;
 } layout;
 
 /* words before level l's one-prime rescale conversion (q_l -> the nq - l - 1 primes above it),
@@ -259,9 +259,11 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
   w += PRIME_WORDS * (size_t)np_all;
   lo.ntt = w;
   w += (size_t)np_all * 4 * (size_t)n;
-  /* the FP64 twiddle rows of the primes that take FP64 butterflies on CUDA */
+  /* the key switch's sources scaled by the INTTs before it (fh_ckks_tables.fold_sources) */
   const char *fold_env = getenv("FHELIUM_CUDA_FOLD");
-  t->fold_sources = dev.type == FH_DEVICE_CUDA && log_n > FH_CKKS_CUDA_ROW_LOG && !(fold_env && strcmp(fold_env, "0") == 0);
+  t->fold_sources = np > 0 && fold_env && strcmp(fold_env, "1") == 0 &&
+                    (dev.type == FH_DEVICE_CPU || log_n > FH_CKKS_CUDA_ROW_LOG);
+  /* the FP64 twiddle rows of the primes that take FP64 butterflies on CUDA */
   const char *fp_env = getenv("FHELIUM_CUDA_FP");
   const bool use_fp = dev.type != FH_DEVICE_CPU && !(fp_env && strcmp(fp_env, "0") == 0);
   for (int p = 0; p < np_all; ++p) {
@@ -305,6 +307,9 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
   /* the rescales' one-prime conversions, level after level */
   lo.rescale = w;
   w += rescale_at(nq, nq - 1);
+  /* the key switch's conversion sources' pairs, [level][row][2] (fh_ckks_tables.sources) */
+  lo.sources = w;
+  if (np > 0) w += 2 * (size_t)nq * (size_t)nq;
   lo.total = w;
 
   t->rescale_inv = fh_calloc((size_t)nq * (size_t)nq, sizeof(uint64_t));
@@ -410,6 +415,9 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
         if (i < lo_j || i >= lo_j + ns) dst[nd++] = i;
       for (int k = 0; k < np; ++k) dst[nd++] = nq + k;
       fh_ckks_bconv_constants(t, src, ns, dst, nd, base + modup_off[l * t->dnum + j]);
+      /* the digit's (shat_inv, Shoup companion) pairs, at its rows' places among the level's */
+      memcpy(base + lo.sources + 2 * ((size_t)l * (size_t)nq + (size_t)(lo_j - l)), base + modup_off[l * t->dnum + j],
+             2 * (size_t)ns * sizeof(uint64_t));
     }
     for (int k = 0; k < np; ++k) src[k] = nq + k;
     for (int i = 0; i < la; ++i) dst[i] = l + i;
@@ -462,6 +470,7 @@ fh_status fh_ckks_tables_new_layout(int log_n, const uint64_t *primes, int nq, i
     t->moddown[l] = d + moddown_off[l];
   }
   for (int l = 0; l + 1 < nq; ++l) t->rescale[l] = d + lo.rescale + rescale_at(nq, l);
+  t->sources = np > 0 ? d + lo.sources : NULL;
   fh_free(modup_off);
   fh_free(moddown_off);
   *out = t;

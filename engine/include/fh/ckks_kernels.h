@@ -151,12 +151,14 @@ typedef struct fh_ckks_ntt_args {
   int32_t nkeep;
   int8_t prod[FH_CKKS_MAX_PRIMES];
   /* The inverse transform's output made a key switch's conversion sources (inverse only),
-   * for each limb l whose scale[l] is not NULL: output word x is written as
-   * fh_ckks_ks_source_word(x, scale[l][0], scale[l][1], q), scale[l] pointing at the pair
-   * (shat_inv, Shoup companion) of the row's conversion constants (fh_ckks_bconv_args.consts,
-   * on the tables' device). The words that CUDA's key switch and mod-down otherwise make in
-   * a pass of their own (fh_ckks_ks_core_args.prescaled, fh_ckks_moddown_args.prescaled). */
-  const uint64_t *scale[FH_CKKS_MAX_PRIMES];
+   * for the limbs l < nscale (0: none): output word x is written as
+   * fh_ckks_ks_source_word(x, scale[2 l], scale[2 l + 1], q), scale holding each such row's
+   * pair (shat_inv, Shoup companion) of its conversion constants on the tables' device
+   * (fh_ckks_tables.sources, or a mod-down's fh_ckks_bconv_args.consts). The words that
+   * CUDA's key switch and mod-down otherwise make in a pass of their own
+   * (fh_ckks_ks_core_args.prescaled, fh_ckks_moddown_args.prescaled). */
+  const uint64_t *scale;
+  int32_t nscale;
 } fh_ckks_ntt_args;
 
 /* A conversion source word as the key switch's base conversion takes it: [x shat_inv]_q (a
@@ -336,9 +338,10 @@ typedef struct fh_ckks_ks_core_args {
   const uint64_t *in_ntt;
   int64_t in_ntt_gs;
   /* not 0: `scaled` already holds the scaled sources (an INTT with fh_ckks_ntt_args.scale
-   * wrote them), and CUDA's pass that makes them does not run; up.in is then not read. CUDA
-   * with N > 2^FH_CKKS_CUDA_ROW_LOG, a key and in_ntt only (fh_ckks_ks_core_prescaled_refusal):
-   * the digits' own rows come from in_ntt, the converted ones from `scaled` */
+   * wrote them: fh_ckks_ks_source_word of up.in's words), and CUDA's pass that makes them
+   * does not run; up.in is then not read. With a key and in_ntt only, and on CUDA with N >
+   * 2^FH_CKKS_CUDA_ROW_LOG (fh_ckks_ks_core_prescaled_refusal): the digits' own rows come
+   * from in_ntt, the converted ones from `scaled` (the CPU converts from them too) */
   int32_t prescaled;
 } fh_ckks_ks_core_args;
 
@@ -395,8 +398,8 @@ typedef struct fh_ckks_moddown_args {
   const uint64_t *add_b[2];
   /* not 0: conv.in's P rows are already the conversion's sources (an INTT with
    * fh_ckks_ntt_args.scale wrote them), and CUDA's pass that makes them in place does not
-   * run. CUDA with N > 2^FH_CKKS_CUDA_ROW_LOG and no fused rescale only
-   * (fh_ckks_moddown_prescaled_refusal) */
+   * run (the CPU converts from them). Without a fused rescale, and on CUDA with N >
+   * 2^FH_CKKS_CUDA_ROW_LOG only (fh_ckks_moddown_prescaled_refusal) */
   int32_t prescaled;
 } fh_ckks_moddown_args;
 
@@ -415,9 +418,9 @@ static inline const char *fh_ckks_ntt_in_b_refusal(const fh_ckks_ntt_args *a, bo
 }
 /* Why a kernel refuses fh_ckks_ntt_args.scale (NULL where it takes it): the inverse only */
 static inline const char *fh_ckks_ntt_scale_refusal(const fh_ckks_ntt_args *a, bool forward) {
-  if (!forward) return NULL;
-  for (int l = 0; l < a->nlimbs && l < FH_CKKS_MAX_PRIMES; ++l)
-    if (a->scale[l] != NULL) return "ckks_ntt: scaled outputs only for the inverse";
+  if (a->nscale <= 0) return NULL;
+  if (forward) return "ckks_ntt: scaled outputs only for the inverse";
+  if (a->scale == NULL || a->nscale > a->nlimbs) return "ckks_ntt: scaled outputs need a pair for each of nscale limbs";
   return NULL;
 }
 static inline const char *fh_ckks_moddown_add_b_refusal(const fh_ckks_moddown_args *a) {
@@ -430,11 +433,11 @@ static inline const char *fh_ckks_moddown_add_b_refusal(const fh_ckks_moddown_ar
 }
 
 /* Why a back end refuses fh_ckks_ks_core_args.prescaled (NULL where it takes it; cuda: the
- * CUDA back end, else the CPU, which keeps no scaled sources) */
+ * CUDA back end, whose small rings run the unfused kernels, else the CPU) */
 static inline const char *fh_ckks_ks_core_prescaled_refusal(const fh_ckks_ks_core_args *a, bool cuda) {
   if (!a->prescaled) return NULL;
-  if (!cuda || a->up.log_n <= FH_CKKS_CUDA_ROW_LOG)
-    return "ckks_ks_core: prescaled sources only on CUDA with N > 2^" FH__CKKS_XSTR(FH_CKKS_CUDA_ROW_LOG);
+  if (cuda && a->up.log_n <= FH_CKKS_CUDA_ROW_LOG)
+    return "ckks_ks_core: prescaled sources on CUDA only with N > 2^" FH__CKKS_XSTR(FH_CKKS_CUDA_ROW_LOG);
   if (a->scaled == NULL || a->key == NULL || a->in_ntt == NULL)
     return "ckks_ks_core: prescaled sources need the scaled rows, a key and the input's NTT rows";
   return NULL;
@@ -442,9 +445,9 @@ static inline const char *fh_ckks_ks_core_prescaled_refusal(const fh_ckks_ks_cor
 /* Why a back end refuses fh_ckks_moddown_args.prescaled (NULL where it takes it) */
 static inline const char *fh_ckks_moddown_prescaled_refusal(const fh_ckks_moddown_args *a, bool cuda) {
   if (!a->prescaled) return NULL;
-  if (!cuda || a->conv.log_n <= FH_CKKS_CUDA_ROW_LOG || a->rescale)
-    return "ckks_moddown: prescaled sources only on CUDA with N > 2^" FH__CKKS_XSTR(FH_CKKS_CUDA_ROW_LOG)
-           " and no fused rescale";
+  if (a->rescale) return "ckks_moddown: prescaled sources and a fused rescale";
+  if (cuda && a->conv.log_n <= FH_CKKS_CUDA_ROW_LOG)
+    return "ckks_moddown: prescaled sources on CUDA only with N > 2^" FH__CKKS_XSTR(FH_CKKS_CUDA_ROW_LOG);
   return NULL;
 }
 

@@ -128,10 +128,10 @@ fh_status fh__ckks_ntt(fh__ckks_launcher *L, bool forward, uint64_t *out, int64_
 void fh__ckks_ntt_rows_args(const fh__ckks_launcher *L, fh_ckks_ntt_args *a, uint64_t *out, int64_t out_gs,
                             const uint64_t *in, int64_t in_gs, int64_t ngroups, const int32_t *prime, int nlimbs,
                             const int32_t *in_row, const int32_t *out_row);
-/* a->scale (fh_ckks_ntt_args.scale) for a key switch's conversion sources, limb by limb:
- * the la active Q rows at `level` (limb r: the (shat_inv, Shoup companion) pair of its
- * digit's constants, tb->modup), or with moddown the np P rows of a mod-down (limb i: the
- * pair i of tb->moddown[level]) */
+/* a->scale and a->nscale (fh_ckks_ntt_args) for a key switch's conversion sources: the la
+ * active Q rows at `level` (limb r: the (shat_inv, Shoup companion) pair of its digit's
+ * constants, fh_ckks_tables.sources), or with moddown the np P rows of a mod-down (limb i:
+ * the pair i of tb->moddown[level]); the tables must have P primes */
 void fh__ckks_source_scale_rows(const fh_ckks_tables *tb, int level, bool moddown, fh_ckks_ntt_args *a);
 /* The same with limb l at row in_row[l] of each input group and out_row[l] of each output
  * group (fh_ckks_ntt_args.rows). */

@@ -93,10 +93,16 @@ typedef struct fh_ckks_tables {
   uint64_t *rescale_inv;  /* [nq][nq] (level-major) */
   uint64_t *p_inv;        /* [nq] */
   uint64_t *p_mod;        /* [nq]: P mod q_i (a linear transform's P x terms, FH_K_CKKS_LT) */
+  /* the key switch's conversion sources' constants, [level][row][2] (nq x nq pairs; NULL
+   * without P primes): level l's active Q row r (prime l + r) has its digit's (shat_inv,
+   * Shoup companion) pair at sources + 2 (l nq + r), the pair of the mod-up's constants
+   * (modup above) that scales it (fh_ckks_ntt_args.scale) */
+  const uint64_t *sources;
   /* 1: a key switch's INTTs write its conversion sources scaled (fh_ckks_ntt_args.scale), so
-   * that CUDA's passes of their own that scale them do not run (CUDA tables with N >
-   * 2^FH_CKKS_CUDA_ROW_LOG, unless FHELIUM_CUDA_FOLD=0 at their creation: a benchmarking
-   * aid); 0 on the CPU */
+   * that CUDA's passes of their own that scale them do not run: FHELIUM_CUDA_FOLD=1 at their
+   * creation (not yet the default: these kernels have not run on a GPU), tables with P
+   * primes, on CUDA with N > 2^FH_CKKS_CUDA_ROW_LOG; the CPU takes it at every size (the
+   * same words: the CPU specs run the evaluator's folded calls) */
   int32_t fold_sources;
 } fh_ckks_tables;
 
