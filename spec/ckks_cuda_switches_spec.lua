@@ -1,8 +1,8 @@
 -- The CUDA kernel switches (docs/ckks.md, "Kernel switches") choose between kernel variants for
 -- A/B benchmarks and must never change a word: for each setting a process of its own (a switch
 -- is read once per process) runs relinearize (plain, with the rescale, fused with multiply), a
--- rotation and rotate_many on cuda:0 and on the CPU with one seed and compares them word for
--- word (spec/support/switch_words.lua, at 8192 and 16384 slots). gpu-tagged; the CPU side of
+-- rotation, rotate_many and a linear transform on cuda:0 and on the CPU with one seed and
+-- compares them word for word (spec/support/switch_words.lua, at 8192 and 16384 slots). gpu-tagged; the CPU side of
 -- the same operations is what the other CKKS specs check.
 local H = require "spec.helpers"
 local cli = require "spec.support.cli"
