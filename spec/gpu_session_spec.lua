@@ -11,8 +11,15 @@ describe("scripts/gpu-session", function()
   it("rejects an unknown step with status 2 before building anything", function()
     local r = cli.sh(SCRIPT .. " test,benchmarks")
     assert.equal(2, r.code, r.stdout .. r.stderr)
-    assert.truthy(r.stderr:find("gpu-session: unknown step 'benchmarks' (expected test, check, bench, soak, sweep or multi)",
-      1, true), r.stderr)
+    assert.truthy(r.stderr:find("gpu-session: unknown step 'benchmarks' (expected test, check, bench, ab, soak, sweep or "
+      .. "multi)", 1, true), r.stderr)
+  end)
+
+  it("refuses the ab step without settings, with status 2 before building anything", function()
+    local r = cli.sh(SCRIPT .. " test,ab", { env = { FHELIUM_SESSION_AB = "" } })
+    assert.equal(2, r.code, r.stdout .. r.stderr)
+    assert.truthy(r.stderr:find("gpu-session: step ab needs FHELIUM_SESSION_AB, two or more kernel-switch settings", 1,
+      true), r.stderr)
   end)
 
   if fh.cuda.is_available() then
