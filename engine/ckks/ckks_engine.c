@@ -1246,7 +1246,7 @@ fh_status fh__ckks_keyswitch_tensor(fh_ckks_engine *e, fh__ckks_launcher *L, int
 }
 
 fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                               int64_t gs_d, bool steps, fh__ckks_hoist *h) {
+                               int64_t gs_d, const uint64_t *d_ntt, bool d_scaled, bool steps, fh__ckks_hoist *h) {
   const fh_ckks_tables *tb = e->tb;
   memset(h, 0, sizeof *h);
   ks_geo_of(tb, level, &h->k);
@@ -1267,11 +1267,19 @@ fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int leve
     return st;
   }
   /* the mod-up and the NTT of the extended digits, once: a key-switch core without a key
-   * (on CUDA the conversion fused into the NTT's first kernel, as a key switch does) */
+   * (on CUDA the conversion fused into the NTT's first kernel, as a key switch does); where
+   * the tables fold, the digits' own rows copied from d's NTT rows */
   /* (S stays with h: L lists it among the storages of every later submit) */
   fh_ckks_ks_core_args c;
-  if ((st = ks_core_modup(L, tb, level, k, G, d, gs_d, false, fh__ckks_ptr(h->D), &h->S, &c)) == FH_OK)
+  if (d_scaled && (d_ntt == NULL || !tb->fold_sources))
+    st = fh_error_set(FH_ERR_EXECUTION, "internal error: a hoisted mod-up of scaled sources without NTT rows");
+  else if ((st = ks_core_modup(L, tb, level, k, G, d, gs_d, d_scaled, fh__ckks_ptr(h->D), &h->S, &c)) == FH_OK) {
+    if (tb->fold_sources) {
+      c.in_ntt = d_ntt;
+      c.in_ntt_gs = gs_d;
+    }
     st = fh__ckks_submit(L, FH_K_CKKS_KS_CORE, &c, sizeof c);
+  }
   if (st != FH_OK) fh__ckks_hoist_end(h);
   return st;
 }

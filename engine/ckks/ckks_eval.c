@@ -780,14 +780,17 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
   bool any = false;
   for (int r = 0; r < nsteps; ++r) any = any || canon[r] != 0;
   if (st == FH_OK && any) {
-    const uint64_t *c = fh__ckks_ptr(cd), *d = c + cs;
+    const uint64_t *c = fh__ckks_ptr(cd), *d = c + cs, *d_ntt = NULL;
+    bool scaled = false;
     if (ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &dt)) == FH_OK) { /* c1 in coefficients */
-      st = fh__ckks_ntt(&L, false, fh__ckks_ptr(dt), gs, d, gs, g.B, p, g.la);
+      st = fh__ckks_ks_intt(&L, g.level, fh__ckks_ptr(dt), gs, d, gs, g.B, p, g.la, &scaled);
+      d_ntt = d;
       d = fh__ckks_ptr(dt);
     }
     const bool fused_c0 = ntt && fh_ckks_engine_tables(e)->log_n > FH_CKKS_CUDA_ROW_LOG;
     if (st == FH_OK && !fused_c0) st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &a0);
-    if (st == FH_OK && (st = fh__ckks_hoist_begin(e, &L, g.level, g.B, d, gs, true, &h)) == FH_OK) hoisted = true;
+    if (st == FH_OK && (st = fh__ckks_hoist_begin(e, &L, g.level, g.B, d, gs, d_ntt, scaled, true, &h)) == FH_OK)
+      hoisted = true;
     /* the steps in batches of up to FH_CKKS_KS_MAX_STEPS: their inner products (one launch on
      * CUDA, each digit row read once for the batch), then each step's mod-down */
     int64_t ashape[4] = {g.B, 2, h.k.lk, n};
@@ -917,10 +920,13 @@ static fh_status linear_transform(fh_ckks_engine *e, const fh_value *ct, const i
   const int64_t ogs = (int64_t)lo * n, ocs = gc.B * ogs;
   if (st == FH_OK) st = data_of(&L, ct, &cd);
   if (st == FH_OK) st = fh__ckks_alloc_poly(e, &L, 2, &gc, lo, &res);
-  /* c1 in the coefficient domain, its extended digits in the NTT domain (h.D) */
+  /* c1 in the coefficient domain (or the conversion sources where the tables fold), its
+   * extended digits in the NTT domain (h.D) */
+  bool scaled = false;
   if (st == FH_OK && (st = fh__ckks_alloc_poly(e, &L, 0, &gc, gc.la, &dt)) == FH_OK)
-    st = fh__ckks_ntt(&L, false, fh__ckks_ptr(dt), gs, fh__ckks_ptr(cd) + cs, gs, gc.B, p, gc.la);
-  if (st == FH_OK && (st = fh__ckks_hoist_begin(e, &L, gc.level, gc.B, fh__ckks_ptr(dt), gs, false, &h)) == FH_OK)
+    st = fh__ckks_ks_intt(&L, gc.level, fh__ckks_ptr(dt), gs, fh__ckks_ptr(cd) + cs, gs, gc.B, p, gc.la, &scaled);
+  if (st == FH_OK && (st = fh__ckks_hoist_begin(e, &L, gc.level, gc.B, fh__ckks_ptr(dt), gs, fh__ckks_ptr(cd) + cs,
+                                                scaled, false, &h)) == FH_OK)
     hoisted = true;
   /* the launches' common part once; each takes up to FH_CKKS_LT_STEPS steps */
   const fh__ckks_ks_geo *k = &h.k;

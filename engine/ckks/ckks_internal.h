@@ -114,7 +114,10 @@ fh_status fh__ckks_keyswitch_tensor(fh_ckks_engine *e, fh__ckks_launcher *L, int
  * caller's accumulators, then fh__ckks_hoist_moddown_of each) switch the automorphism
  * X -> X^galois of d with a key into out0, out1 (+ add0 on the first component), the same
  * words as fh__ckks_keyswitch of that automorphism of d; end releases h. A caller adds
- * the steps' own tensors (keys, accumulators, outputs, add0) to L's uses around them. */
+ * the steps' own tensors (keys, accumulators, outputs, add0) to L's uses around them.
+ * d_ntt (NULL: none): d's rows in the NTT domain (stride gs_d), taken for the digits' own
+ * rows where the tables fold (fh_ckks_tables.fold_sources); d_scaled: d holds the
+ * conversion sources (fh__ckks_ks_intt with *scaled true; d_ntt then required). */
 typedef struct fh__ckks_ks_geo {
   int nq, np, dnum, la, lk, j0, ndig;
   int64_t n;
@@ -129,7 +132,7 @@ typedef struct fh__ckks_hoist {
   bool in_place;                    /* steps read D through their automorphism (CUDA) */
 } fh__ckks_hoist;
 fh_status fh__ckks_hoist_begin(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G, const uint64_t *d,
-                               int64_t gs_d, bool steps, fh__ckks_hoist *h);
+                               int64_t gs_d, const uint64_t *d_ntt, bool d_scaled, bool steps, fh__ckks_hoist *h);
 /* The mod-down of h->acc (NTT domain, [G][2][lk][N]) into out0, out1 (NTT domain, group
  * stride out_gs) at h's level. */
 fh_status fh__ckks_hoist_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, fh__ckks_hoist *h, uint64_t *out0,

@@ -1359,11 +1359,29 @@ __global__ void __launch_bounds__(NTT_THREADS, MIN_BLOCKS) ks1_kernel(const __gr
   const int jd = blockIdx.y / u.nrows, r = blockIdx.y - jd * u.nrows;
   const int ns = u.nsrc[jd], f = u.first[jd];
   const bool own = r >= f && r < f + ns;
-  if (own && a.in_ntt) return; /* ks2 reads the input's NTT rows */
+  if (own && a.in_ntt && a.key) return; /* ks2 reads the input's NTT rows */
   const int t = r < f ? r : r - ns; /* target index when !own */
   const ntt_split sp = ntt_split_of(u.log_n);
   const int64_t n = (int64_t)1 << u.log_n;
   const int n2 = 1 << sp.log_n2, cols = NTT_TILE >> sp.log_n1, tile = NTT_TILE, log_cols = NTT_TILE_LOG - sp.log_n1;
+  if (own && a.in_ntt) {
+    /* without a key (a hoisted mod-up): the digit's own row is the input's NTT row, copied
+     * into the digits at the block's column tiles (the chunk stages skip it) */
+    GROUPS(g, u.ngroups) {
+      const uint64_t *src = a.in_ntt + g * a.in_ntt_gs + (int64_t)r * n;
+      uint64_t *dst = u.out + g * u.out_gs + (int64_t)jd * u.out_ds + (int64_t)r * n;
+      for (int tt = 0; tt < T; ++tt) {
+        const int ti = (int)blockIdx.x * T + tt;
+        if (ti >= (int)(n >> NTT_TILE_LOG)) break;
+        const int c0 = ti * cols;
+        for (int e = threadIdx.x; e < tile; e += blockDim.x) {
+          const int64_t at = (int64_t)(e >> log_cols) * n2 + c0 + (e & (cols - 1));
+          dst[at] = src[at];
+        }
+      }
+    }
+    return;
+  }
   const int p = u.prime[r];
   const fh_ckks_prime c = u.primes[p];
   const ntt_prime P = ntt_prime_at(u.primes, a.ntt, p, u.log_n, true);
@@ -1816,10 +1834,11 @@ fh_status k_ks_core(const void *argp, void *stream) {
   /* split: ks1, the chunk stages of every digit in parallel into the scratch, then the
    * inner product with the key. With a key and the input's NTT rows, a digit's own rows are
    * skipped by ks1 and the chunk stages, and the inner product reads the input's NTT rows
-   * for them; without a key the scratch holds every transformed row of every digit. */
+   * for them; without a key the scratch holds every transformed row of every digit (with the
+   * input's NTT rows ks1 copies them into the digits' own rows, the chunk stages skip
+   * those). */
   fh_ckks_ks_core_args b = *a;
   own_rows own{};
-  if (a->key == NULL) b.in_ntt = NULL;
   if (b.in_ntt != NULL) {
     own.in_ntt = b.in_ntt;
     own.in_ntt_gs = b.in_ntt_gs;

@@ -334,12 +334,13 @@ typedef struct fh_ckks_ks_core_args {
   int64_t scaled_gs;
   /* optional (NULL: none): up.in's rows in the NTT domain, group stride in_ntt_gs; a
    * digit's own rows of the extended digits are then these words, copied rather than
-   * transformed again (the same result: the NTT of up.in's rows) */
+   * transformed again (the same result: the NTT of up.in's rows): with a key CUDA's inner
+   * product reads them where they are, without one they are copied into up.out */
   const uint64_t *in_ntt;
   int64_t in_ntt_gs;
   /* not 0: `scaled` already holds the scaled sources (an INTT with fh_ckks_ntt_args.scale
    * wrote them: fh_ckks_ks_source_word of up.in's words), and CUDA's pass that makes them
-   * does not run; up.in is then not read. With a key and in_ntt only, and on CUDA with N >
+   * does not run; up.in is then not read. With in_ntt only, and on CUDA with N >
    * 2^FH_CKKS_CUDA_ROW_LOG (fh_ckks_ks_core_prescaled_refusal): the digits' own rows come
    * from in_ntt, the converted ones from `scaled` (the CPU converts from them too) */
   int32_t prescaled;
@@ -438,8 +439,8 @@ static inline const char *fh_ckks_ks_core_prescaled_refusal(const fh_ckks_ks_cor
   if (!a->prescaled) return NULL;
   if (cuda && a->up.log_n <= FH_CKKS_CUDA_ROW_LOG)
     return "ckks_ks_core: prescaled sources on CUDA only with N > 2^" FH__CKKS_XSTR(FH_CKKS_CUDA_ROW_LOG);
-  if (a->scaled == NULL || a->key == NULL || a->in_ntt == NULL)
-    return "ckks_ks_core: prescaled sources need the scaled rows, a key and the input's NTT rows";
+  if (a->scaled == NULL || a->in_ntt == NULL)
+    return "ckks_ks_core: prescaled sources need the scaled rows and the input's NTT rows";
   return NULL;
 }
 /* Why a back end refuses fh_ckks_moddown_args.prescaled (NULL where it takes it) */
