@@ -926,30 +926,19 @@ static void modup_args(const fh_ckks_tables *tb, int level, const fh__ckks_ks_ge
   memcpy(u->prime, k->qp, sizeof(int32_t) * (size_t)k->lk);
 }
 
-bool fh__ckks_ks_source_scale(const fh_ckks_tables *tb, int level, fh_ckks_ntt_args *t) {
+bool fh__ckks_ks_source_scale(const fh_ckks_tables *tb, int level, bool moddown, fh_ckks_ntt_args *t) {
   if (!tb->fold_sources) return false;
-  fh__ckks_source_scale_rows(tb, level, false, t);
+  fh__ckks_source_scale_rows(tb, level, moddown, t);
   return true;
 }
 
-fh_status fh__ckks_ks_intt(fh__ckks_launcher *L, int level, uint64_t *d, int64_t d_gs, const uint64_t *in,
-                           int64_t in_gs, int64_t G, const int32_t *prime, int la, bool *scaled) {
+fh_status fh__ckks_ks_intt(fh__ckks_launcher *L, int level, bool moddown, uint64_t *d, int64_t d_gs,
+                           const uint64_t *in, int64_t in_gs, int64_t G, const int32_t *prime, int nlimbs,
+                           bool *scaled) {
   fh_ckks_ntt_args t;
-  fh__ckks_ntt_rows_args(L, &t, d, d_gs, in, in_gs, G, prime, la, NULL, NULL);
-  *scaled = fh__ckks_ks_source_scale(L->tb, level, &t);
-  return fh__ckks_submit(L, FH_K_CKKS_INTT, &t, sizeof t);
-}
-
-/* The INTT of a mod-down's P rows: as fh__ckks_ntt (np limbs of primes qp), with the outputs
- * the mod-down's conversion sources where the tables fold them (fh_ckks_moddown_args.prescaled;
- * *scaled: whether) */
-static fh_status moddown_intt(fh__ckks_launcher *L, int level, uint64_t *w, int64_t w_gs, const uint64_t *in,
-                              int64_t in_gs, int64_t ngroups, const int32_t *qp, int np, bool *scaled) {
-  fh_ckks_ntt_args t;
-  fh__ckks_ntt_rows_args(L, &t, w, w_gs, in, in_gs, ngroups, qp, np, NULL, NULL);
-  *scaled = L->tb->fold_sources != 0;
-  if (*scaled) fh__ckks_source_scale_rows(L->tb, level, true, &t);
-  if (ngroups == 0 || np == 0) return FH_OK;
+  fh__ckks_ntt_rows_args(L, &t, d, d_gs, in, in_gs, G, prime, nlimbs, NULL, NULL);
+  *scaled = fh__ckks_ks_source_scale(L->tb, level, moddown, &t);
+  if (G == 0 || nlimbs == 0) return FH_OK;
   return fh__ckks_submit(L, FH_K_CKKS_INTT, &t, sizeof t);
 }
 
@@ -1045,8 +1034,8 @@ static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, 
   /* (the conversion sources folded into the INTT for the NTT-domain mod-down only) */
   bool scaled = false;
   if (ntt_out)
-    st = moddown_intt(L, level, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, k->qp + la, np,
-                      &scaled);
+    st = fh__ckks_ks_intt(L, level, true, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G,
+                          k->qp + la, np, &scaled);
   else st = fh__ckks_ntt(L, false, w, (int64_t)np * n, A + (int64_t)la * n, (int64_t)lk * n, 2 * G, k->qp + la, np);
   if (st != FH_OK) return st;
   return ks_moddown_from(e, L, level, k, G, A, w, scaled, t, ntt_out, out0, out1, out_gs, add0, add1, add_gs,
@@ -1054,7 +1043,7 @@ static fh_status ks_moddown(fh_ckks_engine *e, fh__ckks_launcher *L, int level, 
 }
 
 /* ks_moddown once w holds the INTT of A's P rows ([2G][np][N]; w_scaled: made the
- * conversion's sources, moddown_intt, ntt_out only) */
+ * conversion's sources by fh__ckks_ks_intt, ntt_out only) */
 static fh_status ks_moddown_from(fh_ckks_engine *e, fh__ckks_launcher *L, int level, const fh__ckks_ks_geo *k,
                                  int64_t G, uint64_t *A, uint64_t *w, bool w_scaled, uint64_t *t, bool ntt_out,
                                  uint64_t *out0, uint64_t *out1, int64_t out_gs, const uint64_t *add0,
@@ -1158,14 +1147,10 @@ static fh_status ks_core_modup(fh__ckks_launcher *L, const fh_ckks_tables *tb, i
   memset(c, 0, sizeof *c);
   modup_args(tb, level, k, G, d, gs_d, D, &c->up);
   c->ntt = tb->ntt;
-  c->scaled = *S ? fh__ckks_ptr(*S) : NULL;
-  c->scaled_gs = (int64_t)k->la * k->n;
-  if (d_scaled) {
-    /* (read only: with prescaled no kernel writes the scaled rows) */
-    c->scaled = (uint64_t *)(uintptr_t)d;
-    c->scaled_gs = gs_d;
-    c->prescaled = 1;
-  }
+  /* (d read only: with prescaled no kernel writes the scaled rows) */
+  c->prescaled = d_scaled;
+  c->scaled = d_scaled ? (uint64_t *)(uintptr_t)d : *S ? fh__ckks_ptr(*S) : NULL;
+  c->scaled_gs = d_scaled ? gs_d : (int64_t)k->la * k->n;
   return FH_OK;
 }
 
@@ -1220,8 +1205,8 @@ fh_status fh__ckks_keyswitch(fh_ckks_engine *e, fh__ckks_launcher *L, int level,
                              int64_t gs_d, const uint64_t *d_ntt, bool d_scaled, const fh_tensor *key, bool ntt_out,
                              uint64_t *out0, uint64_t *out1, int64_t out_gs, const uint64_t *add0,
                              const uint64_t *add1, int64_t add_gs, uint64_t add_galois) {
-  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, gs_d, d_scaled, key, ntt_out, out0, out1, out_gs, add0, add1, add_gs, NULL,
-                        0, 0, add_galois, NULL);
+  return keyswitch_impl(e, L, level, G, d, gs_d, d_ntt, gs_d, d_scaled, key, ntt_out, out0, out1, out_gs, add0, add1,
+                        add_gs, NULL, 0, 0, add_galois, NULL);
 }
 
 fh_status fh__ckks_keyswitch_rescale(fh_ckks_engine *e, fh__ckks_launcher *L, int level, int64_t G,
@@ -1353,8 +1338,8 @@ fh_status fh__ckks_hoist_moddown_steps(fh_ckks_engine *e, fh__ckks_launcher *L, 
   fh_status st = fh__ckks_temp(L, 3, wshape, &W);
   bool scaled = false;
   if (st == FH_OK)
-    st = moddown_intt(L, h->level, fh__ckks_ptr(W), (int64_t)k->np * n, acc + (int64_t)k->la * n,
-                      (int64_t)k->lk * n, nsteps * 2 * G, k->qp + k->la, k->np, &scaled);
+    st = fh__ckks_ks_intt(L, h->level, true, fh__ckks_ptr(W), (int64_t)k->np * n, acc + (int64_t)k->la * n,
+                          (int64_t)k->lk * n, nsteps * 2 * G, k->qp + k->la, k->np, &scaled);
   for (int s = 0; s < nsteps && st == FH_OK; ++s)
     st = ks_moddown_from(e, L, h->level, k, G, acc + s * step, fh__ckks_ptr(W) + s * wstep, scaled,
                          fh__ckks_ptr(h->T), true,

@@ -301,7 +301,7 @@ fh_status fh_ckks_multiply_relinearize(fh_ckks_engine *e, const fh_value *a, con
       t.prod[r] = (int8_t)(r < la ? FH_CKKS_PROD_11 : r == la ? FH_CKKS_PROD_00 : FH_CKKS_PROD_X);
     /* a1 b1's rows as the key switch's conversion sources where the tables fold them (v0's
      * rows stay coefficients) */
-    const bool scaled = fh__ckks_ks_source_scale(tb, g.level, &t);
+    const bool scaled = fh__ckks_ks_source_scale(tb, g.level, false, &t);
     st = fh__ckks_submit(&L, FH_K_CKKS_INTT, &t, sizeof t);
     if (st == FH_OK)
       st = fh__ckks_keyswitch_tensor(e, &L, g.level, g.B, d, dgs, keep, gs, scaled, ts[2], o, o + ocs, ogs, A,
@@ -339,7 +339,7 @@ fh_status fh_ckks_relinearize(fh_ckks_engine *e, const fh_value *ct, const fh_va
     const uint64_t *c = fh__ckks_ptr(ts[0]), *d = c + 2 * cs, *d_ntt = NULL;
     bool scaled = false;
     if (ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &ts[3])) == FH_OK) {
-      st = fh__ckks_ks_intt(&L, g.level, fh__ckks_ptr(ts[3]), gs, d, gs, g.B, p, g.la, &scaled);
+      st = fh__ckks_ks_intt(&L, g.level, false, fh__ckks_ptr(ts[3]), gs, d, gs, g.B, p, g.la, &scaled);
       d_ntt = d;
       d = fh__ckks_ptr(ts[3]);
     }
@@ -407,7 +407,7 @@ fh_status fh_ckks_relinearize_rescale(fh_ckks_engine *e, const fh_value *ct, con
     /* c2's rows as the key switch's conversion sources where the tables fold them */
     fh_ckks_ntt_args t;
     fh__ckks_ntt_rows_args(&L, &t, d, dgs, c, gs, g.B, prime, la + 2, in_row, out_row);
-    const bool scaled = fh__ckks_ks_source_scale(tb, g.level, &t);
+    const bool scaled = fh__ckks_ks_source_scale(tb, g.level, false, &t);
     st = fh__ckks_submit(&L, FH_K_CKKS_INTT, &t, sizeof t);
     const int64_t ogs = (int64_t)lo * n, ocs = g.B * ogs;
     if (st == FH_OK)
@@ -646,7 +646,7 @@ static fh_status apply_galois(fh_ckks_engine *e, const char *op, const fh_value 
     const uint64_t *A = fused_c0 ? c : sig, *d = fused_c0 ? sig : sig + cs, *d_ntt = NULL;
     bool scaled = false;
     if (st == FH_OK && ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &ts[4])) == FH_OK) {
-      st = fh__ckks_ks_intt(&L, g.level, fh__ckks_ptr(ts[4]), gs, d, gs, g.B, p, g.la, &scaled);
+      st = fh__ckks_ks_intt(&L, g.level, false, fh__ckks_ptr(ts[4]), gs, d, gs, g.B, p, g.la, &scaled);
       d_ntt = d;
       d = fh__ckks_ptr(ts[4]);
     }
@@ -783,7 +783,7 @@ fh_status fh_ckks_rotate_many(fh_ckks_engine *e, const fh_value *ct, const int64
     const uint64_t *c = fh__ckks_ptr(cd), *d = c + cs, *d_ntt = NULL;
     bool scaled = false;
     if (ntt && (st = fh__ckks_alloc_poly(e, &L, 0, &g, g.la, &dt)) == FH_OK) { /* c1 in coefficients */
-      st = fh__ckks_ks_intt(&L, g.level, fh__ckks_ptr(dt), gs, d, gs, g.B, p, g.la, &scaled);
+      st = fh__ckks_ks_intt(&L, g.level, false, fh__ckks_ptr(dt), gs, d, gs, g.B, p, g.la, &scaled);
       d_ntt = d;
       d = fh__ckks_ptr(dt);
     }
@@ -924,7 +924,8 @@ static fh_status linear_transform(fh_ckks_engine *e, const fh_value *ct, const i
    * extended digits in the NTT domain (h.D) */
   bool scaled = false;
   if (st == FH_OK && (st = fh__ckks_alloc_poly(e, &L, 0, &gc, gc.la, &dt)) == FH_OK)
-    st = fh__ckks_ks_intt(&L, gc.level, fh__ckks_ptr(dt), gs, fh__ckks_ptr(cd) + cs, gs, gc.B, p, gc.la, &scaled);
+    st = fh__ckks_ks_intt(&L, gc.level, false, fh__ckks_ptr(dt), gs, fh__ckks_ptr(cd) + cs, gs, gc.B, p, gc.la,
+                          &scaled);
   if (st == FH_OK && (st = fh__ckks_hoist_begin(e, &L, gc.level, gc.B, fh__ckks_ptr(dt), gs, fh__ckks_ptr(cd) + cs,
                                                 scaled, false, &h)) == FH_OK)
     hoisted = true;

@@ -56,15 +56,17 @@ fh_status fh__ckks_alloc_poly(fh_ckks_engine *e, fh__ckks_launcher *L, int lead,
 fh_status fh__ckks_no_capture(const fh_ckks_engine *e, const char *op);
 
 /* ---- key switching ------------------------------------------------------------ */
-/* The conversion sources of a key switch's input made by the INTT before it (CUDA tables with
+/* The conversion sources of a key switch made by the INTT before it (tables with
  * fold_sources): ks_source_scale sets t->scale for t's first limbs, the la active Q rows at
- * `level` (fh__ckks_source_scale_rows), and returns whether it did
- * (false, nothing set, where the tables do not fold). ks_intt submits the INTT of the la
- * NTT-domain rows `in` (group stride in_gs, G groups) into d (stride d_gs) so, *scaled
- * telling whether d holds sources (pass it on as d_scaled) or coefficients. */
-bool fh__ckks_ks_source_scale(const fh_ckks_tables *tb, int level, fh_ckks_ntt_args *t);
-fh_status fh__ckks_ks_intt(fh__ckks_launcher *L, int level, uint64_t *d, int64_t d_gs, const uint64_t *in,
-                           int64_t in_gs, int64_t G, const int32_t *prime, int la, bool *scaled);
+ * `level` or with moddown a mod-down's np P rows (fh__ckks_source_scale_rows), and returns
+ * whether it did (false, nothing set, where the tables do not fold). ks_intt submits the
+ * INTT of the nlimbs NTT-domain rows `in` (group stride in_gs, G groups; primes prime, those
+ * rows) into d (stride d_gs) so, *scaled telling whether d holds sources (pass it on as
+ * d_scaled, or a mod-down's prescaled) or coefficients. */
+bool fh__ckks_ks_source_scale(const fh_ckks_tables *tb, int level, bool moddown, fh_ckks_ntt_args *t);
+fh_status fh__ckks_ks_intt(fh__ckks_launcher *L, int level, bool moddown, uint64_t *d, int64_t d_gs,
+                           const uint64_t *in, int64_t in_gs, int64_t G, const int32_t *prime, int nlimbs,
+                           bool *scaled);
 /* d: coefficient-domain standard rows [G, la, N] (group stride gs_d) over the
  * active Q rows of `level`; d_ntt: the same rows in the NTT domain (same
  * stride) when the caller has them, else NULL; key: contiguous key-switching data

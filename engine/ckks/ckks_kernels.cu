@@ -1725,7 +1725,7 @@ void ks1_launch_tiles(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, 
 
 template <bool FP_CONV>
 void ks1_launch_with(const fh_ckks_ks_core_args &a, dim3 grid, cudaStream_t h, int raw) {
-  int own = 0; /* the rows that return at once */
+  int own = 0; /* the rows that return at once (or, without a key, copy the input's NTT words) */
   if (a.in_ntt)
     for (int j = 0; j < a.up.ndigits; ++j) own += a.up.nsrc[j];
   /* the variant is chosen on the grid of one tile a block, whatever ks1_tiles says */
